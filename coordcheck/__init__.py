@@ -1,0 +1,22 @@
+"""coordcheck: muP coordinate checks with a numeric verdict.
+
+The public API (``__all__``) is re-exported lazily from the stage modules, so that the
+analysis side (``coordcheck.report``, ``coordcheck.sweep``) never imports torch.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from coordcheck.errors import CoordCheckError
+
+__all__ = ["coord_check", "CoordCheckResult", "CoordCheckError"]
+__version__ = "0.1.0"
+
+_LAZY = {"coord_check": "coordcheck.api", "CoordCheckResult": "coordcheck.api"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'coordcheck' has no attribute {name!r}")

@@ -1,0 +1,136 @@
+"""Python API: ``coord_check(build, widths=[...])`` runs the sweep in-process.
+
+Stage: orchestration (the notebook / test-suite twin of the Hydra app). Input: a builder
+``build(width, **kwargs) -> nn.Module`` and a list of widths. Output: a
+:class:`CoordCheckResult` whose ``.frame`` is the same tidy frame the CLI writes
+(``coordcheck.frame`` schema), produced by the same engine (``coordcheck.train``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from coordcheck import data as data_mod
+from coordcheck import models
+from coordcheck.data import Batch, as_batch
+from coordcheck.errors import CoordCheckError
+from coordcheck.frame import concat_frames
+from coordcheck.models import check_width
+from coordcheck.optim import OPTIMIZERS
+from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization
+from coordcheck.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
+
+__all__ = ["coord_check", "CoordCheckResult"]
+
+DATA: dict[str, Callable[..., Batch]] = {"tokens": data_mod.tokens, "text": data_mod.text, "gaussian": data_mod.gaussian}
+
+
+@dataclass
+class CoordCheckResult:
+    """What ``coord_check`` returns: the tidy frame and per-width facts."""
+
+    frame: pd.DataFrame
+    facts: list[dict] = field(default_factory=list)
+
+
+def _name(obj: object, package: str) -> str:
+    f = getattr(obj, "func", obj)
+    module, qual = getattr(f, "__module__", ""), getattr(f, "__qualname__", type(f).__name__)
+    return qual if module == package else f"{module}.{qual}"
+
+
+def _default_data(build: Callable, build_kwargs: dict) -> Batch:
+    if build in (models.gpt, models.GPT):
+        return data_mod.tokens(vocab_size=build_kwargs.get("vocab_size", 256), seq_len=build_kwargs.get("context", 64))
+    if build in (models.mlp, models.MLP):
+        return data_mod.gaussian(dim=build_kwargs.get("in_dim", 32), n_classes=build_kwargs.get("out_dim", 10))
+    raise CoordCheckError("no default data for this builder: pass data= (a name or an (inputs, targets) batch)")
+
+
+def coord_check(
+    build: Callable[..., nn.Module],
+    widths: Sequence[int],
+    *,
+    parametrization: str | Parametrization = "mup",
+    optimizer: str | OptimizerFactory = "adam",
+    lr: float = 1e-2,
+    steps: int = 10,
+    seeds: int | Sequence[int] = 3,
+    data: str | Batch | tuple[torch.Tensor, torch.Tensor] | None = None,
+    base_width: int | None = None,
+    loss: LossFn | None = None,
+    tensors: Sequence[str] = ("out", "delta"),
+    progress: bool = True,
+    **build_kwargs: object,
+) -> CoordCheckResult:
+    """Train ``build(width, **build_kwargs)`` at each width for ``steps`` updates and probe it.
+
+    ``parametrization``: ``"mup"`` (mup package, Mu* optimizers), ``"sp"`` (standard, torch
+    optimizers) or ``"none"`` (model and optimizer as given). ``optimizer``: ``"adam"``,
+    ``"adamw"``, ``"sgd"`` or a factory ``factory(model, lr) -> Optimizer``. ``data``: a
+    name (``"tokens"``, ``"text"``, ``"gaussian"``), a ``Batch`` or an ``(inputs, targets)``
+    pair; default: the built-in model's own. ``loss(output, targets)``: default
+    cross-entropy over the last dimension. ``base_width``: default ``min(widths)``.
+    """
+    if isinstance(widths, (int, str)) or not len(widths):
+        raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r}")
+    widths = sorted({check_width(w) for w in widths})
+    seeds = resolve_seeds(seeds)
+    builder = functools.partial(build, **build_kwargs) if build_kwargs else build
+
+    if isinstance(parametrization, str):
+        if parametrization not in PARAMETRIZATIONS:
+            raise CoordCheckError(f"unknown parametrization {parametrization!r}: use one of {sorted(PARAMETRIZATIONS)}")
+        parametrization = PARAMETRIZATIONS[parametrization]()
+    if isinstance(optimizer, str):
+        if optimizer not in OPTIMIZERS:
+            raise CoordCheckError(f"unknown optimizer {optimizer!r}: use one of {sorted(OPTIMIZERS)} or a factory")
+        opt_name = optimizer
+        factory = functools.partial(OPTIMIZERS[optimizer], mu=parametrization.mu_optimizer)
+    else:
+        opt_name, factory = _name(optimizer, "coordcheck.optim"), optimizer
+
+    if data is None:
+        batch = _default_data(build, build_kwargs)
+    elif isinstance(data, str):
+        if data not in DATA:
+            raise CoordCheckError(f"unknown data {data!r}: use one of {sorted(DATA)} or pass (inputs, targets)")
+        batch = DATA[data]()
+    else:
+        batch = as_batch(data)
+
+    model_name = _name(build, "coordcheck.models")
+    key = json.dumps(
+        [model_name, repr(sorted(build_kwargs.items())), parametrization.name, opt_name, lr, batch.name,
+         steps, base_width, seeds, list(tensors)], default=str,
+    )
+    identity = RunIdentity(
+        config_id=hashlib.sha1(key.encode()).hexdigest()[:12], model=model_name,
+        parametrization=parametrization.name, optimizer=opt_name, lr=float(lr), data=batch.name,
+        data_policy=batch.policy,
+    )
+    bar = tqdm(total=len(widths) * len(seeds) * (steps + 1), desc="coord check", disable=not progress)
+    frames, facts = [], []
+    try:
+        for width in widths:
+            bar.set_postfix(width=width)
+            frame, fact = run_width(
+                builder, width, seeds=seeds, parametrization=parametrization, optimizer=factory, lr=lr,
+                batch=batch, steps=steps, identity=identity,
+                base_width=min(widths) if base_width is None else base_width,
+                loss_fn=loss or cross_entropy, tensors=tensors, progress=bar,
+            )
+            frames.append(frame)
+            facts.append(fact)
+    finally:
+        bar.close()
+    return CoordCheckResult(concat_frames(frames), facts)

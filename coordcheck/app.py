@@ -1,0 +1,159 @@
+"""The Hydra app: one job = one width of the sweep, written to the job's directory.
+
+Stage: orchestration. Input: the composed config (``conf/``). Output, in the job's output
+directory: ``frame.parquet`` (the tidy frame) and ``job.json`` (status, error, facts such as
+parameter count and seconds), both written atomically, the frame first — so a ``job.json``
+saying ``ok`` always has its complete frame beside it. At the end of a multirun,
+:class:`SweepCallback` aggregates the frames on disk (whatever launcher ran the jobs).
+
+Failures: a user mistake (:class:`CoordCheckError`) is one line on stderr and exit status 2
+in a single run. In a multirun every failure is recorded in that job's ``job.json`` and the
+sweep goes on, so one failed width does not lose the others; the command exits 1 at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from coordcheck.errors import CoordCheckError
+from coordcheck.frame import FRAME_NAME, atomic_write, write_frame
+from coordcheck.sweep import JOB_NAME
+
+__all__ = ["run_job", "config_id", "SweepCallback", "JOB_NAME", "CONF_DIR"]
+
+log = logging.getLogger("coordcheck")
+
+REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
+NOT_IN_ID = ("width", "progress")  # keys that do not change what a configuration is
+
+
+def config_id(cfg: DictConfig) -> str:
+    """Short hash of the resolved config without width: the same for every job of a sweep."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    for key in NOT_IN_ID:
+        resolved.pop(key, None)
+    return hashlib.sha1(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def short_name(target: str, package: str) -> str:
+    """``coordcheck.models.gpt`` -> ``gpt``; a user's dotted path stays whole."""
+    return target.rsplit(".", 1)[-1] if target.startswith(package + ".") else target
+
+
+def _instantiate(node: DictConfig, group: str, **kwargs: Any) -> Any:
+    target = node.get("_target_", "?") if isinstance(node, DictConfig) else "?"
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__ or e
+        if isinstance(cause, CoordCheckError):
+            raise cause from None
+        lines = str(cause).strip().splitlines()
+        raise CoordCheckError(
+            f"{group}._target_={target} could not be used ({lines[0] if lines else type(cause).__name__}): "
+            f"check the dotted path and its arguments"
+        ) from None
+    except OmegaConfBaseException as e:
+        raise CoordCheckError(f"{group}: {str(e).splitlines()[0]} (set it on the command line)") from None
+
+
+def write_json(path: Path, payload: dict) -> Path:
+    text = json.dumps(payload, indent=2, default=str)
+    return atomic_write(path, lambda p: p.write_text(text))
+
+
+def run_job(cfg: DictConfig, output_dir: Path) -> dict:
+    """Train ``cfg.width`` for every seed; write ``frame.parquet`` then ``job.json``."""
+    import torch  # noqa: F401  (imported here so `--help` and config errors stay fast)
+
+    from coordcheck.data import as_batch
+    from coordcheck.models import check_width
+    from coordcheck.train import RunIdentity, resolve_seeds, run_width
+
+    width = check_width(cfg.width)
+    seeds = resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
+    build = _instantiate(cfg.model, "model")
+    parametrization = _instantiate(cfg.parametrization, "parametrization")
+    optimizer = _instantiate(cfg.optimizer, "optimizer")
+    batch = as_batch(_instantiate(cfg.data, "data"), name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.data"))
+    identity = RunIdentity(
+        config_id=config_id(cfg),
+        model=short_name(cfg.model._target_, "coordcheck.models"),
+        parametrization=parametrization.name,
+        optimizer=short_name(cfg.optimizer._target_, "coordcheck.optim"),
+        lr=float(cfg.lr),
+        data=batch.name,
+        data_policy=batch.policy,
+    )
+    log.info(
+        "width=%d model=%s parametrization=%s optimizer=%s lr=%g steps=%s seeds=%s base_width=%s",
+        width, identity.model, identity.parametrization, identity.optimizer, identity.lr, cfg.steps, seeds,
+        cfg.base_width,
+    )
+    frame, facts = run_width(
+        build, width, seeds=seeds, parametrization=parametrization, optimizer=optimizer, lr=float(cfg.lr),
+        batch=batch, steps=cfg.steps, identity=identity, base_width=cfg.base_width,
+        tensors=tuple(cfg.tensors), progress=bool(cfg.progress),
+    )
+    write_frame(frame, output_dir / FRAME_NAME)
+    log.info(
+        "width=%d done: %d parameters, %d rows, %.1f s%s", width, facts["n_params"], len(frame), facts["seconds"],
+        f", diverged: {facts['diverged']}" if facts["diverged"] else "",
+    )
+    return {"config_id": identity.config_id, "rows": len(frame), **facts}
+
+
+def main(cfg: DictConfig) -> None:
+    """Hydra task function (registered in ``coordcheck.__main__``)."""
+    hc = HydraConfig.get()
+    output_dir = Path(hc.runtime.output_dir)
+    t0 = time.time()
+    job = {"width": cfg.get("width"), "overrides": list(hc.overrides.task), "started": t0}
+    try:
+        facts = run_job(cfg, output_dir)
+        write_json(output_dir / JOB_NAME, {**job, "status": "ok", **facts})
+    except (Exception, KeyboardInterrupt) as e:
+        user = isinstance(e, CoordCheckError)
+        error = str(e) if user else f"{type(e).__name__}: {e}"
+        write_json(output_dir / JOB_NAME, {
+            **job, "status": "failed", "error": error,
+            **({} if user else {"traceback": traceback.format_exc()}),
+        })
+        log.error("width=%s failed: %s", cfg.get("width"), error)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        if hc.mode == RunMode.RUN:
+            if user:
+                print(f"coordcheck: error: {error}", file=sys.stderr)
+                sys.exit(2)
+            raise
+        FAILED_JOBS.append(error)
+
+
+FAILED_JOBS: list[str] = []  # failures of in-process jobs; the CLI exits 1 when any
+
+
+class SweepCallback(Callback):
+    """At the end of a multirun, aggregate the job directories on disk."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from coordcheck.sweep import summarize_sweep
+
+        sweep = summarize_sweep(Path(config.hydra.sweep.dir))
+        FAILED_JOBS.extend(p.error for p in sweep.problems if p.error not in FAILED_JOBS)

@@ -1,0 +1,146 @@
+"""Tidy frames: the schema every stage shares, and safe reading and writing.
+
+Stage: storage. Input: the rows the probes produce (training side) or parquet files on
+disk (analysis side). Output: a pandas DataFrame in the tidy schema below, one row per
+measurement, long in the statistic, and parquet files written atomically (write to a
+temporary name in the same directory, then rename), so a partial file never appears.
+
+Columns (in order):
+
+==================  =======  ====================================================
+column              dtype    meaning
+==================  =======  ====================================================
+``config_id``       str      hash of the resolved configuration minus width/seed
+``model``           str      builder name (``gpt``, ``mlp`` or its dotted path)
+``parametrization`` str      ``mup`` / ``sp`` / ``none``
+``optimizer``       str      ``adam`` / ``adamw`` / ``sgd`` or a factory's path
+``lr``              float64  base learning rate
+``data``            str      data name (``tokens``, ``gaussian``, ``text``, ...)
+``data_policy``     str      ``fixed`` (the same batch at every step)
+``width``           int64    model width
+``seed``            int64    ``torch.manual_seed`` value used before building
+``step``            int64    0 = forward at initialisation; t = after t updates
+``module``          str      dotted module name (``(root)`` for the root module,
+                             ``(loss)`` for loss rows)
+``layer_index``     int64    block depth: 0 = before the first block (embeddings),
+                             i + 1 = block i, L + 1 = after the last block
+                             (readout); -1 for loss rows
+``role``            str      ``input`` / ``hidden`` / ``output`` / ``attention`` /
+                             ``norm``; ``loss`` for loss rows
+``tensor``          str      ``out`` (module output), ``delta`` (output minus the
+                             same module's step-0 output on the same batch),
+                             ``loss``
+``stat``            str      ``std`` / ``l1`` / ``rms`` / ``mean`` / ``absmax``;
+                             ``value`` for loss rows
+``value``           float64  the measurement (may be NaN or inf after divergence)
+==================  =======  ====================================================
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = [
+    "COLUMNS",
+    "STATS",
+    "TENSORS",
+    "ROLES",
+    "FRAME_NAME",
+    "LOSS_MODULE",
+    "FrameError",
+    "empty_frame",
+    "write_frame",
+    "read_frame",
+    "atomic_write",
+]
+
+FRAME_NAME = "frame.parquet"  # fixed file name; what varies lives in directory names
+LOSS_MODULE = "(loss)"
+ROOT_MODULE = "(root)"
+
+STATS = ("std", "l1", "rms", "mean", "absmax")
+TENSORS = ("out", "delta", "loss")
+ROLES = ("input", "hidden", "output", "attention", "norm", "loss")
+
+COLUMNS: dict[str, str] = {
+    "config_id": "str",
+    "model": "str",
+    "parametrization": "str",
+    "optimizer": "str",
+    "lr": "float64",
+    "data": "str",
+    "data_policy": "str",
+    "width": "int64",
+    "seed": "int64",
+    "step": "int64",
+    "module": "str",
+    "layer_index": "int64",
+    "role": "str",
+    "tensor": "str",
+    "stat": "str",
+    "value": "float64",
+}
+
+
+class FrameError(ValueError):
+    """A file that is not a coordcheck frame (missing columns, wrong types, unreadable)."""
+
+
+def empty_frame() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()})
+
+
+def conform(df: pd.DataFrame, source: str = "frame") -> pd.DataFrame:
+    """Check the schema and cast to the declared dtypes; raise FrameError naming what is wrong."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise FrameError(f"{source}: not a coordcheck frame, missing columns {missing}")
+    try:
+        out = df.astype({c: t for c, t in COLUMNS.items()})
+    except (TypeError, ValueError) as e:
+        raise FrameError(f"{source}: column types do not match the coordcheck schema ({e})") from None
+    extra = [c for c in df.columns if c not in COLUMNS]
+    return out[list(COLUMNS) + extra]
+
+
+def atomic_write(path: Path, write) -> Path:
+    """Call ``write(tmp_path)`` then rename onto ``path``: readers never see a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_frame(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write a tidy frame as parquet, atomically."""
+    df = conform(df)
+    return atomic_write(Path(path), lambda p: df.to_parquet(p, index=False))
+
+
+def read_frame(path: str | os.PathLike) -> pd.DataFrame:
+    """Read one parquet frame (never unpickles) and check its schema."""
+    path = Path(path)
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:  # pyarrow raises several types for corrupt files
+        raise FrameError(f"{path}: unreadable parquet ({type(e).__name__}: {e})") from None
+    return conform(df, str(path))
+
+
+def concat_frames(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return empty_frame()
+    return conform(pd.concat(frames, ignore_index=True))

@@ -1,0 +1,120 @@
+"""Parametrizations: how a freshly built model is turned into the model that is trained.
+
+Stage: parametrize. Input: a builder ``build(width, **kw)``, the width, ``base_width`` and a
+seed. Output: the seeded model, ready for its optimizer (``coordcheck.optim``).
+
+* ``mup`` — base and delta shapes come from the same builder at ``base_width`` and
+  ``2 * base_width``, built on the meta device inside ``torch.random.fork_rng`` (no wide
+  tensors allocated, the global RNG untouched), once per job. The trained model gets
+  ``mup.set_base_shapes`` and then its own ``reset_parameters()`` if it has one, as in the
+  mup examples. Optimizers are MuAdam / MuAdamW / MuSGD.
+* ``sp`` — the same model in standard parametrization: ``set_base_shapes(model, None)`` (every
+  width multiplier is 1, so MuReadout is a plain Linear) and torch optimizers. The control
+  that must fail a coord check.
+* ``none`` — the model is used exactly as built (models that implement muP by hand, with
+  their own optimizer factory ``factory(model, lr)``).
+
+Seeding contract: ``torch.manual_seed(seed)`` immediately before ``build(width)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from mup import make_base_shapes, set_base_shapes
+from torch import nn
+
+from coordcheck.errors import CoordCheckError
+
+__all__ = ["Parametrization", "Mup", "Standard", "AsGiven", "build_model", "PARAMETRIZATIONS"]
+
+Builder = Callable[..., nn.Module]
+
+
+def call_builder(build: Builder, width: int) -> nn.Module:
+    """``build(width=width)`` with one-line errors for the usual mistakes."""
+    try:
+        sig = inspect.signature(build)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None and "width" not in sig.parameters and not any(
+        p.kind is p.VAR_KEYWORD for p in sig.parameters.values()
+    ):
+        raise CoordCheckError(
+            f"model builder {_name(build)} has no `width` parameter: it must be build(width: int, **kwargs) -> nn.Module"
+        )
+    model = build(width=width)
+    if not isinstance(model, nn.Module):
+        raise CoordCheckError(f"model builder {_name(build)} returned {type(model).__name__}, not an nn.Module")
+    return model
+
+
+def _name(build: Builder) -> str:
+    f = getattr(build, "func", build)  # functools.partial from Hydra's _partial_
+    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+
+
+@dataclass
+class Parametrization:
+    """Base class; subclasses say how to turn ``build(width)`` into the trained model."""
+
+    name: str = "none"
+    mu_optimizer: bool = False  # read by the optimizer configs: Mu* variants under mup
+
+    def prepare(self, build: Builder, base_width: int) -> None:
+        """Per-job work shared by every seed (e.g. base shapes)."""
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        return model
+
+
+@dataclass
+class Mup(Parametrization):
+    name: str = "mup"
+    mu_optimizer: bool = True
+    _base: dict | None = None
+
+    def prepare(self, build: Builder, base_width: int) -> None:
+        if isinstance(base_width, bool) or not isinstance(base_width, int) or base_width <= 0:
+            raise CoordCheckError(f"base_width must be a positive integer, got {base_width!r}")
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            base = call_builder(build, base_width)
+            delta = call_builder(build, 2 * base_width)
+        self._base = make_base_shapes(base, delta)
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        try:
+            set_base_shapes(model, self._base)
+        except AssertionError as e:  # mup names the module that should be a MuReadout
+            raise CoordCheckError(f"parametrization=mup: {str(e).splitlines()[0]}") from None
+        reset = getattr(model, "reset_parameters", None)
+        if callable(reset):
+            reset()
+        return model
+
+
+@dataclass
+class Standard(Parametrization):
+    name: str = "sp"
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        set_base_shapes(model, None, do_assert=False)  # width_mult 1 everywhere: SP
+        return model
+
+
+@dataclass
+class AsGiven(Parametrization):
+    name: str = "none"
+
+
+PARAMETRIZATIONS: dict[str, type[Parametrization]] = {"mup": Mup, "sp": Standard, "none": AsGiven}
+
+
+def build_model(build: Builder, width: int, seed: int, parametrization: Parametrization) -> nn.Module:
+    """Seed, build at ``width`` and parametrize; ``parametrization.prepare`` must have run."""
+    torch.manual_seed(seed)
+    model = call_builder(build, width)
+    return parametrization.apply(model)

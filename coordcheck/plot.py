@@ -1,0 +1,423 @@
+"""Figures: the coordinate-check grid, the slope heatmap and the loss curves.
+
+Stage: figures (analysis side; never imports torch). Input: a tidy frame in the schema
+of :mod:`coordcheck.frame` (one row per measurement) or a slopes table (one row per
+config, module, tensor, statistic and step, with the fitted ``slope`` of log2(value)
+against log2(width)). Output: a matplotlib Figure, and, when a path is given, the same
+figure as ``<path>.pdf`` and ``<path>.png`` written atomically next to each other.
+Seed spread is drawn as a min-max band (``errorbar=("pi", 100)``), never bootstrapped,
+so a sweep of tens of thousands of rows plots in well under a second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import pandas as pd
+
+from coordcheck.frame import LOSS_MODULE, FrameError, atomic_write, conform
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["plot_coords", "plot_slopes", "plot_loss"]
+
+Size = Literal["paper", "slides"]
+
+# Total figure widths in inches, and the seaborn plotting context used at that size.
+# "paper" spans a two-column page (~7 in); "slides" fills a 16:9 slide (12 x 6.75 in).
+_WIDTH = {"paper": 7.0, "slides": 12.0}
+_SLIDE_HEIGHT = 6.75
+_CONTEXT = {"paper": ("paper", 1.0), "slides": ("notebook", 1.15)}
+_LEGEND_W = {"paper": 1.3, "slides": 2.0}  # room kept for the legend on the right
+
+CONFIG_COLUMNS = ("model", "parametrization", "optimizer", "lr", "data", "data_policy")
+SLOPE_COLUMNS = ("config_id", *CONFIG_COLUMNS, "module", "layer_index", "role", "tensor",
+                 "stat", "step", "slope", "ci_low", "ci_high", "n_widths")
+
+LAYER_CMAP = "viridis"
+LAYER_CMAP_RANGE = (0.0, 0.85)  # viridis' last yellows vanish on white
+WIDTH_PALETTE = "flare"
+SLOPE_CMAP = "vlag"
+SLOPE_CLIP = 1.0  # colour saturates at |slope| = 1
+MAX_COLUMNS = 4  # default number of step columns in plot_coords
+MAX_MODULE_LEGEND = 8  # more modules than this: legend by layer index
+MAX_LAYER_LEGEND = 9  # more layer indices than this: show an evenly spaced subset
+MAX_ANNOTATED = 150  # heatmap panels with at most this many cells show the numbers
+PNG_DPI = 200
+
+
+def plot_coords(
+    frame: pd.DataFrame,
+    path: str | Path | None = None,
+    *,
+    stat: str = "std",
+    tensor: str = "out",
+    steps: Sequence[int] | None = None,
+    row: str = "parametrization",
+    size: Size = "paper",
+) -> Figure:
+    """The coordinate-check grid: ``stat`` of each module against width, one panel per step.
+
+    Reads the columns ``width``, ``step``, ``seed``, ``module``, ``layer_index``,
+    ``tensor``, ``stat``, ``value`` and ``row`` of a tidy frame. Panels: rows are the
+    levels of ``row`` (``parametrization`` by default; ``tensor`` shows every tensor and
+    ignores the ``tensor`` argument), columns are ``steps`` (default: up to four steps
+    spread over the recorded ones, always the first and the last). In each panel, x is
+    ``width`` on a log2 axis labelled with the widths present, y is the mean over seeds
+    of ``value`` on a log axis, with the seed min-max as a band, one line per module
+    coloured by ``layer_index``. Values that are not finite and positive are left out
+    (a panel with none stays empty); for ``stat="mean"`` the magnitude |mean| is drawn.
+    Under muP the lines are flat in width; a line that rises with width is a module whose
+    coordinates blow up.
+
+    Each row level must hold one configuration (one ``config_id``); filter the frame or
+    facet by the varying column otherwise. Loss rows are ignored.
+    """
+    frame = conform(frame)
+    frame = frame[frame["tensor"] != "loss"]
+    _check_column(frame, row, "row")
+    data = frame[frame["stat"] == stat]
+    if row != "tensor":
+        data = data[data["tensor"] == tensor]
+    if data.empty:
+        raise ValueError(_nothing_left(frame, stat=stat, tensor=None if row == "tensor" else tensor))
+    _check_one_config(data, by=[row], what=f"row={row!r}")
+
+    recorded = np.sort(data["step"].unique())
+    steps = _pick_steps(recorded) if steps is None else _check_steps(steps, recorded)
+    data = data[data["step"].isin(steps)]
+    widths = np.sort(data["width"].unique())
+    row_order = sorted(data[row].unique())
+    modules = _module_order(data)
+
+    data = data.assign(value=data["value"].abs()) if stat == "mean" else data
+    positive = np.isfinite(data["value"]) & (data["value"] > 0)  # what a log axis can show
+    data = data[positive]
+    colours = _layer_colours(modules["layer_index"])
+    palette = {m: colours[i] for m, i in zip(modules["module"], modules["layer_index"])}
+
+    sns, plt = _seaborn()
+    n_rows, n_cols = len(row_order), len(steps)
+    facet_w, facet_h = _facet_size(size, n_rows, n_cols)
+    with _style(size):
+        g = sns.relplot(
+            data=data, kind="line", x="width", y="value",
+            hue="module", hue_order=list(modules["module"]), palette=palette,
+            row=row, row_order=row_order, col="step", col_order=list(steps),
+            errorbar=("pi", 100),  # seed min-max; the bootstrap is slow on large sweeps
+            err_kws={"alpha": 0.15, "linewidth": 0}, linewidth=1.2,
+            marker="o", markersize=3, markeredgewidth=0,
+            facet_kws={"sharey": "row", "margin_titles": True},
+            legend=False, height=facet_h, aspect=facet_w / facet_h,
+        )
+        g.set(xscale="log", yscale="log")
+        g.set_titles(col_template="step {col_name}", row_template="{row_name}")
+        magnitude = "|mean|" if stat == "mean" else stat
+        for ax in g.axes.flat:
+            _label_widths(ax, widths, rotate=len(widths) > (3 if size == "paper" else 6))
+            if not ax.lines:
+                ax.text(0.5, 0.5, "no positive values", transform=ax.transAxes,
+                        ha="center", va="center", color="0.5")
+            _label_log_y(ax)
+        g.set_axis_labels("width", "")
+        for level, ax in zip(row_order, g.axes[:, 0]):
+            ax.set_ylabel(f"{magnitude} of {level if row == 'tensor' else tensor}")
+        g.tight_layout()
+        _legend(g.figure, *_layer_legend(modules, colours))
+    _save(g.figure, path)
+    return g.figure
+
+
+def plot_slopes(
+    slopes: pd.DataFrame,
+    path: str | Path | None = None,
+    *,
+    stat: str = "std",
+    tensor: str | None = None,
+    size: Size = "paper",
+) -> Figure:
+    """The verdict at a glance: the width exponent of every module at every step.
+
+    Reads a slopes table (columns ``config_id``, ``parametrization``, ``module``,
+    ``layer_index``, ``tensor``, ``stat``, ``step``, ``slope``, ...), where ``slope`` is
+    the least-squares slope of log2(value) against log2(width). One heatmap per
+    ``parametrization`` (rows) and ``tensor`` (columns; all non-loss tensors when
+    ``tensor`` is None): rows are modules ordered by ``layer_index`` then name, labelled
+    ``L{layer_index} {module}``, columns are steps, colour is the slope on a diverging
+    palette centred at 0 and saturating at +-1 (white = width-invariant; red = grows
+    with width). Panels with few cells print the slopes; NaN slopes stay blank.
+    """
+    _check_columns(slopes, SLOPE_COLUMNS, "slopes table")
+    data = slopes[(slopes["stat"] == stat) & (slopes["tensor"] != "loss")]
+    if tensor is not None:
+        data = data[data["tensor"] == tensor]
+    if data.empty:
+        raise ValueError(_nothing_left(slopes, stat=stat, tensor=tensor))
+    _check_one_config(data, by=["parametrization"], what="parametrization")
+
+    row_order = sorted(data["parametrization"].unique())
+    col_order = sorted(data["tensor"].unique(), key=_tensor_rank)
+    modules = _module_order(data)
+    steps = np.sort(data["step"].unique())
+    labels = [f"L{i} {m}" for i, m in zip(modules["layer_index"], modules["module"])]
+    annotate = len(modules) * len(steps) <= MAX_ANNOTATED
+
+    sns, plt = _seaborn()
+    n_rows, n_cols = len(row_order), len(col_order)
+    width = _WIDTH[size]
+    if size == "slides":
+        height = _SLIDE_HEIGHT
+    else:  # grow with the number of modules so that every row label stays readable
+        height = min(9.0, n_rows * (0.6 + 0.16 * len(modules)) + 0.4)
+    with _style(size, grid=False):
+        fig, axes = plt.subplots(n_rows, n_cols, figsize=(width, height), squeeze=False,
+                                 sharex=True, sharey=True, layout="constrained")
+        for (par, ten), ax in zip(_facets(row_order, col_order), axes.flat):
+            panel = data[(data["parametrization"] == par) & (data["tensor"] == ten)]
+            grid = (panel.set_index(["layer_index", "module", "step"])["slope"]
+                    .unstack("step")
+                    .reindex(index=pd.MultiIndex.from_frame(modules), columns=steps))
+            sns.heatmap(grid, ax=ax, cmap=SLOPE_CMAP, center=0, vmin=-SLOPE_CLIP,
+                        vmax=SLOPE_CLIP, cbar=False, annot=annotate, fmt=".2f",
+                        annot_kws={"fontsize": "x-small"}, yticklabels=labels,
+                        linewidths=0.5, linecolor="white")
+            ax.set_title(f"{par} · {ten}")
+            ax.set_xlabel("step" if ax in axes[-1] else "")
+            ax.set_ylabel("")
+            ax.tick_params(axis="y", rotation=0)
+            ax.tick_params(axis="x", rotation=0)
+        mappable = axes.flat[0].collections[0]
+        fig.colorbar(mappable, ax=axes, extend="both", label=f"slope of log2({stat}) vs log2(width)\n"
+                           f"(colour clipped to ±{SLOPE_CLIP:g}; 0 = width-invariant)")
+    _save(fig, path)
+    return fig
+
+
+def plot_loss(
+    frame: pd.DataFrame,
+    path: str | Path | None = None,
+    *,
+    size: Size = "paper",
+) -> Figure:
+    """Training loss against step, one line per width, one panel per parametrization.
+
+    Reads the loss rows of a tidy frame (``tensor == "loss"``, ``module == "(loss)"``,
+    ``stat == "value"``): x is ``step``, y the mean over seeds of ``value`` with the seed
+    min-max as a band, hue is ``width`` (light = narrow, dark = wide). Non-finite losses
+    (divergence) are left out, so a diverged run's line ends at its last finite step. The
+    y axis turns logarithmic when the finite losses span more than two decades.
+    Each parametrization must hold one configuration (one ``config_id``).
+    """
+    frame = conform(frame)
+    data = frame[frame["tensor"] == "loss"]
+    if data.empty:
+        raise ValueError(f"no loss rows (tensor == 'loss', module == {LOSS_MODULE!r}) in the frame")
+    _check_one_config(data, by=["parametrization"], what="parametrization")
+    col_order = sorted(data["parametrization"].unique())
+    widths = np.sort(data["width"].unique())
+    data = data[np.isfinite(data["value"])]
+    palette = dict(zip(widths, _seaborn()[0].color_palette(WIDTH_PALETTE, len(widths))))
+
+    sns, plt = _seaborn()
+    n_cols = len(col_order)
+    facet_w, facet_h = _facet_size(size, 1, n_cols, max_cols=2)
+    with _style(size):
+        g = sns.relplot(
+            data=data, kind="line", x="step", y="value",
+            hue="width", hue_order=list(widths), palette=palette,
+            col="parametrization" if n_cols > 1 else None,
+            col_order=col_order if n_cols > 1 else None,
+            errorbar=("pi", 100),  # seed min-max; the bootstrap is slow on large sweeps
+            err_kws={"alpha": 0.15, "linewidth": 0}, linewidth=1.4,
+            legend=False, height=facet_h, aspect=facet_w / facet_h,
+        )
+        values = data["value"]
+        if len(values) and values.min() > 0 and values.max() / values.min() > 100:
+            g.set(yscale="log")
+        g.set_titles(col_template="{col_name}")
+        if n_cols == 1:
+            g.axes.flat[0].set_title(col_order[0])
+        g.set_axis_labels("step", "loss")
+        g.tight_layout()
+        _legend(g.figure, {str(w): _line(palette[w]) for w in widths}, "width")
+    _save(g.figure, path)
+    return g.figure
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def _seaborn():
+    """Import seaborn and pyplot, choosing the Agg backend if nobody chose one."""
+    import matplotlib
+    from matplotlib import rcsetup
+
+    if matplotlib.rcParams._get("backend") is rcsetup._auto_backend_sentinel:
+        matplotlib.use("Agg")  # files only: never open a window
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    return sns, plt
+
+
+def _style(size: Size, grid: bool = True):
+    """Scoped seaborn theme (context + style): leaves the caller's rcParams alone."""
+    from contextlib import ExitStack
+
+    sns, _ = _seaborn()
+    context, scale = _CONTEXT[size]
+    stack = ExitStack()
+    stack.enter_context(sns.plotting_context(context, font_scale=scale))
+    stack.enter_context(sns.axes_style("whitegrid" if grid else "white"))
+    return stack
+
+
+def _facet_size(size: Size, n_rows: int, n_cols: int, max_cols: int | None = None) -> tuple[float, float]:
+    """(width, height) of one facet in inches, so the whole grid fits the chosen size."""
+    cols = max(n_cols, 1)
+    facet_w = (_WIDTH[size] - _LEGEND_W[size]) / max(cols, 1)
+    if max_cols is not None and cols < max_cols:  # a lone panel need not span the page
+        facet_w = (_WIDTH[size] - _LEGEND_W[size]) / max_cols * 1.4
+    if size == "slides":
+        facet_h = min(facet_w, (_SLIDE_HEIGHT - 0.6) / max(n_rows, 1))
+    else:
+        facet_h = min(facet_w * 0.8 + 0.6, 2.6)  # + room for titles and tick labels
+    return facet_w, facet_h
+
+
+def _facets(rows: Sequence, cols: Sequence):
+    """(row level, column level) in the order FacetGrid / subplots lay out axes."""
+    return [(r, c) for r in rows for c in cols]
+
+
+def _pick_steps(recorded: np.ndarray, n: int = MAX_COLUMNS) -> list[int]:
+    """Up to ``n`` recorded steps evenly spread, always the first and the last."""
+    idx = np.unique(np.round(np.linspace(0, len(recorded) - 1, min(n, len(recorded)))).astype(int))
+    return [int(recorded[i]) for i in idx]
+
+
+def _check_steps(steps: Sequence[int], recorded: np.ndarray) -> list[int]:
+    steps = [int(s) for s in steps]
+    missing = sorted(set(steps) - set(recorded.tolist()))
+    if missing or not steps:
+        raise ValueError(f"steps {missing or steps} not recorded; recorded steps: {recorded.tolist()}")
+    return steps
+
+
+def _module_order(data: pd.DataFrame) -> pd.DataFrame:
+    """Distinct (layer_index, module) pairs, by depth then name."""
+    pairs = data[["layer_index", "module"]].drop_duplicates()
+    return pairs.sort_values(["layer_index", "module"], ignore_index=True)
+
+
+def _layer_colours(layer_index: pd.Series) -> dict[int, tuple]:
+    """One colour per layer index, shallow = dark purple, deep = green."""
+    from matplotlib import colormaps
+
+    cmap = colormaps[LAYER_CMAP]
+    levels = np.sort(layer_index.unique())
+    lo, hi = LAYER_CMAP_RANGE
+    spread = np.linspace(lo, hi, len(levels)) if len(levels) > 1 else [lo]
+    return {int(i): cmap(x) for i, x in zip(levels, spread)}
+
+
+def _layer_legend(modules: pd.DataFrame, colours: dict[int, tuple]) -> tuple[dict, str]:
+    """Legend entries: per module when few, else per layer index (subsampled when many)."""
+    if len(modules) <= MAX_MODULE_LEGEND:
+        handles = {f"{i}: {m}": _line(colours[i]) for i, m in zip(modules["layer_index"], modules["module"])}
+        return handles, "layer index: module"
+    levels = sorted(colours)
+    if len(levels) > MAX_LAYER_LEGEND:
+        keep = np.unique(np.round(np.linspace(0, len(levels) - 1, MAX_LAYER_LEGEND)).astype(int))
+        levels = [levels[k] for k in keep]
+    return {str(i): _line(colours[i]) for i in levels}, "layer index"
+
+
+def _line(colour) -> object:
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color=colour, linewidth=2)
+
+
+def _legend(fig: Figure, handles: dict, title: str) -> None:
+    """Figure legend just right of the axes; ``bbox_inches="tight"`` keeps it in the files."""
+    fig.legend(list(handles.values()), list(handles), title=title, loc="center left",
+               bbox_to_anchor=(1.0, 0.5), frameon=False)
+
+
+def _label_log_y(ax) -> None:
+    """Plain numbers on a log y axis (0.5, 2, 100 rather than 5x10^-1), minor ticks too
+    when the axis spans less than a decade, so a flat muP line still has a scale."""
+    from matplotlib.ticker import LogFormatter
+
+    ax.yaxis.set_major_formatter(LogFormatter())
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+
+
+def _label_widths(ax, widths: np.ndarray, rotate: bool = False) -> None:
+    """log2 x axis whose ticks are the widths present, written out (256, not 2^8)."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(widths))
+    ax.xaxis.set_major_formatter(FixedFormatter([str(int(w)) for w in widths]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    lo, hi = float(widths.min()), float(widths.max())
+    pad = 2 ** (0.15 * max(math.log2(hi / lo), 1.0))  # keep end markers off the frame
+    ax.set_xlim(lo / pad, hi * pad)
+    if rotate:
+        ax.tick_params(axis="x", labelrotation=45)
+
+
+def _tensor_rank(name: str) -> tuple[int, str]:
+    order = {"out": 0, "delta": 1}
+    return order.get(name, len(order)), name
+
+
+def _check_column(df: pd.DataFrame, column: str, arg: str) -> None:
+    if column not in df.columns:
+        raise ValueError(f"{arg}={column!r} is not a column; columns: {list(df.columns)}")
+
+
+def _check_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise FrameError(f"not a {what}: missing columns {missing}")
+
+
+def _check_one_config(data: pd.DataFrame, by: list[str], what: str) -> None:
+    """Raise unless each group of ``by`` holds one config_id: lines must not average configs."""
+    counts = data.groupby(by, observed=True)["config_id"].nunique()
+    if (counts > 1).any():
+        varying = [c for c in CONFIG_COLUMNS if c not in by and c in data
+                   and data.groupby(by, observed=True)[c].nunique().gt(1).any()]
+        raise ValueError(
+            f"several configurations per {what} ({counts.max()} config_ids"
+            + (f"; {', '.join(varying)} vary" if varying else "")
+            + "): filter the frame to one configuration per panel first"
+        )
+
+
+def _nothing_left(df: pd.DataFrame, stat: str, tensor: str | None) -> str:
+    tensors = sorted(set(df["tensor"]) - {"loss"})
+    stats = sorted(set(df["stat"]) - {"value"})
+    want = f"stat={stat!r}" + (f", tensor={tensor!r}" if tensor is not None else "")
+    return f"no rows with {want}; present: stats {stats}, tensors {tensors}"
+
+
+def _save(fig: Figure, path: str | Path | None) -> None:
+    """Write ``fig`` to ``<path>.pdf`` and ``<path>.png`` (a .pdf/.png suffix is replaced)."""
+    if path is None:
+        return
+    path = Path(path)
+    base = path.with_suffix("") if path.suffix.lower() in (".pdf", ".png") else path
+    for fmt in ("pdf", "png"):
+        target = base.with_name(f"{base.name}.{fmt}")
+        # the temporary name ends in .tmp, so the format is given explicitly
+        atomic_write(target, lambda tmp, fmt=fmt: fig.savefig(
+            tmp, format=fmt, dpi=PNG_DPI, bbox_inches="tight"))

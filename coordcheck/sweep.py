@@ -1,0 +1,89 @@
+"""Aggregation: combine the job directories of a sweep from the files on disk.
+
+Stage: aggregate. Input: a sweep directory (any launcher, any depth of job directories,
+each holding ``frame.parquet`` and/or ``job.json``). Output: a :class:`Sweep` with the
+combined tidy frame and the list of jobs that failed or left no complete frame — listed,
+never silently ignored. Never imports torch; never unpickles (parquet and JSON only).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from coordcheck.errors import CoordCheckError
+from coordcheck.frame import FRAME_NAME, FrameError, concat_frames, read_frame
+
+__all__ = ["Sweep", "JobProblem", "aggregate", "summarize_sweep", "JOB_NAME"]
+
+JOB_NAME = "job.json"
+
+
+@dataclass(frozen=True)
+class JobProblem:
+    """A job that contributes no frame: ``status`` is failed / missing / corrupt."""
+
+    job: str  # job directory relative to the sweep directory
+    status: str
+    error: str
+
+
+@dataclass
+class Sweep:
+    directory: Path
+    frame: pd.DataFrame
+    jobs: list[str] = field(default_factory=list)  # job directories with a frame, relative
+    problems: list[JobProblem] = field(default_factory=list)
+
+    @property
+    def widths(self) -> list[int]:
+        return sorted(self.frame["width"].unique().tolist())
+
+
+def _job_dirs(sweep_dir: Path) -> list[Path]:
+    found = {p.parent for p in sweep_dir.rglob(FRAME_NAME)} | {p.parent for p in sweep_dir.rglob(JOB_NAME)}
+    return sorted(found)
+
+
+def _read_job(path: Path) -> dict | None:
+    try:
+        return json.loads((path / JOB_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def aggregate(sweep_dir: str | Path) -> Sweep:
+    """Read every job under ``sweep_dir``; raise CoordCheckError if there is nothing to read."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise CoordCheckError(f"sweep directory {sweep_dir} does not exist: pass the directory of a multirun")
+    frames, jobs, problems = [], [], []
+    for job_dir in _job_dirs(sweep_dir):
+        rel = str(job_dir.relative_to(sweep_dir)) or "."
+        meta = _read_job(job_dir)
+        if meta is not None and meta.get("status") == "failed":
+            problems.append(JobProblem(rel, "failed", str(meta.get("error", "unknown error"))))
+            continue
+        if not (job_dir / FRAME_NAME).exists():
+            problems.append(JobProblem(rel, "missing", "no frame.parquet (job did not finish)"))
+            continue
+        try:
+            frames.append(read_frame(job_dir / FRAME_NAME))
+            jobs.append(rel)
+        except FrameError as e:
+            problems.append(JobProblem(rel, "corrupt", str(e)))
+    if not frames and not problems:
+        raise CoordCheckError(f"no coordcheck frames under {sweep_dir}: is this a sweep directory?")
+    return Sweep(sweep_dir, concat_frames(frames), jobs, problems)
+
+
+def summarize_sweep(sweep_dir: Path) -> Sweep:
+    """Aggregate and print what the sweep left (used at the end of a multirun)."""
+    sweep = aggregate(sweep_dir)
+    print(f"coordcheck: {len(sweep.jobs)} job(s) with frames in {sweep_dir}, widths {sweep.widths}")
+    for p in sweep.problems:
+        print(f"coordcheck: job {p.job} {p.status}: {p.error}")
+    return sweep

@@ -1,0 +1,205 @@
+"""The engine: train one width for a few steps with probes attached, return a tidy frame.
+
+Stage: train. Input: a builder, a width, seeds, a parametrization, an optimizer factory, a
+fixed batch and a loss. Output: the tidy frame of one job (``coordcheck.frame`` schema) and
+a small dict of facts about the run (parameter count, seconds, divergence). The CLI (one
+Hydra job per width) and the Python API (``coord_check``) both call :func:`run_width`.
+
+The loop: for ``step`` in 0..steps, forward the fixed batch with probes recording (step 0 is
+the forward at initialisation, before any update; mup calls it t=1), then — unless it is
+the last step or the loss is not finite — backward and one optimizer step. A non-finite
+loss ends that seed's training: the frame keeps the non-finite values of that step and
+the run's facts say where it diverged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from coordcheck.data import Batch
+from coordcheck.errors import CoordCheckError
+from coordcheck.frame import COLUMNS, LOSS_MODULE, STATS, conform
+from coordcheck.parametrization import Builder, Parametrization, build_model
+from coordcheck.probes import Probes, StepRecord, first_tensor, stats_from_moments
+
+__all__ = ["RunIdentity", "cross_entropy", "train_with_probes", "to_frame", "run_width", "resolve_seeds"]
+
+log = logging.getLogger(__name__)
+
+LossFn = Callable[[object, torch.Tensor], torch.Tensor]
+OptimizerFactory = Callable[[nn.Module, float], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """The identity columns of a frame: what was run, apart from width and seed."""
+
+    config_id: str
+    model: str
+    parametrization: str
+    optimizer: str
+    lr: float
+    data: str
+    data_policy: str = "fixed"
+
+
+def cross_entropy(output: object, targets: torch.Tensor) -> torch.Tensor:
+    """Default loss: cross-entropy over the last dimension (LM logits (B, T, V) or (B, C))."""
+    logits = first_tensor(output)
+    if logits is None:
+        raise CoordCheckError("the model returned no floating-point tensor: pass loss= for this model")
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def resolve_seeds(seeds: int | Sequence[int]) -> list[int]:
+    """``3`` -> [0, 1, 2]; a list is used as given."""
+    if isinstance(seeds, bool):
+        raise CoordCheckError(f"seeds must be a count or a list of integers, got {seeds!r}")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise CoordCheckError(f"seeds must be >= 1, got {seeds}")
+        return list(range(seeds))
+    out = list(seeds)
+    if not out or not all(isinstance(s, int) and not isinstance(s, bool) for s in out):
+        raise CoordCheckError(f"seeds must be a count or a non-empty list of integers, got {seeds!r}")
+    return out
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+def train_with_probes(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    *,
+    steps: int,
+    loss_fn: LossFn = cross_entropy,
+    tensors: Sequence[str] = ("out", "delta"),
+    on_step: Callable[[StepRecord], None] | None = None,
+) -> tuple[list[StepRecord], dict[str, tuple[int, str]]]:
+    """Train ``steps`` updates on the fixed batch; return the per-step records and the layout."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise CoordCheckError(f"steps must be an integer >= 1, got {steps!r}")
+    device = next(model.parameters(), torch.empty(0)).device
+    inputs, targets = batch.inputs.to(device), batch.targets.to(device)
+    model.train()
+    records: list[StepRecord] = []
+    with Probes(model, tensors=tensors) as probes:
+        for step in range(steps + 1):
+            probes.begin_step(step)
+            try:
+                loss = loss_fn(model(inputs), targets)
+            except CoordCheckError:
+                raise
+            except (RuntimeError, IndexError, ValueError, TypeError) as e:
+                if step:
+                    raise
+                raise CoordCheckError(
+                    f"data does not fit the model ({_first_line(e)}): check data.* against model.*"
+                ) from None
+            rec = probes.end_step(loss)
+            records.append(rec)
+            if on_step is not None:
+                on_step(rec)
+            if step == steps or not math.isfinite(rec.loss):
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        layout = dict(probes.layout)
+    return records, layout
+
+
+def to_frame(
+    records: Sequence[StepRecord],
+    layout: dict[str, tuple[int, str]],
+    identity: RunIdentity,
+    *,
+    width: int,
+    seed: int,
+    stats: Sequence[str] = STATS,
+) -> pd.DataFrame:
+    """Records of one (width, seed) -> tidy frame: one row per (step, module, tensor, stat)."""
+    parts = []
+    k = len(stats)
+    for rec in records:
+        if rec.keys:
+            values = stats_from_moments(rec.moments, stats)  # (R, k)
+            modules = [m for m, _ in rec.keys]
+            parts.append(pd.DataFrame({
+                "step": rec.step,
+                "module": np.repeat(modules, k),
+                "layer_index": np.repeat([layout[m][0] for m in modules], k),
+                "role": np.repeat([layout[m][1] for m in modules], k),
+                "tensor": np.repeat([t for _, t in rec.keys], k),
+                "stat": np.tile(list(stats), len(modules)),
+                "value": values.reshape(-1),
+            }))
+        parts.append(pd.DataFrame({
+            "step": [rec.step], "module": [LOSS_MODULE], "layer_index": [-1], "role": ["loss"],
+            "tensor": ["loss"], "stat": ["value"], "value": [rec.loss],
+        }))
+    df = pd.concat(parts, ignore_index=True)
+    for col, val in {**identity.__dict__, "width": width, "seed": seed}.items():
+        df[col] = val
+    return conform(df[list(COLUMNS)])
+
+
+def run_width(
+    build: Builder,
+    width: int,
+    *,
+    seeds: Sequence[int],
+    parametrization: Parametrization,
+    optimizer: OptimizerFactory,
+    lr: float,
+    batch: Batch,
+    steps: int,
+    identity: RunIdentity,
+    base_width: int,
+    loss_fn: LossFn = cross_entropy,
+    tensors: Sequence[str] = ("out", "delta"),
+    progress: bool | tqdm = True,
+) -> tuple[pd.DataFrame, dict]:
+    """Train every seed at one width; return the job's tidy frame and facts about the run."""
+    t0 = time.perf_counter()
+    parametrization.prepare(build, base_width)
+    bar = progress if isinstance(progress, tqdm) else tqdm(
+        total=len(seeds) * (steps + 1), desc=f"width {width}", disable=not progress, leave=False
+    )
+    frames, facts = [], {"width": width, "seeds": list(seeds), "diverged": []}
+    try:
+        for seed in seeds:
+            model = build_model(build, width, seed, parametrization)
+            facts["n_params"] = sum(p.numel() for p in model.parameters())
+            opt = optimizer(model, lr)
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise CoordCheckError(f"the optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
+            records, layout = train_with_probes(
+                model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors,
+                on_step=lambda rec: bar.update(1),
+            )
+            last = records[-1]
+            if not math.isfinite(last.loss):
+                facts["diverged"].append({"seed": seed, "step": last.step, "loss": repr(last.loss)})
+                log.warning("width %d seed %d diverged at step %d (loss %s)", width, seed, last.step, last.loss)
+            frames.append(to_frame(records, layout, identity, width=width, seed=seed))
+    finally:
+        if bar is not progress:
+            bar.close()
+    facts["seconds"] = round(time.perf_counter() - t0, 3)
+    return pd.concat(frames, ignore_index=True), facts
