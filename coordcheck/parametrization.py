@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from mup import make_base_shapes, set_base_shapes
+from mup import MuReadout, make_base_shapes, set_base_shapes
 from torch import nn
 
 from coordcheck.errors import CoordCheckError
@@ -108,6 +108,15 @@ class Standard(Parametrization):
 @dataclass
 class AsGiven(Parametrization):
     name: str = "none"
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        for name, module in model.named_modules():
+            if isinstance(module, MuReadout) and not hasattr(module.weight, "infshape"):
+                raise CoordCheckError(
+                    f"parametrization=none uses the model as given, but its MuReadout {name or '(root)'} has no base "
+                    f"shapes: use parametrization=mup (or sp), or call mup.set_base_shapes in the builder"
+                )
+        return model
 
 
 PARAMETRIZATIONS: dict[str, type[Parametrization]] = {"mup": Mup, "sp": Standard, "none": AsGiven}

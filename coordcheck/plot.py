@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps, rcsetup
+from matplotlib.lines import Line2D
+from matplotlib.ticker import (FixedFormatter, FixedLocator, LogFormatter, MaxNLocator,
+                               NullLocator)
 
 from coordcheck.frame import LOSS_MODULE, FrameError, atomic_write, conform
 
@@ -48,6 +54,7 @@ MAX_COLUMNS = 4  # default number of step columns in plot_coords
 MAX_MODULE_LEGEND = 8  # more modules than this: legend by layer index
 MAX_LAYER_LEGEND = 9  # more layer indices than this: show an evenly spaced subset
 MAX_ANNOTATED = 150  # heatmap panels with at most this many cells show the numbers
+MAX_ANNOTATED_ACROSS = {"paper": 10, "slides": 18}  # ... and at most this many across the page
 PNG_DPI = 200
 
 
@@ -92,7 +99,7 @@ def plot_coords(
     steps = _pick_steps(recorded) if steps is None else _check_steps(steps, recorded)
     data = data[data["step"].isin(steps)]
     widths = np.sort(data["width"].unique())
-    row_order = sorted(data[row].unique())
+    row_order = sorted(data[row].unique(), key=_tensor_rank if row == "tensor" else None)
     modules = _module_order(data)
 
     data = data.assign(value=data["value"].abs()) if stat == "mean" else data
@@ -104,30 +111,30 @@ def plot_coords(
     sns, plt = _seaborn()
     n_rows, n_cols = len(row_order), len(steps)
     facet_w, facet_h = _facet_size(size, n_rows, n_cols)
+    rotate = len(widths) > (3 if size == "paper" else 6)
     with _style(size):
-        g = sns.relplot(
-            data=data, kind="line", x="width", y="value",
+        g = sns.FacetGrid(data, row=row, row_order=row_order, col="step", col_order=list(steps),
+                          sharey="row", margin_titles=True, height=facet_h, aspect=facet_w / facet_h)
+        for ax in g.axes.flat:  # scales before plotting: seaborn then averages seeds in log space
+            _label_widths(ax, widths, rotate=rotate)
+            ax.set_yscale("log")
+            _label_log_y(ax)
+        g.map_dataframe(
+            sns.lineplot, x="width", y="value",
             hue="module", hue_order=list(modules["module"]), palette=palette,
-            row=row, row_order=row_order, col="step", col_order=list(steps),
             errorbar=("pi", 100),  # seed min-max; the bootstrap is slow on large sweeps
             err_kws={"alpha": 0.15, "linewidth": 0}, linewidth=1.2,
-            marker="o", markersize=3, markeredgewidth=0,
-            facet_kws={"sharey": "row", "margin_titles": True},
-            legend=False, height=facet_h, aspect=facet_w / facet_h,
-        )
-        g.set(xscale="log", yscale="log")
+            marker="o", markersize=3, markeredgewidth=0, legend=False,
+        )  # ends with the grid's tight_layout, once the ticks are final
         g.set_titles(col_template="step {col_name}", row_template="{row_name}")
         magnitude = "|mean|" if stat == "mean" else stat
         for ax in g.axes.flat:
-            _label_widths(ax, widths, rotate=len(widths) > (3 if size == "paper" else 6))
             if not ax.lines:
-                ax.text(0.5, 0.5, "no positive values", transform=ax.transAxes,
-                        ha="center", va="center", color="0.5")
-            _label_log_y(ax)
+                ax.text(0.5, 0.5, "no values > 0", transform=ax.transAxes,
+                        ha="center", va="center", color="0.4", fontsize="small")
         g.set_axis_labels("width", "")
         for level, ax in zip(row_order, g.axes[:, 0]):
             ax.set_ylabel(f"{magnitude} of {level if row == 'tensor' else tensor}")
-        g.tight_layout()
         _legend(g.figure, *_layer_legend(modules, colours))
     _save(g.figure, path)
     return g.figure
@@ -165,10 +172,12 @@ def plot_slopes(
     modules = _module_order(data)
     steps = np.sort(data["step"].unique())
     labels = [f"L{i} {m}" for i, m in zip(modules["layer_index"], modules["module"])]
-    annotate = len(modules) * len(steps) <= MAX_ANNOTATED
+    n_rows, n_cols = len(row_order), len(col_order)
+    # numbers only where they fit: few cells, and cells wide enough for "-0.05"
+    annotate = (len(modules) * len(steps) <= MAX_ANNOTATED
+                and len(steps) * n_cols <= MAX_ANNOTATED_ACROSS[size])
 
     sns, plt = _seaborn()
-    n_rows, n_cols = len(row_order), len(col_order)
     width = _WIDTH[size]
     if size == "slides":
         height = _SLIDE_HEIGHT
@@ -192,8 +201,8 @@ def plot_slopes(
             ax.tick_params(axis="y", rotation=0)
             ax.tick_params(axis="x", rotation=0)
         mappable = axes.flat[0].collections[0]
-        fig.colorbar(mappable, ax=axes, extend="both", label=f"slope of log2({stat}) vs log2(width)\n"
-                           f"(colour clipped to ±{SLOPE_CLIP:g}; 0 = width-invariant)")
+        fig.colorbar(mappable, ax=axes, extend="both", shrink=0.8, aspect=30,
+                     label=f"slope of log2 {stat} vs log2 width\n(colour clipped at ±{SLOPE_CLIP:g})")
     _save(fig, path)
     return fig
 
@@ -243,6 +252,8 @@ def plot_loss(
         if n_cols == 1:
             g.axes.flat[0].set_title(col_order[0])
         g.set_axis_labels("step", "loss")
+        for ax in g.axes.flat:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         g.tight_layout()
         _legend(g.figure, {str(w): _line(palette[w]) for w in widths}, "width")
     _save(g.figure, path)
@@ -254,9 +265,6 @@ def plot_loss(
 
 def _seaborn():
     """Import seaborn and pyplot, choosing the Agg backend if nobody chose one."""
-    import matplotlib
-    from matplotlib import rcsetup
-
     if matplotlib.rcParams._get("backend") is rcsetup._auto_backend_sentinel:
         matplotlib.use("Agg")  # files only: never open a window
     import matplotlib.pyplot as plt
@@ -267,8 +275,6 @@ def _seaborn():
 
 def _style(size: Size, grid: bool = True):
     """Scoped seaborn theme (context + style): leaves the caller's rcParams alone."""
-    from contextlib import ExitStack
-
     sns, _ = _seaborn()
     context, scale = _CONTEXT[size]
     stack = ExitStack()
@@ -317,8 +323,6 @@ def _module_order(data: pd.DataFrame) -> pd.DataFrame:
 
 def _layer_colours(layer_index: pd.Series) -> dict[int, tuple]:
     """One colour per layer index, shallow = dark purple, deep = green."""
-    from matplotlib import colormaps
-
     cmap = colormaps[LAYER_CMAP]
     levels = np.sort(layer_index.unique())
     lo, hi = LAYER_CMAP_RANGE
@@ -338,9 +342,7 @@ def _layer_legend(modules: pd.DataFrame, colours: dict[int, tuple]) -> tuple[dic
     return {str(i): _line(colours[i]) for i in levels}, "layer index"
 
 
-def _line(colour) -> object:
-    from matplotlib.lines import Line2D
-
+def _line(colour) -> Line2D:
     return Line2D([], [], color=colour, linewidth=2)
 
 
@@ -353,16 +355,19 @@ def _legend(fig: Figure, handles: dict, title: str) -> None:
 def _label_log_y(ax) -> None:
     """Plain numbers on a log y axis (0.5, 2, 100 rather than 5x10^-1), minor ticks too
     when the axis spans less than a decade, so a flat muP line still has a scale."""
-    from matplotlib.ticker import LogFormatter
+    ax.yaxis.set_major_formatter(_PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
 
-    ax.yaxis.set_major_formatter(LogFormatter())
-    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+
+class _PlainLogFormatter(LogFormatter):
+    """matplotlib's choice of which log ticks to label, written as 0.06 rather than 6e-02."""
+
+    def __call__(self, x, pos=None):
+        return f"{x:.3g}" if super().__call__(x, pos) else ""
 
 
 def _label_widths(ax, widths: np.ndarray, rotate: bool = False) -> None:
     """log2 x axis whose ticks are the widths present, written out (256, not 2^8)."""
-    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
-
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(widths))
     ax.xaxis.set_major_formatter(FixedFormatter([str(int(w)) for w in widths]))

@@ -1,0 +1,77 @@
+"""The Hydra app: real configs composed, and the real CLI in a subprocess."""
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from coordcheck.app import CONF_DIR, config_id
+from coordcheck.frame import COLUMNS, read_frame
+from conftest import run_cli
+
+TINY = ["seeds=2", "steps=2", "progress=false", "model.n_layer=1", "model.context=8", "data.batch_size=2"]
+
+
+@pytest.mark.parametrize("model", ["gpt", "mlp"])
+@pytest.mark.parametrize("parametrization", ["mup", "sp"])
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
+def test_every_config_group_composes_and_instantiates(model, parametrization, optimizer):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[f"model={model}", f"parametrization={parametrization}", f"optimizer={optimizer}"])
+    assert cfg.data._target_.endswith({"gpt": "tokens", "mlp": "gaussian"}[model])
+    assert cfg.optimizer.mu == (parametrization == "mup")
+    build = instantiate(cfg.model)
+    assert callable(build) and instantiate(cfg.parametrization).name == parametrization
+
+
+def test_config_id_ignores_width_only():
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        a = compose("config", overrides=["width=64"])
+        b = compose("config", overrides=["width=128"])
+        c = compose("config", overrides=["width=64", "lr=0.1"])
+    assert config_id(a) == config_id(b) != config_id(c)
+
+
+def test_multirun_writes_one_frame_per_width(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli("width=16,32,64", *TINY, f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    frames = sorted(sweep.rglob("frame.parquet"))
+    assert len(frames) == 3 and all("width=" in f.parent.name and "progress" not in f.parent.name for f in frames)
+    widths = set()
+    for f in frames:
+        df = read_frame(f)
+        assert list(df.columns) == list(COLUMNS)
+        assert df["width"].nunique() == 1 and set(df["seed"]) == {0, 1} and set(df["step"]) == {0, 1, 2}
+        widths |= set(df["width"])
+        job = json.loads((f.parent / "job.json").read_text())
+        assert job["status"] == "ok" and job["rows"] == len(df) and job["n_params"] > 0
+        assert "n_params" not in df and (f.parent / "coordcheck.log").read_text().count("done:") == 1
+    assert widths == {16, 32, 64}
+    assert not list(sweep.rglob("*.tmp"))
+    assert "3 job(s) with frames" in r.stdout
+
+
+def test_single_run_user_error_is_one_line_and_exit_2(tmp_path):
+    r = run_cli("width=66", *TINY, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert r.returncode == 2
+    err = [line for line in r.stderr.splitlines() if line.startswith("coordcheck: error:")]
+    assert err == ["coordcheck: error: width 66 is not divisible by n_head=4: use widths that are multiples of 4 "
+                   "(or change n_head)"]
+    assert "Traceback" not in r.stderr
+    assert json.loads((tmp_path / "run" / "job.json").read_text())["status"] == "failed"
+
+
+def test_multirun_keeps_good_widths_when_one_fails(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli("width=16,30,32", *TINY, f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
+    assert r.returncode == 1
+    assert len(list(sweep.rglob("frame.parquet"))) == 2
+    assert "not divisible by n_head=4" in r.stdout + r.stderr
+
+
+def test_unknown_builder_is_one_line(tmp_path):
+    r = run_cli("model._target_=nowhere.build", *TINY, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "model._target_=nowhere.build could not be used" in r.stderr
