@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -27,7 +28,9 @@ from coordcheck.frame import concat_frames
 from coordcheck.models import check_width
 from coordcheck.optim import OPTIMIZERS
 from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization
+from coordcheck.report import Report, build_report
 from coordcheck.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
+from coordcheck.verdict import Rules, Verdict
 
 __all__ = ["coord_check", "CoordCheckResult"]
 
@@ -36,10 +39,42 @@ DATA: dict[str, Callable[..., Batch]] = {"tokens": data_mod.tokens, "text": data
 
 @dataclass
 class CoordCheckResult:
-    """What ``coord_check`` returns: the tidy frame and per-width facts."""
+    """What ``coord_check`` returns: the tidy frame, per-width facts, and the verdict on demand.
+
+    ``.slopes`` (tidy slopes table), ``.verdict`` (:class:`coordcheck.verdict.Verdict`),
+    ``.passed``, ``.report()`` (markdown text) and ``.plot(path)`` are computed lazily with
+    ``rules`` (default :class:`coordcheck.verdict.Rules`).
+    """
 
     frame: pd.DataFrame
     facts: list[dict] = field(default_factory=list)
+    rules: Rules = field(default_factory=Rules)
+
+    @functools.cached_property
+    def _report(self) -> Report:
+        return build_report(self.frame, rules=self.rules)
+
+    @property
+    def slopes(self) -> pd.DataFrame:
+        return self._report.slopes
+
+    @property
+    def verdict(self) -> Verdict:
+        return self._report.verdict
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
+
+    def report(self) -> str:
+        """The compliance report as markdown (verdict first)."""
+        return self._report.markdown()
+
+    def plot(self, path: str | Path | None = None, **kwargs: object):
+        """The coord-check grid (``coordcheck.plot.plot_coords``); saved as PDF + PNG when ``path`` is given."""
+        from coordcheck.plot import plot_coords
+
+        return plot_coords(self.frame, path, **{"stat": self.rules.stat, **kwargs})
 
 
 def _name(obj: object, package: str) -> str:
@@ -50,7 +85,7 @@ def _name(obj: object, package: str) -> str:
 
 def _default_data(build: Callable, build_kwargs: dict) -> Batch:
     if build in (models.gpt, models.GPT):
-        return data_mod.tokens(vocab_size=build_kwargs.get("vocab_size", 256), seq_len=build_kwargs.get("context", 64))
+        return data_mod.tokens(vocab_size=build_kwargs.get("vocab_size", 256), seq_len=min(32, build_kwargs.get("context", 64)))
     if build in (models.mlp, models.MLP):
         return data_mod.gaussian(dim=build_kwargs.get("in_dim", 32), n_classes=build_kwargs.get("out_dim", 10))
     raise CoordCheckError("no default data for this builder: pass data= (a name or an (inputs, targets) batch)")
@@ -70,6 +105,7 @@ def coord_check(
     loss: LossFn | None = None,
     tensors: Sequence[str] = ("out", "delta"),
     progress: bool = True,
+    rules: Rules | None = None,
     **build_kwargs: object,
 ) -> CoordCheckResult:
     """Train ``build(width, **build_kwargs)`` at each width for ``steps`` updates and probe it.
@@ -80,6 +116,7 @@ def coord_check(
     name (``"tokens"``, ``"text"``, ``"gaussian"``), a ``Batch`` or an ``(inputs, targets)``
     pair; default: the built-in model's own. ``loss(output, targets)``: default
     cross-entropy over the last dimension. ``base_width``: default ``min(widths)``.
+    ``rules``: the verdict's numbers (:class:`coordcheck.verdict.Rules`).
     """
     if isinstance(widths, (int, str)) or not len(widths):
         raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r}")
@@ -133,4 +170,4 @@ def coord_check(
             facts.append(fact)
     finally:
         bar.close()
-    return CoordCheckResult(concat_frames(frames), facts)
+    return CoordCheckResult(concat_frames(frames), facts, rules or Rules())

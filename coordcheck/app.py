@@ -40,7 +40,7 @@ log = logging.getLogger("coordcheck")
 
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
-NOT_IN_ID = ("width", "progress")  # keys that do not change what a configuration is
+NOT_IN_ID = ("width", "progress", "report")  # keys that do not change what a configuration is
 
 
 def config_id(cfg: DictConfig) -> str:
@@ -153,7 +153,21 @@ class SweepCallback(Callback):
     """At the end of a multirun, aggregate the job directories on disk."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from coordcheck.sweep import summarize_sweep
+        from coordcheck.report import report_sweep
+        from coordcheck.verdict import Rules
 
-        sweep = summarize_sweep(Path(config.hydra.sweep.dir))
-        FAILED_JOBS.extend(p.error for p in sweep.problems if p.error not in FAILED_JOBS)
+        sweep_dir = Path(config.hydra.sweep.dir)
+        opts = config.get("report") or {}
+        rules = Rules(**{k: opts[k] for k in ("stat", "tol", "shrink_tol", "rise") if k in opts})
+        try:
+            report, path = report_sweep(sweep_dir, rules=rules, figures=bool(opts.get("figures", True)))
+        except CoordCheckError as e:
+            print(f"coordcheck: no report: {e}", file=sys.stderr)
+            FAILED_JOBS.append(str(e))
+            return
+        for p in report.problems:
+            print(f"coordcheck: job {p.job} {p.status}: {p.error}")
+            if p.error not in FAILED_JOBS:
+                FAILED_JOBS.append(p.error)
+        print(f"coordcheck: {report.status.upper()} — {report.verdict.reason}")
+        print(f"coordcheck: report {path}")

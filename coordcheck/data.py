@@ -53,14 +53,14 @@ def _windows(seq: torch.Tensor, batch_size: int, seq_len: int, g: torch.Generato
     return rows[:, :-1], rows[:, 1:]
 
 
-def tokens(batch_size: int = 8, seq_len: int = 64, vocab_size: int = 256, seed: int = 0) -> Batch:
+def tokens(batch_size: int = 4, seq_len: int = 32, vocab_size: int = 256, seed: int = 0) -> Batch:
     """Uniform random tokens: inputs and next-token targets, both (batch_size, seq_len) int64."""
     g = _generator(seed)
     seq = torch.randint(0, vocab_size, (batch_size, seq_len + 1), generator=g)
     return Batch(seq[:, :-1], seq[:, 1:], name="tokens")
 
 
-def text(batch_size: int = 8, seq_len: int = 64, vocab_size: int = 256, seed: int = 0) -> Batch:
+def text(batch_size: int = 4, seq_len: int = 32, vocab_size: int = 256, seed: int = 0) -> Batch:
     """Byte-level windows of Python's own help text (``pydoc_data.topics``), no download."""
     if vocab_size < 256:
         raise CoordCheckError(f"data=text is byte-level and needs model.vocab_size >= 256, got {vocab_size}")

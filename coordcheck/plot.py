@@ -6,7 +6,7 @@ config, module, tensor, statistic and step, with the fitted ``slope`` of log2(va
 against log2(width)). Output: a matplotlib Figure, and, when a path is given, the same
 figure as ``<path>.pdf`` and ``<path>.png`` written atomically next to each other.
 Seed spread is drawn as a min-max band (``errorbar=("pi", 100)``), never bootstrapped,
-so a sweep of tens of thousands of rows plots in well under a second.
+so that sweeps of tens of thousands of rows plot in about a second.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps, rcsetup
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 from matplotlib.ticker import (FixedFormatter, FixedLocator, LogFormatter, MaxNLocator,
                                NullLocator)
 
 from coordcheck.frame import LOSS_MODULE, FrameError, atomic_write, conform
+from coordcheck.slopes import CONFIG_COLUMNS, SERIES_COLUMNS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -41,10 +43,6 @@ _SLIDE_HEIGHT = 6.75
 _CONTEXT = {"paper": ("paper", 1.0), "slides": ("notebook", 1.15)}
 _LEGEND_W = {"paper": 1.3, "slides": 2.0}  # room kept for the legend on the right
 
-CONFIG_COLUMNS = ("model", "parametrization", "optimizer", "lr", "data", "data_policy")
-SLOPE_COLUMNS = ("config_id", *CONFIG_COLUMNS, "module", "layer_index", "role", "tensor",
-                 "stat", "step", "slope", "ci_low", "ci_high", "n_widths")
-
 LAYER_CMAP = "viridis"
 LAYER_CMAP_RANGE = (0.0, 0.85)  # viridis' last yellows vanish on white
 WIDTH_PALETTE = "flare"
@@ -53,6 +51,7 @@ SLOPE_CLIP = 1.0  # colour saturates at |slope| = 1
 MAX_COLUMNS = 4  # default number of step columns in plot_coords
 MAX_MODULE_LEGEND = 8  # more modules than this: legend by layer index
 MAX_LAYER_LEGEND = 9  # more layer indices than this: show an evenly spaced subset
+MAX_STACKED_MODULES = 40  # more heatmap rows than this: parametrizations side by side
 MAX_ANNOTATED = 150  # heatmap panels with at most this many cells show the numbers
 MAX_ANNOTATED_ACROSS = {"paper": 10, "slides": 18}  # ... and at most this many across the page
 PNG_DPI = 200
@@ -75,12 +74,12 @@ def plot_coords(
     levels of ``row`` (``parametrization`` by default; ``tensor`` shows every tensor and
     ignores the ``tensor`` argument), columns are ``steps`` (default: up to four steps
     spread over the recorded ones, always the first and the last). In each panel, x is
-    ``width`` on a log2 axis labelled with the widths present, y is the mean over seeds
-    of ``value`` on a log axis, with the seed min-max as a band, one line per module
-    coloured by ``layer_index``. Values that are not finite and positive are left out
-    (a panel with none stays empty); for ``stat="mean"`` the magnitude |mean| is drawn.
-    Under muP the lines are flat in width; a line that rises with width is a module whose
-    coordinates blow up.
+    ``width`` on a log2 axis labelled with the widths present, y is ``value`` on a log
+    axis, averaged over seeds in log space (a geometric mean) with the seed min-max as a
+    band, one line per module coloured by ``layer_index``. Values that are not finite and
+    positive are left out (a panel with none stays empty, marked "no values > 0"); for
+    ``stat="mean"`` the magnitude |mean| is drawn. Under muP the lines are flat in width;
+    a line that rises with width is a module whose coordinates blow up.
 
     Each row level must hold one configuration (one ``config_id``); filter the frame or
     facet by the varying column otherwise. Loss rows are ignored.
@@ -104,19 +103,20 @@ def plot_coords(
 
     data = data.assign(value=data["value"].abs()) if stat == "mean" else data
     positive = np.isfinite(data["value"]) & (data["value"] > 0)  # what a log axis can show
-    data = data[positive]
+    data = data.loc[positive, list(dict.fromkeys([row, "step", "module", "width", "value"]))]
     colours = _layer_colours(modules["layer_index"])
     palette = {m: colours[i] for m, i in zip(modules["module"], modules["layer_index"])}
 
-    sns, plt = _seaborn()
+    sns, _ = _seaborn()
     n_rows, n_cols = len(row_order), len(steps)
     facet_w, facet_h = _facet_size(size, n_rows, n_cols)
-    rotate = len(widths) > (3 if size == "paper" else 6)
+    crowded = {"paper": (3, 6), "slides": (6, 10)}[size]  # widths beyond which: rotate, thin
+    rotate, thin = len(widths) > crowded[0], len(widths) > crowded[1]
     with _style(size):
         g = sns.FacetGrid(data, row=row, row_order=row_order, col="step", col_order=list(steps),
                           sharey="row", margin_titles=True, height=facet_h, aspect=facet_w / facet_h)
         for ax in g.axes.flat:  # scales before plotting: seaborn then averages seeds in log space
-            _label_widths(ax, widths, rotate=rotate)
+            _label_widths(ax, widths, rotate=rotate, every=2 if thin else 1)
             ax.set_yscale("log")
             _label_log_y(ax)
         g.map_dataframe(
@@ -150,16 +150,18 @@ def plot_slopes(
 ) -> Figure:
     """The verdict at a glance: the width exponent of every module at every step.
 
-    Reads a slopes table (columns ``config_id``, ``parametrization``, ``module``,
-    ``layer_index``, ``tensor``, ``stat``, ``step``, ``slope``, ...), where ``slope`` is
-    the least-squares slope of log2(value) against log2(width). One heatmap per
-    ``parametrization`` (rows) and ``tensor`` (columns; all non-loss tensors when
-    ``tensor`` is None): rows are modules ordered by ``layer_index`` then name, labelled
-    ``L{layer_index} {module}``, columns are steps, colour is the slope on a diverging
-    palette centred at 0 and saturating at +-1 (white = width-invariant; red = grows
-    with width). Panels with few cells print the slopes; NaN slopes stay blank.
+    Reads a slopes table as :func:`coordcheck.slopes.fit_slopes` makes it (columns
+    ``config_id``, ``parametrization``, ``module``, ``layer_index``, ``tensor``, ``stat``,
+    ``step``, ``slope``, ...), where ``slope`` is the least-squares slope of log2|value|
+    against log2(width). One heatmap per ``parametrization`` (rows) and ``tensor``
+    (columns; every non-loss tensor when ``tensor`` is None; all panels in one row when
+    the model has many modules). In each, rows are modules by ``layer_index`` then name,
+    labelled ``L{layer_index} {module}``, columns are steps, and colour is the slope on a
+    diverging palette centred at 0 and saturating at +-1 (white = width-invariant, red =
+    grows with width). Panels with few cells print the slopes; NaN slopes stay blank.
+    Each parametrization must hold one configuration (one ``config_id``).
     """
-    _check_columns(slopes, SLOPE_COLUMNS, "slopes table")
+    _check_columns(slopes, [*CONFIG_COLUMNS, *SERIES_COLUMNS, "slope"], "slopes table")
     data = slopes[(slopes["stat"] == stat) & (slopes["tensor"] != "loss")]
     if tensor is not None:
         data = data[data["tensor"] == tensor]
@@ -173,6 +175,8 @@ def plot_slopes(
     steps = np.sort(data["step"].unique())
     labels = [f"L{i} {m}" for i, m in zip(modules["layer_index"], modules["module"])]
     n_rows, n_cols = len(row_order), len(col_order)
+    if n_rows * len(modules) > MAX_STACKED_MODULES:  # deep model: panels side by side
+        n_rows, n_cols = 1, n_rows * n_cols
     # numbers only where they fit: few cells, and cells wide enough for "-0.05"
     annotate = (len(modules) * len(steps) <= MAX_ANNOTATED
                 and len(steps) * n_cols <= MAX_ANNOTATED_ACROSS[size])
@@ -183,22 +187,31 @@ def plot_slopes(
         height = _SLIDE_HEIGHT
     else:  # grow with the number of modules so that every row label stays readable
         height = min(9.0, n_rows * (0.6 + 0.16 * len(modules)) + 0.4)
+    row_pt = 72 * (height - 0.6 - 0.4 * n_rows) / (n_rows * len(modules))  # points per module
     with _style(size, grid=False):
+        tick_pt = FontProperties(size=matplotlib.rcParams["ytick.labelsize"]).get_size_in_points()
+        label_pt = min(tick_pt, max(3.0, 0.8 * row_pt))
+        # label every k-th step so that step numbers never run into each other
+        step_in = (0.6 * len(str(steps.max())) + 1.0) * tick_pt / 72
+        panel_in = (width - 2.5) / n_cols
+        every_step = math.ceil(len(steps) / max(1, int(panel_in / step_in)))
         fig, axes = plt.subplots(n_rows, n_cols, figsize=(width, height), squeeze=False,
                                  sharex=True, sharey=True, layout="constrained")
         for (par, ten), ax in zip(_facets(row_order, col_order), axes.flat):
+            last_row = ax.get_subplotspec().is_last_row()
             panel = data[(data["parametrization"] == par) & (data["tensor"] == ten)]
             grid = (panel.set_index(["layer_index", "module", "step"])["slope"]
                     .unstack("step")
                     .reindex(index=pd.MultiIndex.from_frame(modules), columns=steps))
             sns.heatmap(grid, ax=ax, cmap=SLOPE_CMAP, center=0, vmin=-SLOPE_CLIP,
-                        vmax=SLOPE_CLIP, cbar=False, annot=annotate, fmt=".2f",
-                        annot_kws={"fontsize": "x-small"}, yticklabels=labels,
-                        linewidths=0.5, linecolor="white")
+                        vmax=SLOPE_CLIP, cbar=False, fmt=".2f",
+                        annot=grid.round(2) + 0.0 if annotate else False,  # + 0.0: no "-0.00"
+                        annot_kws={"fontsize": "x-small"}, yticklabels=labels, xticklabels=every_step,
+                        linewidths=0.5 if row_pt > 8 else 0, linecolor="white")
             ax.set_title(f"{par} · {ten}")
-            ax.set_xlabel("step" if ax in axes[-1] else "")
+            ax.set_xlabel("step" if last_row else "")
             ax.set_ylabel("")
-            ax.tick_params(axis="y", rotation=0)
+            ax.tick_params(axis="y", rotation=0, labelsize=label_pt)
             ax.tick_params(axis="x", rotation=0)
         mappable = axes.flat[0].collections[0]
         fig.colorbar(mappable, ax=axes, extend="both", shrink=0.8, aspect=30,
@@ -219,8 +232,8 @@ def plot_loss(
     ``stat == "value"``): x is ``step``, y the mean over seeds of ``value`` with the seed
     min-max as a band, hue is ``width`` (light = narrow, dark = wide). Non-finite losses
     (divergence) are left out, so a diverged run's line ends at its last finite step. The
-    y axis turns logarithmic when the finite losses span more than two decades.
-    Each parametrization must hold one configuration (one ``config_id``).
+    y axis turns logarithmic (and the mean geometric) when the finite losses span more
+    than two decades. Each parametrization must hold one configuration (one ``config_id``).
     """
     frame = conform(frame)
     data = frame[frame["tensor"] == "loss"]
@@ -229,32 +242,32 @@ def plot_loss(
     _check_one_config(data, by=["parametrization"], what="parametrization")
     col_order = sorted(data["parametrization"].unique())
     widths = np.sort(data["width"].unique())
-    data = data[np.isfinite(data["value"])]
-    palette = dict(zip(widths, _seaborn()[0].color_palette(WIDTH_PALETTE, len(widths))))
+    data = data.loc[np.isfinite(data["value"]), ["parametrization", "width", "step", "value"]]
 
-    sns, plt = _seaborn()
+    sns, _ = _seaborn()
+    palette = dict(zip(widths, sns.color_palette(WIDTH_PALETTE, len(widths))))
     n_cols = len(col_order)
     facet_w, facet_h = _facet_size(size, 1, n_cols, max_cols=2)
+    values = data["value"]
+    log_y = len(values) > 0 and values.min() > 0 and values.max() / values.min() > 100
     with _style(size):
-        g = sns.relplot(
-            data=data, kind="line", x="step", y="value",
-            hue="width", hue_order=list(widths), palette=palette,
-            col="parametrization" if n_cols > 1 else None,
-            col_order=col_order if n_cols > 1 else None,
-            errorbar=("pi", 100),  # seed min-max; the bootstrap is slow on large sweeps
-            err_kws={"alpha": 0.15, "linewidth": 0}, linewidth=1.4,
-            legend=False, height=facet_h, aspect=facet_w / facet_h,
-        )
-        values = data["value"]
-        if len(values) and values.min() > 0 and values.max() / values.min() > 100:
-            g.set(yscale="log")
-        g.set_titles(col_template="{col_name}")
-        if n_cols == 1:
-            g.axes.flat[0].set_title(col_order[0])
-        g.set_axis_labels("step", "loss")
+        g = sns.FacetGrid(data, col="parametrization", col_order=col_order,
+                          height=facet_h, aspect=facet_w / facet_h)
         for ax in g.axes.flat:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        g.tight_layout()
+            if log_y:
+                ax.set_yscale("log")
+        g.map_dataframe(
+            sns.lineplot, x="step", y="value", hue="width", hue_order=list(widths), palette=palette,
+            errorbar=("pi", 100),  # seed min-max; the bootstrap is slow on large sweeps
+            err_kws={"alpha": 0.15, "linewidth": 0}, linewidth=1.4, legend=False,
+        )
+        g.set_titles(col_template="{col_name}")
+        g.set_axis_labels("step", "loss")
+        for ax in g.axes.flat:
+            if not ax.lines:
+                ax.text(0.5, 0.5, "no finite loss", transform=ax.transAxes,
+                        ha="center", va="center", color="0.4", fontsize="small")
         _legend(g.figure, {str(w): _line(palette[w]) for w in widths}, "width")
     _save(g.figure, path)
     return g.figure
@@ -265,7 +278,7 @@ def plot_loss(
 
 def _seaborn():
     """Import seaborn and pyplot, choosing the Agg backend if nobody chose one."""
-    if matplotlib.rcParams._get("backend") is rcsetup._auto_backend_sentinel:
+    if dict.__getitem__(matplotlib.rcParams, "backend") is rcsetup._auto_backend_sentinel:
         matplotlib.use("Agg")  # files only: never open a window
     import matplotlib.pyplot as plt
     import seaborn as sns
@@ -273,7 +286,7 @@ def _seaborn():
     return sns, plt
 
 
-def _style(size: Size, grid: bool = True):
+def _style(size: Size, grid: bool = True) -> ExitStack:
     """Scoped seaborn theme (context + style): leaves the caller's rcParams alone."""
     sns, _ = _seaborn()
     context, scale = _CONTEXT[size]
@@ -285,12 +298,12 @@ def _style(size: Size, grid: bool = True):
 
 def _facet_size(size: Size, n_rows: int, n_cols: int, max_cols: int | None = None) -> tuple[float, float]:
     """(width, height) of one facet in inches, so the whole grid fits the chosen size."""
-    cols = max(n_cols, 1)
-    facet_w = (_WIDTH[size] - _LEGEND_W[size]) / max(cols, 1)
-    if max_cols is not None and cols < max_cols:  # a lone panel need not span the page
-        facet_w = (_WIDTH[size] - _LEGEND_W[size]) / max_cols * 1.4
+    room = _WIDTH[size] - _LEGEND_W[size]
+    facet_w = room / max(n_cols, 1)
+    if max_cols is not None and n_cols < max_cols:  # a lone panel need not span the page
+        facet_w = room / max_cols * 1.4
     if size == "slides":
-        facet_h = min(facet_w, (_SLIDE_HEIGHT - 0.6) / max(n_rows, 1))
+        facet_h = min(facet_w * 1.2, _SLIDE_HEIGHT / max(n_rows, 1))  # fill the slide's height
     else:
         facet_h = min(facet_w * 0.8 + 0.6, 2.6)  # + room for titles and tick labels
     return facet_w, facet_h
@@ -336,9 +349,8 @@ def _layer_legend(modules: pd.DataFrame, colours: dict[int, tuple]) -> tuple[dic
         handles = {f"{i}: {m}": _line(colours[i]) for i, m in zip(modules["layer_index"], modules["module"])}
         return handles, "layer index: module"
     levels = sorted(colours)
-    if len(levels) > MAX_LAYER_LEGEND:
-        keep = np.unique(np.round(np.linspace(0, len(levels) - 1, MAX_LAYER_LEGEND)).astype(int))
-        levels = [levels[k] for k in keep]
+    if len(levels) > MAX_LAYER_LEGEND:  # every k-th depth, and the readout
+        levels = sorted(set(levels[:: math.ceil(len(levels) / (MAX_LAYER_LEGEND - 1))]) | {levels[-1]})
     return {str(i): _line(colours[i]) for i in levels}, "layer index"
 
 
@@ -366,11 +378,13 @@ class _PlainLogFormatter(LogFormatter):
         return f"{x:.3g}" if super().__call__(x, pos) else ""
 
 
-def _label_widths(ax, widths: np.ndarray, rotate: bool = False) -> None:
-    """log2 x axis whose ticks are the widths present, written out (256, not 2^8)."""
+def _label_widths(ax, widths: np.ndarray, rotate: bool = False, every: int = 1) -> None:
+    """log2 x axis ticked at the widths present, written out (256, not 2^8); with
+    ``every=2`` only every other tick is labelled (always the widest)."""
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(widths))
-    ax.xaxis.set_major_formatter(FixedFormatter([str(int(w)) for w in widths]))
+    keep = (len(widths) - 1 - np.arange(len(widths))) % every == 0
+    ax.xaxis.set_major_formatter(FixedFormatter([str(int(w)) if k else "" for w, k in zip(widths, keep)]))
     ax.xaxis.set_minor_locator(NullLocator())
     lo, hi = float(widths.min()), float(widths.max())
     pad = 2 ** (0.15 * max(math.log2(hi / lo), 1.0))  # keep end markers off the frame
@@ -399,11 +413,11 @@ def _check_one_config(data: pd.DataFrame, by: list[str], what: str) -> None:
     """Raise unless each group of ``by`` holds one config_id: lines must not average configs."""
     counts = data.groupby(by, observed=True)["config_id"].nunique()
     if (counts > 1).any():
-        varying = [c for c in CONFIG_COLUMNS if c not in by and c in data
+        varying = [c for c in CONFIG_COLUMNS if c not in (*by, "config_id") and c in data
                    and data.groupby(by, observed=True)[c].nunique().gt(1).any()]
         raise ValueError(
             f"several configurations per {what} ({counts.max()} config_ids"
-            + (f"; {', '.join(varying)} vary" if varying else "")
+            + (f"; varying: {', '.join(varying)}" if varying else "")
             + "): filter the frame to one configuration per panel first"
         )
 

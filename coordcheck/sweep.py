@@ -17,7 +17,7 @@ import pandas as pd
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import FRAME_NAME, FrameError, concat_frames, read_frame
 
-__all__ = ["Sweep", "JobProblem", "aggregate", "summarize_sweep", "JOB_NAME"]
+__all__ = ["Sweep", "JobProblem", "aggregate", "JOB_NAME"]
 
 JOB_NAME = "job.json"
 
@@ -78,12 +78,3 @@ def aggregate(sweep_dir: str | Path) -> Sweep:
     if not frames and not problems:
         raise CoordCheckError(f"no coordcheck frames under {sweep_dir}: is this a sweep directory?")
     return Sweep(sweep_dir, concat_frames(frames), jobs, problems)
-
-
-def summarize_sweep(sweep_dir: Path) -> Sweep:
-    """Aggregate and print what the sweep left (used at the end of a multirun)."""
-    sweep = aggregate(sweep_dir)
-    print(f"coordcheck: {len(sweep.jobs)} job(s) with frames in {sweep_dir}, widths {sweep.widths}")
-    for p in sweep.problems:
-        print(f"coordcheck: job {p.job} {p.status}: {p.error}")
-    return sweep

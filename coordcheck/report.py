@@ -1,0 +1,332 @@
+"""The compliance report: ``python -m coordcheck.report SWEEP_DIR [--strict]``.
+
+Stage: report. Input: a sweep directory (job frames on disk, any launcher) or a tidy frame
+(Python API). Output, in ``SWEEP_DIR/report/``: ``combined.parquet`` (all job frames),
+``slopes.parquet`` + ``slopes.csv``, ``verdict.csv`` (judged series), the figures
+(``coord_check``, ``slopes``, ``loss``; PDF + PNG), ``report.md`` (verdict first) and
+``report.json`` (schema below). Every file is written atomically; re-running is safe.
+Never imports torch.
+
+``report.json`` (``"schema": "coordcheck.report/1"``)::
+
+    status          "pass" | "fail" | "inconclusive"
+    passed          bool (status == "pass")
+    reason          one line: why
+    rules           {stat, tol, shrink_tol, rise, min_widths, min_window}
+    widths          widths that have frames
+    jobs            {"ok": [job dirs], "problems": [{job, status, error}]}
+    divergence      ["diverged at step t, width w", ...]
+    configurations  [{config_id, model, parametrization, optimizer, lr, data, data_policy,
+                      status, reason, n_widths, window_end, first_unstable_step, instability}]
+    modules         [{config_id, module, layer_index, role, status, tensor, step, slope,
+                      ci_low, ci_high, diagnosis}]   (worst judged series of each module)
+    worst           the worst offending series (same fields + stat, n_widths, expect)
+    instability     [{config_id, width, seed, unstable_step, reason}]
+    figures         {name: relative path}
+    notes           [figures that could not be drawn, and why]
+    command, config the exact command line and resolved config, when known
+
+NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inconclusive
+(a CI gate); without it, 0 whenever a report was written. Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from coordcheck.errors import CoordCheckError
+from coordcheck.frame import atomic_write
+from coordcheck.slopes import fit_slopes
+from coordcheck.sweep import JobProblem, Sweep, aggregate
+from coordcheck.verdict import Rules, Verdict, judge
+
+__all__ = ["Report", "build_report", "write_report", "report_sweep", "main", "EXIT"]
+
+SCHEMA = "coordcheck.report/1"
+REPORT_DIR = "report"
+EXIT = {"pass": 0, "fail": 1, "inconclusive": 2}
+_MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_{}[]<>()#+-!|~"})
+
+
+def md_escape(text: object) -> str:
+    """Escape text (module names, errors) for a Markdown table cell: no markup, no HTML, one line."""
+    return " ".join(str(text).split()).translate(_MD_SPECIAL)
+
+
+def _num(x: object, fmt: str = "{:+.2f}") -> str:
+    try:
+        return "—" if x is None or not math.isfinite(float(x)) else fmt.format(float(x))
+    except (TypeError, ValueError):
+        return "—"
+
+
+def _records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
+    """DataFrame rows as JSON-safe dicts (NaN -> None, numpy scalars -> Python)."""
+    cols = [c for c in columns if c in df.columns]
+    out = []
+    for row in df[cols].itertuples(index=False):
+        rec = {}
+        for c, v in zip(cols, row):
+            if hasattr(v, "item"):
+                v = v.item()
+            if isinstance(v, float) and not math.isfinite(v):
+                v = None
+            rec[c] = v
+        out.append(rec)
+    return out
+
+
+@dataclass
+class Report:
+    """A judged sweep: the verdict plus what the report files are made of."""
+
+    frame: pd.DataFrame
+    slopes: pd.DataFrame
+    verdict: Verdict
+    problems: list[JobProblem] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+    command: str | None = None
+    config: str | None = None
+    figures: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.verdict.status
+
+    def payload(self) -> dict:
+        v = self.verdict
+        mod_cols = ["config_id", "module", "layer_index", "role", "status", "tensor", "step", "slope", "ci_low",
+                    "ci_high", "diagnosis"]
+        worst_cols = mod_cols + ["stat", "expect", "n_widths", "n_points"]
+        cfg_cols = list(v.configs.columns) if len(v.configs) else []
+        return {
+            "schema": SCHEMA,
+            "status": v.status,
+            "passed": v.passed,
+            "reason": v.reason,
+            "rules": asdict(v.rules),
+            "widths": sorted(int(w) for w in self.frame["width"].unique()),
+            "jobs": {"ok": self.jobs, "problems": [asdict(p) for p in self.problems]},
+            "divergence": v.divergence,
+            "configurations": _records(v.configs, cfg_cols),
+            "modules": _records(v.modules, mod_cols),
+            "worst": _records(v.worst(20), worst_cols),
+            "instability": _records(v.instability.dropna(subset=["unstable_step"]),
+                                    ["config_id", "width", "seed", "unstable_step", "reason"]),
+            "figures": self.figures,
+            "notes": self.notes,
+            "command": self.command,
+            "config": self.config,
+        }
+
+    def markdown(self) -> str:
+        v = self.verdict
+        icon = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}[v.status]
+        widths = sorted(int(w) for w in self.frame["width"].unique())
+        r = v.rules
+        lines = [
+            "# muP coordinate check",
+            "",
+            f"**Verdict: {icon}** — {md_escape(v.reason)}",
+            "",
+            f"Widths {widths}; statistic `{r.stat}`; a series must stay within slope "
+            f"[{-r.shrink_tol:+.2f}, {r.tol:+.2f}] (flat) or below {r.tol:+.2f} (output and attention may shrink); "
+            f"slope = d log2({r.stat}) / d log2(width), fitted over every width and seed.",
+            "",
+        ]
+        if len(v.configs) > 1:
+            lines += ["## Configurations", "", "| parametrization | optimizer | lr | status | reason |", "|---|---|---|---|---|"]
+            for c in v.configs.itertuples():
+                lines.append(f"| {md_escape(c.parametrization)} | {md_escape(c.optimizer)} | {c.lr:g} | {c.status} | "
+                             f"{md_escape(c.reason)} |")
+            lines.append("")
+        if self.problems:
+            lines += ["## Jobs that left no frame", "", "| job | status | error |", "|---|---|---|"]
+            lines += [f"| {md_escape(p.job)} | {p.status} | {md_escape(p.error)} |" for p in self.problems]
+            lines.append("")
+        worst = v.worst(10)
+        lines += ["## Worst offenders", ""]
+        if len(worst):
+            lines += ["| module | role | tensor | step | slope | 95% interval | status | likely cause |",
+                      "|---|---|---|---|---|---|---|---|"]
+            for w in worst.itertuples():
+                lines.append(
+                    f"| {md_escape(w.module)} | {w.role} | {w.tensor} | {w.step} | {_num(w.slope)} | "
+                    f"[{_num(w.ci_low)}, {_num(w.ci_high)}] | {w.status} | {md_escape(w.diagnosis)} |"
+                )
+        else:
+            lines.append("None: every judged series is within tolerance.")
+        lines += ["", "## Training stability", ""]
+        unstable = v.instability.dropna(subset=["unstable_step"])
+        if len(unstable):
+            lines += ["| width | seed | step | what happened |", "|---|---|---|---|"]
+            lines += [f"| {u.width} | {u.seed} | {int(u.unstable_step)} | {md_escape(u.reason)} |"
+                      for u in unstable.itertuples()]
+            ends = ", ".join(f"{c.parametrization}: steps 0–{c.window_end}" for c in v.configs.itertuples())
+            lines += ["", f"Slopes are judged on the steps before the first instability at any width ({ends})."]
+        else:
+            lines.append("The loss never rose above its running minimum at any width: every step is judged.")
+        lines += ["", "## Modules", "", "| layer | module | role | status | worst slope | at |", "|---|---|---|---|---|---|"]
+        for m in v.modules.itertuples():
+            lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {_num(m.slope)} | "
+                         f"{m.tensor}, step {m.step} |")
+        if self.figures or self.notes:
+            lines += ["", "## Figures", ""]
+            lines += [f"- {md_escape(n)}" for n in self.notes]
+            for name, path in self.figures.items():
+                if path.endswith(".png"):
+                    lines += [f"![{name}]({path})", ""]
+        lines += ["", "## How this was run", ""]
+        if self.command:
+            lines += ["```", self.command, "```", ""]
+        if self.config:
+            lines += ["```yaml", self.config.rstrip(), "```", ""]
+        return "\n".join(lines) + "\n"
+
+
+def build_report(
+    frame: pd.DataFrame, *, rules: Rules = Rules(), problems: list[JobProblem] | None = None,
+    jobs: list[str] | None = None, command: str | None = None, config: str | None = None,
+) -> Report:
+    """Fit slopes and judge a tidy frame; failed jobs make a passing verdict inconclusive."""
+    if frame.empty:
+        raise CoordCheckError("no measurements to report: every job failed or the frame is empty")
+    slopes = fit_slopes(frame)
+    verdict = judge(frame, slopes, rules)
+    problems = list(problems or [])
+    if problems and verdict.status == "pass":
+        verdict.status = "inconclusive"
+        verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
+    return Report(frame, slopes, verdict, problems, list(jobs or []), command, config)
+
+
+def write_report(report: Report, out_dir: str | Path, *, figures: bool = True, steps: list[int] | None = None) -> Path:
+    """Write every report file into ``out_dir``; return the path of ``report.md``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "combined.parquet", lambda p: report.frame.to_parquet(p, index=False))
+    atomic_write(out / "slopes.parquet", lambda p: report.slopes.to_parquet(p, index=False))
+    atomic_write(out / "slopes.csv", lambda p: report.slopes.to_csv(p, index=False))
+    atomic_write(out / "verdict.csv", lambda p: report.verdict.series.to_csv(p, index=False))
+    if figures:
+        report.figures = _write_figures(report, out, steps)
+    text = json.dumps(report.payload(), indent=2, allow_nan=False, default=str)
+    atomic_write(out / "report.json", lambda p: p.write_text(text))
+    md = report.markdown()
+    return atomic_write(out / "report.md", lambda p: p.write_text(md))
+
+
+def _write_figures(report: Report, out: Path, steps: list[int] | None) -> dict[str, str]:
+    """Coord-check grid, slope heatmap and loss curves (PDF + PNG); a figure that cannot be drawn is noted."""
+    import matplotlib.pyplot as plt
+
+    from coordcheck import plot
+
+    frame, stat = report.frame, report.verdict.rules.stat
+    varying = [c for c in ("parametrization", "optimizer", "lr", "data", "model") if frame[c].nunique() > 1]
+    row = varying[0] if len(varying) == 1 else ("parametrization" if not varying else "config_id")
+    jobs = {
+        "coord_check": lambda: plot.plot_coords(frame, out / "coord_check", stat=stat, steps=steps, row=row),
+        "slopes": lambda: plot.plot_slopes(report.slopes, out / "slopes", stat=stat),
+        "loss": lambda: plot.plot_loss(frame, out / "loss"),
+    }
+    figures = {}
+    for name, draw in jobs.items():
+        try:
+            plt.close(draw())
+        except ValueError as e:  # e.g. several configurations that one panel cannot hold
+            report.notes.append(f"figure {name} skipped: {e}")
+            continue
+        figures.update({f"{name} ({ext})": f"{name}.{ext}" for ext in ("png", "pdf")})
+    return figures
+
+
+def _sweep_config(sweep_dir: Path) -> tuple[str | None, str | None]:
+    """The command and the resolved config of a sweep, from Hydra's files, when present."""
+    multirun = sweep_dir / "multirun.yaml"
+    config = None
+    for candidate in [multirun, *sorted(sweep_dir.glob("*/.hydra/config.yaml"))[:1]]:
+        if candidate.is_file():
+            config = candidate.read_text()
+            break
+    command = None
+    if multirun.is_file():
+        from omegaconf import OmegaConf
+
+        try:
+            task = OmegaConf.load(multirun).hydra.overrides.task
+            command = "python -m coordcheck " + " ".join(str(t) for t in task) + " --multirun"
+        except Exception:  # a foreign multirun.yaml: leave the command out
+            command = None
+    return command, config
+
+
+def report_sweep(
+    sweep_dir: str | Path, *, rules: Rules = Rules(), figures: bool = True, steps: list[int] | None = None,
+) -> tuple[Report, Path]:
+    """Aggregate a sweep directory from disk, judge it and write ``SWEEP_DIR/report/``."""
+    sweep_dir = Path(sweep_dir)
+    sweep: Sweep = aggregate(sweep_dir)
+    command, config = _sweep_config(sweep_dir)
+    if sweep.frame.empty:
+        raise CoordCheckError(
+            f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; first: "
+            f"{sweep.problems[0].job}: {sweep.problems[0].error})"
+        )
+    report = build_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs, command=command,
+                          config=config)
+    path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps)
+    return report, path
+
+
+def _steps(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--steps takes comma-separated integers, got {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m coordcheck.report",
+        description="Aggregate a coordcheck sweep directory, judge muP compliance and write report/.",
+    )
+    p.add_argument("sweep_dir", type=Path, help="the multirun directory (outputs/multirun/DATE/TIME)")
+    p.add_argument("--strict", action="store_true", help="exit 1 on fail, 2 when inconclusive, 0 on pass (CI gate)")
+    d = Rules()
+    p.add_argument("--stat", default=d.stat, choices=["std", "l1", "rms", "mean", "absmax"],
+                   help=f"statistic to judge (default {d.stat}; l1 matches the mup package)")
+    p.add_argument("--tol", type=float, default=d.tol, help=f"max growth slope (default {d.tol})")
+    p.add_argument("--shrink-tol", type=float, default=d.shrink_tol,
+                   help=f"max shrink slope for series that must not vanish (default {d.shrink_tol})")
+    p.add_argument("--rise", type=float, default=d.rise,
+                   help=f"loss rise above its running minimum, as a fraction of the step-0 loss, that marks "
+                        f"instability (default {d.rise})")
+    p.add_argument("--steps", type=_steps, default=None, help="steps shown in the figure, e.g. 0,3,10")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        rules = Rules(stat=args.stat, tol=args.tol, shrink_tol=args.shrink_tol, rise=args.rise)
+        report, path = report_sweep(args.sweep_dir, rules=rules, figures=not args.no_figures, steps=args.steps)
+    except CoordCheckError as e:
+        print(f"coordcheck.report: error: {e}", file=sys.stderr)
+        return 2
+    print(f"coordcheck: {report.status.upper()} — {report.verdict.reason}")
+    for prob in report.problems:
+        print(f"coordcheck: job {prob.job} {prob.status}: {prob.error}")
+    print(f"coordcheck: report {path} ({time.perf_counter() - t0:.1f} s)")
+    return EXIT[report.status] if args.strict else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

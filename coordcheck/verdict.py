@@ -1,0 +1,277 @@
+"""The verdict: is this model muP? Role-aware rules over the slopes, inside a stable window.
+
+Stage: judge. Input: a tidy frame (and optionally its slopes table). Output: a
+:class:`Verdict` — overall ``pass`` / ``fail`` / ``inconclusive``, one row per judged series
+(with its rule, status and diagnosis), one row per module, and the loss-stability facts.
+Never imports torch.
+
+The rules (the README states them; ``Rules`` holds the numbers):
+
+1. **Series.** One series = (configuration, module, tensor, stat, step) with the slope of
+   ``log2|stat|`` against ``log2(width)`` over every (width, seed) point and its 95% interval
+   (``coordcheck.slopes``). Only ``Rules.stat`` is judged (default ``std``).
+2. **Expectations by role.** ``out`` of input / hidden / norm layers and ``delta`` (change since
+   step 0) of input / hidden / norm / output layers must be *flat*: slope in
+   ``[-shrink_tol, tol]`` — growing means not muP, shrinking ``delta`` means the features
+   barely learn (lazy regime). ``out`` of output layers and ``out``/``delta`` of attention
+   logits must *not grow*: slope <= ``tol``; they may shrink (the readout at initialisation
+   shrinks like 1/width, or is exactly zero with a zero-initialised readout).
+3. **Significance.** A series fails only when its slope is outside the band *and* its whole
+   95% interval is outside it; an estimate outside the band with an interval that overlaps
+   it is ``inconclusive`` (add seeds or widths).
+4. **Zeros.** A series exactly zero at every point (zero-initialised readout or query at step
+   0, hidden ``delta`` after the first update when the readout starts at zero) is reported as
+   ``zero``, not as a failure. Zero at some widths only is ``inconclusive``. A hidden or output
+   module whose ``delta`` is zero at every judged step does not learn: ``inconclusive``.
+5. **Stability window.** Per (width, seed), training is unstable from the first step whose
+   loss is non-finite or rose more than ``rise`` x (step-0 loss) above its running minimum.
+   Only steps before the first instability at *any* width are judged. A violation inside the
+   window fails; a window with fewer than ``min_window`` updated steps and no violation is
+   ``inconclusive: training unstable at this learning rate — lower it``.
+6. **Divergence.** A non-finite value anywhere (loss or activation) fails: "diverged at step t,
+   width w".
+7. **Widths.** Fewer than ``min_widths`` (3) widths is ``inconclusive``, never ``pass``.
+8. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
+   ``pass``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
+
+__all__ = ["Rules", "Verdict", "judge", "find_instability", "diagnose", "STATUSES"]
+
+STATUSES = ("pass", "fail", "inconclusive", "zero")
+_RANK = {"pass": 0, "zero": 0, "inconclusive": 1, "fail": 2}
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The numbers behind the verdict; every one can be overridden (CLI: ``--tol`` etc.)."""
+
+    stat: str = "std"  # the statistic judged: activation std (``l1`` for parity with mup)
+    tol: float = 0.2  # max growth exponent (and half-band for flat series)
+    shrink_tol: float = 0.35  # max shrink exponent for series that must not vanish
+    rise: float = 0.1  # instability: loss above its running minimum by > rise x step-0 loss
+    min_widths: int = 3
+    min_window: int = 2  # updated steps (>= 1) that the stable window must contain
+
+
+# (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
+EXPECT = {
+    ("input", "out"): "flat", ("hidden", "out"): "flat", ("norm", "out"): "flat",
+    ("output", "out"): "no_growth", ("attention", "out"): "no_growth",
+    ("input", "delta"): "flat", ("hidden", "delta"): "flat", ("norm", "delta"): "flat",
+    ("output", "delta"): "flat", ("attention", "delta"): "no_growth",
+}
+
+
+def diagnose(role: str, tensor: str, step: int, direction: str) -> str:
+    """Likely cause and fix, in words a user can act on, for a failing pattern."""
+    if direction == "diverged":
+        return "training diverged (non-finite values): lower the learning rate, or check the initialisation"
+    if direction == "grows":
+        if role == "output":
+            return ("readout grows with width: the readout is not a MuReadout or its 1/width output multiplier "
+                    "is missing (use mup.MuReadout, or scale the logits by base_width/width)")
+        if role == "attention":
+            return ("attention logits grow with width: scores are scaled by 1/sqrt(d_head) instead of 1/d_head "
+                    "(muP attention uses q.k/d)")
+        if step == 0:
+            return ("activations grow with width at initialisation: init too large — hidden weights need variance "
+                    "1/fan_in (mup.init or nn.init with std fan_in**-0.5)")
+        if role == "input":
+            return ("input-layer features grow with width after updates: the input layer's learning rate or init "
+                    "is scaled with width — keep them constant (vector-like in MuAdam)")
+        return ("hidden features grow with width after updates: the hidden learning rate is not scaled by width — "
+                "use MuAdam/MuAdamW/MuSGD, or divide the hidden-matrix LR by width/base_width")
+    if direction == "shrinks":
+        if tensor == "delta" or step > 0:
+            return ("feature updates vanish with width (lazy / kernel regime): the learning rate of hidden or output "
+                    "layers is scaled down too much, or the model is in standard parametrization at a small LR")
+        return "activations shrink with width at initialisation: init too small (hidden variance should be 1/fan_in)"
+    return ""
+
+
+def find_instability(frame: pd.DataFrame, rise: float = 0.1) -> pd.DataFrame:
+    """Per (configuration, width, seed): the first unstable step from the loss, if any.
+
+    Columns: configuration columns, ``width, seed, unstable_step`` (NaN when stable),
+    ``reason`` (``non-finite loss`` / ``loss rose from A to B``), ``last_step``.
+    """
+    loss = frame[frame["tensor"] == "loss"].sort_values("step")
+    rows = []
+    for key, g in loss.groupby(CONFIG_COLUMNS + ["width", "seed"], sort=True, dropna=False):
+        v = g["value"].to_numpy(dtype=float)
+        steps = g["step"].to_numpy()
+        first, reason = np.nan, ""
+        running = np.inf
+        for i, (s, x) in enumerate(zip(steps, v)):
+            if not np.isfinite(x):
+                first, reason = s, "non-finite loss"
+                break
+            if i and x - running > rise * v[0]:
+                first, reason = s, f"loss rose from {running:.3g} to {x:.3g}"
+                break
+            running = min(running, x)
+        rows.append((*key, first, reason, steps.max() if len(steps) else -1))
+    return pd.DataFrame(rows, columns=CONFIG_COLUMNS + ["width", "seed", "unstable_step", "reason", "last_step"])
+
+
+@dataclass
+class Verdict:
+    """Overall status, with the per-series, per-module and per-configuration evidence."""
+
+    status: str
+    reason: str
+    rules: Rules
+    series: pd.DataFrame  # slopes + expect, status, direction, diagnosis, in_window
+    modules: pd.DataFrame  # one row per (configuration, module)
+    configs: pd.DataFrame  # one row per configuration: status, reason, window
+    instability: pd.DataFrame
+    divergence: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def worst(self, n: int = 10) -> pd.DataFrame:
+        """The worst offending series (failures first, then inconclusive), largest |slope| first."""
+        s = self.series[self.series["in_window"] & self.series["status"].isin(["fail", "inconclusive"])].copy()
+        s["_rank"] = s["status"].map(_RANK)
+        s["_abs"] = s["slope"].abs().fillna(np.inf)
+        return s.sort_values(["_rank", "_abs"], ascending=False).drop(columns=["_rank", "_abs"]).head(n)
+
+
+def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
+    s = s.copy()
+    s["expect"] = [EXPECT.get((r, t), "flat") for r, t in zip(s["role"], s["tensor"])]
+    lo_band = np.where(s["expect"] == "flat", -rules.shrink_tol, -np.inf)
+    hi_band = rules.tol
+    slope, ci_lo, ci_hi = s["slope"].to_numpy(), s["ci_low"].to_numpy(), s["ci_high"].to_numpy()
+    grows = slope > hi_band
+    shrinks = slope < lo_band
+    # significant when the whole interval is outside the band (NaN interval: not significant)
+    sig = np.where(grows, ci_lo > hi_band, np.where(shrinks, ci_hi < lo_band, False))
+    status = np.where(grows | shrinks, np.where(sig, "fail", "inconclusive"), "pass")
+    direction = np.where(grows, "grows", np.where(shrinks, "shrinks", ""))
+    note = np.full(len(s), "", dtype=object)
+    status = np.where(s["all_zero"], "zero", status)
+    note = np.where(s["all_zero"], "exactly zero at every width", note)
+    partial = s["any_zero"] & ~s["all_zero"] & ~s["nonfinite"]
+    status = np.where(partial, "inconclusive", status)
+    note = np.where(partial, "exactly zero at some widths only", note)
+    nonfinite = s["nonfinite"].to_numpy()
+    status = np.where(nonfinite, "fail", status)
+    direction = np.where(nonfinite, "diverged", direction)
+    undefined = ~nonfinite & ~s["any_zero"].to_numpy() & np.isnan(slope)
+    status = np.where(undefined, "inconclusive", status)
+    note = np.where(undefined, "slope undefined", note)
+    s["status"] = status
+    s["direction"] = direction
+    s["diagnosis"] = [
+        diagnose(r, t, st, d) if d else n
+        for r, t, st, d, n in zip(s["role"], s["tensor"], s["step"], direction, note)
+    ]
+    return s
+
+
+def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
+    """One row per (configuration, module): its worst judged series and a module status."""
+    rows = []
+    judged = series[series["in_window"]]
+    for key, g in judged.groupby(CONFIG_COLUMNS + ["module"], sort=False, dropna=False):
+        ranks = g["status"].map(_RANK)
+        worst = g.loc[ranks == ranks.max()]
+        worst = worst.loc[worst["slope"].abs().fillna(np.inf).sort_values(ascending=False).index[:1]]
+        w = worst.iloc[0]
+        status = "zero" if (g["status"] == "zero").all() else ("pass" if ranks.max() == 0 else w["status"])
+        diagnosis = w["diagnosis"] if status in ("fail", "inconclusive") else ""
+        role = g["role"].iloc[0]
+        learned = g[(g["tensor"] == "delta") & (g["step"] >= 1)]
+        long_enough = learned["step"].nunique() >= min_window  # a zero readout delays hidden updates by a step
+        if status in ("pass", "zero") and role in ("hidden", "output") and long_enough and (learned["status"] == "zero").all():
+            status, diagnosis = "inconclusive", "does not change during training (frozen, or lr=0?)"
+        rows.append((*key, int(g["layer_index"].iloc[0]), role, status, w["tensor"], int(w["step"]), w["slope"],
+                     w["ci_low"], w["ci_high"], diagnosis))
+    cols = CONFIG_COLUMNS + ["module", "layer_index", "role", "status", "tensor", "step", "slope", "ci_low",
+                             "ci_high", "diagnosis"]
+    return pd.DataFrame(rows, columns=cols).sort_values(CONFIG_COLUMNS[:1] + ["layer_index", "module"], kind="stable")
+
+
+def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules = Rules()) -> Verdict:
+    """Judge a sweep's tidy frame; see the module docstring for the rules."""
+    if slopes is None:
+        slopes = fit_slopes(frame)
+    series = _judge_series(slopes[slopes["stat"] == rules.stat], rules)
+    inst = find_instability(frame, rules.rise)
+    acts = frame[(frame["tensor"] != "loss") & (frame["stat"] == rules.stat)]
+    bad_acts = acts[~np.isfinite(acts["value"].to_numpy(dtype=float))]
+    configs, in_window = [], pd.Series(False, index=series.index)
+    divergence: list[str] = []
+    for cid, cs in series.groupby("config_id", sort=False):
+        ci = inst[inst["config_id"] == cid]
+        n_widths = int(frame.loc[frame["config_id"] == cid, "width"].nunique())
+        unstable = ci.dropna(subset=["unstable_step"])
+        first = int(unstable["unstable_step"].min()) if len(unstable) else None
+        window_end = first - 1 if first is not None else int(cs["step"].max())
+        mask = cs["step"] <= window_end
+        in_window[cs.index] = mask
+        judged = cs[mask]
+        fails = judged[judged["status"] == "fail"]
+        # divergence anywhere (loss or activations) fails, inside the window or not
+        div = [f"diverged at step {int(r.unstable_step)}, width {r.width} (seed {r.seed})"
+               for r in ci.itertuples() if r.reason == "non-finite loss"]
+        bad = bad_acts[bad_acts["config_id"] == cid]
+        if not div and len(bad):
+            r = bad.sort_values(["step", "width"]).iloc[0]
+            div = [f"diverged at step {int(r.step)}, width {r.width} ({r.module} is non-finite)"]
+        divergence += div
+        unstable_txt = "; ".join(
+            f"width {r.width} seed {r.seed}: {r.reason} at step {int(r.unstable_step)}" for r in unstable.itertuples()
+        )
+        updated = sorted(set(judged["step"]) - {0})
+        if div:
+            status, reason = "fail", div[0]
+        elif len(fails):
+            w = fails.loc[fails["slope"].abs().fillna(np.inf).idxmax()]
+            status = "fail"
+            reason = (f"{len(set(fails['module']))} module(s) violate muP; worst: {w['module']} {w['tensor']} at "
+                      f"step {w['step']}, slope {w['slope']:+.2f} — {w['diagnosis']}")
+        elif n_widths < rules.min_widths:
+            status, reason = "inconclusive", f"only {n_widths} width(s): at least {rules.min_widths} are needed"
+        elif len(updated) < rules.min_window:
+            status = "inconclusive"
+            reason = (f"training unstable at this learning rate — lower it ({unstable_txt}); "
+                      f"only {len(updated)} updated step(s) before the first instability")
+        elif (judged["status"] == "inconclusive").any():
+            k = judged[judged["status"] == "inconclusive"]
+            status = "inconclusive"
+            reason = (f"{len(set(k['module']))} module(s) could not be decided (e.g. {k['module'].iloc[0]} "
+                      f"{k['tensor'].iloc[0]} step {k['step'].iloc[0]}: {k['diagnosis'].iloc[0] or 'interval overlaps the band'})"
+                      " — add seeds or widths")
+        else:
+            status, reason = "pass", f"every judged series is flat within tolerance over widths " \
+                                     f"{int(cs['min_width'].min())}-{int(cs['max_width'].max())}"
+        configs.append({**cs[CONFIG_COLUMNS].iloc[0].to_dict(), "status": status, "reason": reason,
+                        "n_widths": n_widths, "window_end": window_end, "first_unstable_step": first,
+                        "instability": unstable_txt})
+    series = series.assign(in_window=in_window.astype(bool))
+    modules = _module_table(series, rules.min_window)
+    if len(modules):  # module-level "does not learn" makes a passing configuration inconclusive
+        for c in configs:
+            stuck = modules[(modules["config_id"] == c["config_id"]) & (modules["diagnosis"].str.startswith("does not change"))]
+            if c["status"] == "pass" and len(stuck):
+                c["status"] = "inconclusive"
+                c["reason"] = f"{stuck['module'].iloc[0]} does not change during training (frozen, or lr=0?)"
+    configs_df = pd.DataFrame(configs)
+    if configs_df.empty:
+        return Verdict("inconclusive", "no activation statistics to judge", rules, series, modules, configs_df, inst)
+    worst = configs_df.loc[configs_df["status"].map(_RANK).idxmax()]
+    reason = worst["reason"] if len(configs_df) == 1 else f"{worst['parametrization']}: {worst['reason']}"
+    return Verdict(worst["status"], reason, rules, series, modules, configs_df, inst, divergence)

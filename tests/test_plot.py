@@ -1,0 +1,250 @@
+import itertools
+import struct
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from coordcheck.frame import COLUMNS, LOSS_MODULE, conform
+from coordcheck.plot import plot_coords, plot_loss, plot_slopes
+from coordcheck.slopes import fit_slopes
+
+WIDTHS = (64, 128, 256)
+SEEDS = (0, 1)
+MODULES = [  # (module, layer_index, role)
+    ("wte", 0, "input"),
+    ("blocks.0.attn", 1, "attention"),
+    ("blocks.0.mlp", 1, "hidden"),
+    ("blocks.1.mlp", 2, "hidden"),
+    ("lm_head", 3, "output"),
+]
+STAT_SCALE = {"std": 1.0, "l1": 0.8, "rms": 1.0, "mean": -0.01, "absmax": 3.0}  # mean < 0 on purpose
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# seaborn 0.13's heatmap calls a colormap method that matplotlib 3.11 plans to deprecate
+pytestmark = pytest.mark.filterwarnings("ignore:The set_bad function:PendingDeprecationWarning")
+
+
+def _exponent(parametrization, role, step):
+    """Known width exponent: muP is flat; SP grows like sqrt(width) after the first update."""
+    return 0.5 if parametrization == "sp" and role != "input" and step > 0 else 0.0
+
+
+def tidy(widths=WIDTHS, seeds=SEEDS, steps=range(4), parametrizations=("mup", "sp"), modules=MODULES,
+         lr=0.01):
+    """A tidy frame with known values: (1 + layer_index) * width**exponent * (1 + seed / 10),
+    delta = out * step / 10 (0 at step 0), and loss rows that fall faster for narrow models."""
+    rows = []
+    for par, w, seed, step in itertools.product(parametrizations, widths, seeds, steps):
+        config = {"config_id": f"{par}-{lr}", "model": "gpt", "parametrization": par, "optimizer": "adam",
+                  "lr": lr, "data": "tokens", "data_policy": "fixed", "width": w, "seed": seed, "step": step}
+        for (module, layer, role), tensor, (stat, scale) in itertools.product(
+                modules, ("out", "delta"), STAT_SCALE.items()):
+            out = (1 + layer) * w ** _exponent(par, role, step) * (1 + seed / 10)
+            value = out * (step / 10 if tensor == "delta" else 1.0) * scale
+            rows.append({**config, "module": module, "layer_index": layer, "role": role,
+                         "tensor": tensor, "stat": stat, "value": value})
+        rows.append({**config, "module": LOSS_MODULE, "layer_index": -1, "role": "loss", "tensor": "loss",
+                     "stat": "value", "value": 5 * np.exp(-step / (2 + w / 64)) + 0.1 * seed})
+    return conform(pd.DataFrame(rows, columns=list(COLUMNS)))
+
+
+def _png_size_in(path, dpi=200):
+    width, height = struct.unpack(">II", path.read_bytes()[16:24])
+    return width / dpi, height / dpi
+
+
+def _steps_shown(fig, n_cols):
+    return [ax.get_title() for ax in fig.axes[:n_cols]]
+
+
+# --- plot_coords ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["coord_check.png", "run.v2"])
+def test_coords_writes_pdf_and_png_and_nothing_else(tmp_path, name):
+    plot_coords(tidy(parametrizations=("mup",)), tmp_path / "figs" / name)
+    stem = name.removesuffix(".png").removesuffix(".pdf")
+    written = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    assert written == [f"{stem}.pdf", f"{stem}.png"]  # no temp files left behind
+    assert (tmp_path / "figs" / f"{stem}.pdf").read_bytes().startswith(b"%PDF")
+    png = (tmp_path / "figs" / f"{stem}.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+
+
+def test_coords_axes_show_real_widths_on_log_axes():
+    frame = tidy()
+    before = frame.copy()
+    fig = plot_coords(frame)
+    pd.testing.assert_frame_equal(frame, before)  # the caller's frame is left alone
+    assert len(fig.axes) == 2 * 4  # rows mup, sp; columns steps 0..3
+    for ax in fig.axes:
+        assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
+        np.testing.assert_array_equal(ax.get_xticks(), WIDTHS)
+        assert ax.get_yscale() == "log"
+    for ax in fig.axes[-4:]:  # the bottom row carries the (shared) tick labels
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128", "256"]
+    assert _steps_shown(fig, 4) == ["step 0", "step 1", "step 2", "step 3"]
+    assert fig.axes[0].get_ylabel() == "std of out" and fig.axes[-1].get_xlabel() == "width"
+
+
+def test_coords_lines_are_seed_geometric_means_one_per_module():
+    frame = tidy(parametrizations=("sp",))
+    fig = plot_coords(frame, steps=[2])
+    (ax,) = fig.axes
+    sel = frame[(frame.tensor == "out") & (frame.stat == "std") & (frame.step == 2)]
+    expected = (sel.assign(log=np.log(sel.value)).groupby(["layer_index", "module", "width"])["log"]
+                .mean().pipe(np.exp).unstack("width"))  # rows by depth then name, as the lines
+    assert len(ax.lines) == len(MODULES)
+    for line, (_, want) in zip(ax.lines, expected.iterrows()):
+        np.testing.assert_allclose(line.get_xdata(), WIDTHS)
+        np.testing.assert_allclose(line.get_ydata(), want.to_numpy(), rtol=1e-9)
+    colours = [line.get_color() for line in ax.lines]
+    assert colours[1] == colours[2] != colours[0]  # same layer index, same colour
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()][0] == "0: wte"
+
+
+def test_default_steps_are_spread_and_keep_first_and_last():
+    fig = plot_coords(tidy(steps=range(11), parametrizations=("mup",), seeds=(0,)))
+    shown = _steps_shown(fig, len(fig.axes))
+    assert len(shown) == 4 and shown[0] == "step 0" and shown[-1] == "step 10"
+    fig = plot_coords(tidy(parametrizations=("mup",)), steps=[0, 3])
+    assert _steps_shown(fig, len(fig.axes)) == ["step 0", "step 3"]
+    with pytest.raises(ValueError, match="not recorded"):
+        plot_coords(tidy(), steps=[7])
+
+
+def test_zero_nan_and_inf_values_leave_panels_empty_not_crash(tmp_path):
+    frame = tidy(parametrizations=("mup",))  # delta is exactly 0 at step 0
+    frame.loc[(frame.step == 1) & (frame.module == "wte"), "value"] = np.nan
+    frame.loc[(frame.step == 2) & (frame.module == "lm_head") & (frame.width == 256), "value"] = np.inf
+    fig = plot_coords(frame, tmp_path / "delta", tensor="delta")
+    step0, step1, step2, _ = fig.axes
+    assert not step0.lines and "no values > 0" in [t.get_text() for t in step0.texts]
+    assert len(step1.lines) == len(MODULES) - 1  # wte has no finite value at step 1
+    assert len(step2.lines[-1].get_xdata()) == len(WIDTHS) - 1  # lm_head stops before 256
+    frame["value"] = 0.0
+    fig = plot_coords(frame, tmp_path / "zero")
+    assert all(not ax.lines for ax in fig.axes)
+    assert (tmp_path / "zero.png").stat().st_size > 0
+
+
+def test_mean_is_drawn_as_magnitude():
+    fig = plot_coords(tidy(parametrizations=("mup",)), stat="mean", steps=[0])
+    (ax,) = fig.axes
+    assert len(ax.lines) == len(MODULES) and ax.get_ylabel() == "|mean| of out"
+    assert all((line.get_ydata() > 0).all() for line in ax.lines)
+
+
+def test_row_tensor_shows_every_tensor_with_its_label():
+    fig = plot_coords(tidy(parametrizations=("sp",)), row="tensor", steps=[1, 3])
+    assert len(fig.axes) == 2 * 2
+    assert [ax.get_ylabel() for ax in fig.axes[::2]] == ["std of out", "std of delta"]
+    with pytest.raises(ValueError, match="varying: parametrization"):
+        plot_coords(tidy(), row="tensor")  # mup and sp would be averaged together
+
+
+def test_several_configs_per_panel_are_refused():
+    frame = pd.concat([tidy(lr=0.01), tidy(lr=0.1)], ignore_index=True)
+    with pytest.raises(ValueError, match="varying: lr"):
+        plot_coords(frame)
+    with pytest.raises(ValueError, match="varying: lr"):
+        plot_loss(frame)
+    fig = plot_coords(frame[frame.parametrization == "mup"], row="lr", steps=[0])
+    assert len(fig.axes) == 2
+
+
+def test_bad_arguments_say_what_is_there():
+    with pytest.raises(ValueError, match="present: stats"):
+        plot_coords(tidy(), stat="median")
+    with pytest.raises(ValueError, match="not a column"):
+        plot_coords(tidy(), row="colour")
+
+
+def test_many_modules_get_a_legend_by_layer_index():
+    modules = [(f"blocks.{i}.{part}", i + 1, "hidden") for i in range(12) for part in ("attn", "mlp")]
+    fig = plot_coords(tidy(modules=modules, parametrizations=("mup",), seeds=(0,)), steps=[0])
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert legend.get_title().get_text() == "layer index"
+    assert labels[0] == "1" and labels[-1] == "12" and len(labels) <= 9
+
+
+@pytest.mark.parametrize("size, width_in", [("paper", (6.0, 7.8)), ("slides", (10.5, 12.8))])
+def test_sizes_fit_a_page_or_a_slide(tmp_path, size, width_in):
+    plot_coords(tidy(steps=range(2)), tmp_path / "c", size=size)
+    width, height = _png_size_in(tmp_path / "c.png")
+    assert width_in[0] <= width <= width_in[1] and height < width
+
+
+# --- plot_slopes ---------------------------------------------------------------------
+
+
+def test_slopes_heatmap_prints_known_slopes_and_blanks_nan(tmp_path):
+    slopes = fit_slopes(tidy())  # delta is 0 at step 0 everywhere: NaN slopes there
+    assert slopes.loc[(slopes.tensor == "delta") & (slopes.step == 0), "slope"].isna().all()
+    fig = plot_slopes(slopes, tmp_path / "slopes")
+    assert (tmp_path / "slopes.png").read_bytes().startswith(PNG_MAGIC)
+    *panels, colourbar = fig.axes
+    assert [ax.get_title() for ax in panels] == ["mup · out", "mup · delta", "sp · out", "sp · delta"]
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == [
+        "L0 wte", "L1 blocks.0.attn", "L1 blocks.0.mlp", "L2 blocks.1.mlp", "L3 lm_head"]
+    assert "clipped" in colourbar.get_ylabel()
+    mup_out, mup_delta, sp_out, _ = ([t.get_text() for t in ax.texts] for ax in panels)
+    assert mup_out == ["0.00"] * len(MODULES) * 4  # flat in width
+    assert len(mup_delta) == len(MODULES) * 3  # step 0 is NaN: blank, not annotated
+    assert panels[1].collections[0].get_array().mask.sum() == len(MODULES)
+    assert sp_out.count("0.50") == (len(MODULES) - 1) * 3  # all but the embedding, after step 0
+
+
+def test_slopes_one_tensor_and_many_cells_are_not_annotated():
+    slopes = fit_slopes(tidy(steps=range(40), parametrizations=("sp",), seeds=(0,)))
+    fig = plot_slopes(slopes, tensor="out", stat="l1")
+    *panels, _ = fig.axes
+    assert [ax.get_title() for ax in panels] == ["sp · out"] and not panels[0].texts
+
+
+def test_slopes_all_nan_does_not_crash(tmp_path):
+    slopes = fit_slopes(tidy(parametrizations=("mup",))).assign(slope=np.nan)
+    plot_slopes(slopes, tmp_path / "nan")
+    assert (tmp_path / "nan.pdf").stat().st_size > 0
+
+
+# --- plot_loss -----------------------------------------------------------------------
+
+
+def test_loss_has_one_line_per_width_and_real_widths_in_the_legend(tmp_path):
+    fig = plot_loss(tidy(), tmp_path / "loss")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loss.pdf", "loss.png"]
+    assert [ax.get_title() for ax in fig.axes] == ["mup", "sp"]
+    for ax in fig.axes:
+        assert len(ax.lines) == len(WIDTHS)
+        np.testing.assert_allclose(ax.lines[0].get_xdata(), [0, 1, 2, 3])
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["64", "128", "256"]
+
+
+def test_loss_drops_nonfinite_values():
+    frame = tidy(parametrizations=("sp",))
+    diverged = (frame.tensor == "loss") & (frame.width == 256) & (frame.step >= 2)
+    frame.loc[diverged, "value"] = np.inf
+    frame.loc[(frame.tensor == "loss") & (frame.width == 128), "value"] = np.nan
+    fig = plot_loss(frame)
+    (ax,) = fig.axes
+    assert len(ax.lines) == 2  # 128 has nothing finite left
+    np.testing.assert_allclose(ax.lines[-1].get_xdata(), [0, 1])  # 256 ends where it diverged
+
+
+# --- import hygiene ------------------------------------------------------------------
+
+
+def test_plot_module_does_not_import_torch():
+    code = "import sys, coordcheck.plot; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
