@@ -158,7 +158,7 @@ class SweepCallback(Callback):
 
         sweep_dir = Path(config.hydra.sweep.dir)
         opts = config.get("report") or {}
-        rules = Rules(**{k: opts[k] for k in ("stat", "tol", "shrink_tol", "rise") if k in opts})
+        rules = Rules(**{k: opts[k] for k in ("stat", "tol", "shrink_tol", "rise", "rise_floor") if k in opts})
         try:
             report, path = report_sweep(sweep_dir, rules=rules, figures=bool(opts.get("figures", True)))
         except CoordCheckError as e:

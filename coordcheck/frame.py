@@ -27,6 +27,9 @@ column              dtype    meaning
                              (readout); -1 for loss rows
 ``role``            str      ``input`` / ``hidden`` / ``output`` / ``attention`` /
                              ``norm``; ``loss`` for loss rows
+``call_order``      int64    position of the module's first call in the step-0
+                             forward (0 = first); the largest is the model's
+                             output; -1 for loss rows
 ``tensor``          str      ``out`` (module output), ``delta`` (output minus the
                              same module's step-0 output on the same batch),
                              ``loss``
@@ -81,6 +84,7 @@ COLUMNS: dict[str, str] = {
     "module": "str",
     "layer_index": "int64",
     "role": "str",
+    "call_order": "int64",
     "tensor": "str",
     "stat": "str",
     "value": "float64",

@@ -126,7 +126,7 @@ def plot_coords(
             err_kws={"alpha": 0.15, "linewidth": 0}, linewidth=1.2,
             marker="o", markersize=3, markeredgewidth=0, legend=False,
         )  # ends with the grid's tight_layout, once the ticks are final
-        g.set_titles(col_template="step {col_name}", row_template="{row_name}")
+        g.set_titles(col_template="step {col_name}", row_template="{row_var} = {row_name}")
         magnitude = "|mean|" if stat == "mean" else stat
         for ax in g.axes.flat:
             if not ax.lines:

@@ -128,7 +128,7 @@ class Probes:
     tensors: Sequence[str] = ("out", "delta")
     recording: bool = False
     step: int = 0
-    layout: dict[str, tuple[int, str]] = field(default_factory=dict)
+    layout: dict[str, tuple[int, str, int]] = field(default_factory=dict)
     _handles: list = field(default_factory=list)
     _keys: list = field(default_factory=list)
     _n: list = field(default_factory=list)
@@ -256,8 +256,8 @@ def _is_norm(module: nn.Module) -> bool:
     return isinstance(module, NORM_TYPES) or type(module).__name__.endswith("Norm")
 
 
-def infer_layout(model: nn.Module, fired: list[str]) -> dict[str, tuple[int, str]]:
-    """``{module name: (layer_index, role)}`` for the modules that fired at step 0 (in order)."""
+def infer_layout(model: nn.Module, fired: list[str]) -> dict[str, tuple[int, str, int]]:
+    """``{module name: (layer_index, role, call_order)}`` for the modules that fired at step 0 (in order)."""
     modules = {(n or ROOT_MODULE): m for n, m in model.named_modules()}
     order = {n: i for i, n in enumerate(fired)}
     leaves = [n for n in fired if _has_params(modules[n], recurse=False) and next(modules[n].children(), None) is None]
@@ -298,5 +298,5 @@ def infer_layout(model: nn.Module, fired: list[str]) -> dict[str, tuple[int, str
         else:
             role = "hidden"
         after_readout = after_readout or n == readout
-        layout[n] = (int(i), getattr(m, "coordcheck_role", role))
+        layout[n] = (int(i), getattr(m, "coordcheck_role", role), order[n])
     return layout

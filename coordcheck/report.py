@@ -12,7 +12,7 @@ Never imports torch.
     status          "pass" | "fail" | "inconclusive"
     passed          bool (status == "pass")
     reason          one line: why
-    rules           {stat, tol, shrink_tol, rise, min_widths, min_window}
+    rules           {stat, tol, shrink_tol, rise, rise_floor, min_widths, min_window}
     widths          widths that have frames
     jobs            {"ok": [job dirs], "problems": [{job, status, error}]}
     divergence      ["diverged at step t, width w", ...]
@@ -309,14 +309,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shrink-tol", type=float, default=d.shrink_tol,
                    help=f"max shrink slope for series that must not vanish (default {d.shrink_tol})")
     p.add_argument("--rise", type=float, default=d.rise,
-                   help=f"loss rise above its running minimum, as a fraction of the step-0 loss, that marks "
-                        f"instability (default {d.rise})")
+                   help=f"instability: loss above (1 + rise) x its running minimum (default {d.rise})")
+    p.add_argument("--rise-floor", type=float, default=d.rise_floor,
+                   help=f"... and above it by more than this fraction of the step-0 loss (default {d.rise_floor})")
     p.add_argument("--steps", type=_steps, default=None, help="steps shown in the figure, e.g. 0,3,10")
     p.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     try:
-        rules = Rules(stat=args.stat, tol=args.tol, shrink_tol=args.shrink_tol, rise=args.rise)
+        rules = Rules(stat=args.stat, tol=args.tol, shrink_tol=args.shrink_tol, rise=args.rise,
+                      rise_floor=args.rise_floor)
         report, path = report_sweep(args.sweep_dir, rules=rules, figures=not args.no_figures, steps=args.steps)
     except CoordCheckError as e:
         print(f"coordcheck.report: error: {e}", file=sys.stderr)

@@ -19,7 +19,7 @@ import pandas as pd
 __all__ = ["CONFIG_COLUMNS", "SERIES_COLUMNS", "fit_slopes", "t_quantile"]
 
 CONFIG_COLUMNS = ["config_id", "model", "parametrization", "optimizer", "lr", "data", "data_policy"]
-SERIES_COLUMNS = ["module", "layer_index", "role", "tensor", "stat", "step"]
+SERIES_COLUMNS = ["module", "layer_index", "role", "call_order", "tensor", "stat", "step"]
 
 # Two-sided 95% Student t quantiles (0.975) for 1..30 degrees of freedom.
 _T975 = np.array([
@@ -86,4 +86,4 @@ def fit_slopes(frame: pd.DataFrame) -> pd.DataFrame:
         "nonfinite": flags["nonfinite"].to_numpy(),
         "min_width": flags["min_width"].to_numpy(), "max_width": flags["max_width"].to_numpy(),
     }, index=s.index).reset_index()
-    return out.astype({"layer_index": "int64", "step": "int64", "lr": "float64"})
+    return out.astype({"layer_index": "int64", "call_order": "int64", "step": "int64", "lr": "float64"})

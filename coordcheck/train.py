@@ -90,7 +90,7 @@ def train_with_probes(
     loss_fn: LossFn = cross_entropy,
     tensors: Sequence[str] = ("out", "delta"),
     on_step: Callable[[StepRecord], None] | None = None,
-) -> tuple[list[StepRecord], dict[str, tuple[int, str]]]:
+) -> tuple[list[StepRecord], dict[str, tuple[int, str, int]]]:
     """Train ``steps`` updates on the fixed batch; return the per-step records and the layout."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise CoordCheckError(f"steps must be an integer >= 1, got {steps!r}")
@@ -126,7 +126,7 @@ def train_with_probes(
 
 def to_frame(
     records: Sequence[StepRecord],
-    layout: dict[str, tuple[int, str]],
+    layout: dict[str, tuple[int, str, int]],
     identity: RunIdentity,
     *,
     width: int,
@@ -145,12 +145,13 @@ def to_frame(
                 "module": np.repeat(modules, k),
                 "layer_index": np.repeat([layout[m][0] for m in modules], k),
                 "role": np.repeat([layout[m][1] for m in modules], k),
+                "call_order": np.repeat([layout[m][2] for m in modules], k),
                 "tensor": np.repeat([t for _, t in rec.keys], k),
                 "stat": np.tile(list(stats), len(modules)),
                 "value": values.reshape(-1),
             }))
         parts.append(pd.DataFrame({
-            "step": [rec.step], "module": [LOSS_MODULE], "layer_index": [-1], "role": ["loss"],
+            "step": [rec.step], "module": [LOSS_MODULE], "layer_index": [-1], "role": ["loss"], "call_order": [-1],
             "tensor": ["loss"], "stat": ["value"], "value": [rec.loss],
         }))
     df = pd.concat(parts, ignore_index=True)

@@ -15,7 +15,9 @@ The rules (the README states them; ``Rules`` holds the numbers):
    ``[-shrink_tol, tol]`` — growing means not muP, shrinking ``delta`` means the features
    barely learn (lazy regime). ``out`` of output layers and ``out``/``delta`` of attention
    logits must *not grow*: slope <= ``tol``; they may shrink (the readout at initialisation
-   shrinks like 1/width, or is exactly zero with a zero-initialised readout).
+   shrinks like 1/width, or is exactly zero with a zero-initialised readout). Output rules
+   apply to the model's output — the last output module to run; an output-role module that
+   runs before it (logits before a hand-written output multiplier) is ``skip``.
 3. **Significance.** A series fails only when its slope is outside the band *and* its whole
    95% interval is outside it; an estimate outside the band with an interval that overlaps
    it is ``inconclusive`` (add seeds or widths).
@@ -24,7 +26,8 @@ The rules (the README states them; ``Rules`` holds the numbers):
    ``zero``, not as a failure. Zero at some widths only is ``inconclusive``. A hidden or output
    module whose ``delta`` is zero at every judged step does not learn: ``inconclusive``.
 5. **Stability window.** Per (width, seed), training is unstable from the first step whose
-   loss is non-finite or rose more than ``rise`` x (step-0 loss) above its running minimum.
+   loss is non-finite, or exceeds its running minimum by more than ``rise`` (50%) of it and
+   by more than ``rise_floor`` (10%) of the step-0 loss.
    Only steps before the first instability at *any* width are judged. A violation inside the
    window fails; a window with fewer than ``min_window`` updated steps and no violation is
    ``inconclusive: training unstable at this learning rate — lower it``.
@@ -46,8 +49,8 @@ from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
 __all__ = ["Rules", "Verdict", "judge", "find_instability", "diagnose", "STATUSES"]
 
-STATUSES = ("pass", "fail", "inconclusive", "zero")
-_RANK = {"pass": 0, "zero": 0, "inconclusive": 1, "fail": 2}
+STATUSES = ("pass", "fail", "inconclusive", "zero", "skip")
+_RANK = {"pass": 0, "zero": 0, "skip": 0, "inconclusive": 1, "fail": 2}
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,8 @@ class Rules:
     stat: str = "std"  # the statistic judged: activation std (``l1`` for parity with mup)
     tol: float = 0.2  # max growth exponent (and half-band for flat series)
     shrink_tol: float = 0.35  # max shrink exponent for series that must not vanish
-    rise: float = 0.1  # instability: loss above its running minimum by > rise x step-0 loss
+    rise: float = 0.5  # instability: loss above (1 + rise) x its running minimum ...
+    rise_floor: float = 0.1  # ... and above it by more than rise_floor x the step-0 loss
     min_widths: int = 3
     min_window: int = 2  # updated steps (>= 1) that the stable window must contain
 
@@ -98,7 +102,7 @@ def diagnose(role: str, tensor: str, step: int, direction: str) -> str:
     return ""
 
 
-def find_instability(frame: pd.DataFrame, rise: float = 0.1) -> pd.DataFrame:
+def find_instability(frame: pd.DataFrame, rise: float = 0.5, rise_floor: float = 0.1) -> pd.DataFrame:
     """Per (configuration, width, seed): the first unstable step from the loss, if any.
 
     Columns: configuration columns, ``width, seed, unstable_step`` (NaN when stable),
@@ -115,7 +119,7 @@ def find_instability(frame: pd.DataFrame, rise: float = 0.1) -> pd.DataFrame:
             if not np.isfinite(x):
                 first, reason = s, "non-finite loss"
                 break
-            if i and x - running > rise * v[0]:
+            if i and x > (1 + rise) * running and x - running > rise_floor * v[0]:
                 first, reason = s, f"loss rose from {running:.3g} to {x:.3g}"
                 break
             running = min(running, x)
@@ -181,6 +185,29 @@ def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     return s
 
 
+def _skip_inner_outputs(series: pd.DataFrame) -> pd.DataFrame:
+    """Judge the output rules on the model's output only (the last output module to run).
+
+    An output-role module that runs before it — logits before a hand-written output
+    multiplier — may legitimately grow with width; it is marked ``skip``.
+    """
+    out = series["role"] == "output"
+    if not out.any():
+        return series
+    final = series[out].groupby("config_id")["call_order"].transform("max")
+    inner = out & (series["call_order"] < final.reindex(series.index))
+    if inner.any():
+        name = series[out & ~inner].groupby("config_id")["module"].first()
+        series = series.copy()
+        series.loc[inner, "status"] = "skip"
+        series.loc[inner, "direction"] = ""
+        series.loc[inner, "diagnosis"] = [
+            f"not the model's output (e.g. logits before an output multiplier): judged at {name[c]}"
+            for c in series.loc[inner, "config_id"]
+        ]
+    return series
+
+
 def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
     """One row per (configuration, module): its worst judged series and a module status."""
     rows = []
@@ -190,7 +217,8 @@ def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
         worst = g.loc[ranks == ranks.max()]
         worst = worst.loc[worst["slope"].abs().fillna(np.inf).sort_values(ascending=False).index[:1]]
         w = worst.iloc[0]
-        status = "zero" if (g["status"] == "zero").all() else ("pass" if ranks.max() == 0 else w["status"])
+        status = next((s for s in ("zero", "skip") if (g["status"] == s).all()), None) or (
+            "pass" if ranks.max() == 0 else w["status"])
         diagnosis = w["diagnosis"] if status in ("fail", "inconclusive") else ""
         role = g["role"].iloc[0]
         learned = g[(g["tensor"] == "delta") & (g["step"] >= 1)]
@@ -209,7 +237,8 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
     if slopes is None:
         slopes = fit_slopes(frame)
     series = _judge_series(slopes[slopes["stat"] == rules.stat], rules)
-    inst = find_instability(frame, rules.rise)
+    inst = find_instability(frame, rules.rise, rules.rise_floor)
+    series = _skip_inner_outputs(series)
     acts = frame[(frame["tensor"] != "loss") & (frame["stat"] == rules.stat)]
     bad_acts = acts[~np.isfinite(acts["value"].to_numpy(dtype=float))]
     configs, in_window = [], pd.Series(False, index=series.index)
@@ -241,7 +270,9 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
         elif len(fails):
             w = fails.loc[fails["slope"].abs().fillna(np.inf).idxmax()]
             status = "fail"
-            reason = (f"{len(set(fails['module']))} module(s) violate muP; worst: {w['module']} {w['tensor']} at "
+            names = list(dict.fromkeys(fails.sort_values("layer_index")["module"]))
+            listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            reason = (f"{len(names)} module(s) violate muP ({listed}); worst: {w['module']} {w['tensor']} at "
                       f"step {w['step']}, slope {w['slope']:+.2f} — {w['diagnosis']}")
         elif n_widths < rules.min_widths:
             status, reason = "inconclusive", f"only {n_widths} width(s): at least {rules.min_widths} are needed"

@@ -51,7 +51,15 @@ def test_multirun_writes_one_frame_per_width(tmp_path):
     assert widths == {16, 32, 64}
     assert not list(sweep.rglob("*.tmp"))
     assert "coordcheck: INCONCLUSIVE" in r.stdout  # 2 steps: too short a window to judge feature learning
-    assert (sweep / "report" / "report.md").is_file() and (sweep / "report" / "report.json").is_file()
+    assert f"coordcheck: report {sweep / 'report' / 'report.md'}" in r.stdout
+    report = sweep / "report"
+    for name in ("coord_check", "slopes", "loss"):
+        assert (report / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (report / f"{name}.pdf").read_bytes()[:4] == b"%PDF"
+    md = (report / "report.md").read_text()
+    assert md.startswith("# muP coordinate check\n\n**Verdict: INCONCLUSIVE**") and "![coord_check (png)]" in md
+    assert "python -m coordcheck" in md and "width=16,32,64" in md  # the exact command
+    assert json.loads((report / "report.json").read_text())["widths"] == [16, 32, 64]
 
 
 def test_single_run_user_error_is_one_line_and_exit_2(tmp_path):
@@ -76,3 +84,13 @@ def test_unknown_builder_is_one_line(tmp_path):
     r = run_cli("model._target_=nowhere.build", *TINY, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "model._target_=nowhere.build could not be used" in r.stderr
+
+
+def test_mlp_sweep_passes_end_to_end(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli("model=mlp", "width=64,128,256", "seeds=2", "steps=4", "progress=false", "report.figures=false",
+                f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "coordcheck: PASS" in r.stdout
+    gate = run_cli(str(sweep), "--strict", "--no-figures", cwd=tmp_path, module="coordcheck.report")
+    assert gate.returncode == 0 and "PASS" in gate.stdout

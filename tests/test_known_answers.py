@@ -1,0 +1,94 @@
+"""Known answers on real training runs at small widths: the verdict must get them right.
+
+Each case trains for real (2 seeds, 4 steps) and asserts the verdict, the module(s) it names,
+the step and the slope. Learning rates are ones at which training is stable at every width
+(an unstable run is inconclusive by design; see test_verdict).
+"""
+
+import pytest
+import torch
+
+import known_models as km
+from coordcheck import coord_check
+from coordcheck.data import tokens
+from coordcheck.models import gpt, mlp
+
+MLP_WIDTHS = [64, 128, 256, 512]
+GPT_WIDTHS = [64, 128, 256]
+RUN = dict(steps=4, seeds=2, progress=False)
+GPT_DATA = tokens(batch_size=2, seq_len=16)  # few tokens per batch: width >> tokens, as muP's limit
+
+
+def torch_adam(model, lr):
+    return torch.optim.Adam(model.parameters(), lr=lr)
+
+
+def failing(result, tensor=None):
+    s = result.verdict.series
+    s = s[s["in_window"] & (s["status"] == "fail")]
+    return s if tensor is None else s[s["tensor"] == tensor]
+
+
+@pytest.mark.parametrize("build,widths,data", [(mlp, MLP_WIDTHS, None), (gpt, GPT_WIDTHS, GPT_DATA)])
+def test_mup_models_pass(build, widths, data):
+    r = coord_check(build, widths, data=data, **RUN)
+    assert r.passed, r.verdict.reason
+    hidden = r.verdict.series.query("role == 'hidden' and status == 'pass'")
+    assert len(hidden) and hidden["slope"].abs().max() < 0.2
+
+
+@pytest.mark.parametrize("build,widths,data", [(mlp, MLP_WIDTHS, None), (gpt, GPT_WIDTHS, GPT_DATA)])
+def test_same_models_in_sp_with_adam_fail(build, widths, data):
+    r = coord_check(build, widths, data=data, parametrization="sp", **RUN)
+    assert r.verdict.status == "fail"
+    bad = failing(r)
+    assert {"hidden", "output"} <= set(bad["role"]) and bad["slope"].max() > 0.8
+    assert "violate muP" in r.verdict.reason and "slope +" in r.verdict.reason
+
+
+def test_mup_shapes_with_plain_torch_adam_fail_on_hidden_layers():
+    r = coord_check(mlp, MLP_WIDTHS, optimizer=torch_adam, lr=1e-3, **RUN)
+    assert r.verdict.status == "fail"
+    bad = failing(r)
+    assert set(bad["role"]) >= {"hidden"} and bad.loc[bad.role == "hidden", "slope"].min() > 0.5
+    assert "hidden learning rate is not scaled" in r.verdict.reason
+
+
+def test_gpt_with_plain_torch_adam_fails_on_hidden_layers():
+    r = coord_check(gpt, GPT_WIDTHS, data=GPT_DATA, optimizer=torch_adam, **RUN)
+    assert r.verdict.status == "fail"
+    assert "blocks." in r.verdict.reason and "hidden learning rate is not scaled" in r.verdict.reason
+
+
+HAND = dict(parametrization="none", optimizer=km.make_optimizer, data="gaussian", lr=1e-3, **RUN)
+
+
+def test_hand_written_mup_passes():
+    r = coord_check(km.build, MLP_WIDTHS, **HAND)
+    assert r.passed, r.verdict.reason
+    assert r.verdict.modules.set_index("module").loc["readout.fc", "status"] == "skip"  # pre-multiplier logits
+
+
+def test_hand_written_without_output_multiplier_fails_naming_the_readout():
+    r = coord_check(km.build_no_multiplier, MLP_WIDTHS, **HAND)
+    assert r.verdict.status == "fail"
+    bad = failing(r)
+    assert set(bad["module"]) == {"readout"} and bad["slope"].min() > 0.8
+    assert "worst: readout" in r.verdict.reason and "output multiplier is missing" in r.verdict.reason
+
+
+def test_hand_written_with_unscaled_hidden_lr_fails_naming_hidden_layers():
+    r = coord_check(km.build_unscaled_hidden_lr, MLP_WIDTHS, **HAND)
+    assert r.verdict.status == "fail"
+    bad = failing(r)
+    assert {"hidden.0", "hidden.1"} <= set(bad["module"])
+    assert "hidden.1" in r.verdict.reason and "hidden learning rate is not scaled" in r.verdict.reason
+
+
+def test_sp_at_tiny_lr_has_flat_activations_but_fails_through_delta():
+    r = coord_check(mlp, MLP_WIDTHS, parametrization="sp", optimizer="sgd", lr=1e-3, readout_zero_init=False, **RUN)
+    s = r.verdict.series
+    hidden_out = s[(s.role == "hidden") & (s.tensor == "out")]
+    assert (hidden_out["status"] == "pass").all()  # activations look flat ...
+    assert r.verdict.status == "fail"
+    assert set(failing(r)["tensor"]) == {"delta"}  # ... but their updates do not scale like muP

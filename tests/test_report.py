@@ -1,0 +1,111 @@
+"""The report command on sweep directories built from synthetic job frames."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from coordcheck.frame import write_frame
+from coordcheck.report import main, md_escape
+from conftest import run_cli
+from synthetic import make_frame
+from test_verdict import HEALTHY
+
+
+def _sweep(tmp_path, frame, *, failed=()):
+    for w, g in frame.groupby("width"):
+        write_frame(g, tmp_path / f"width={w}" / "frame.parquet")
+        (tmp_path / f"width={w}" / "job.json").write_text(json.dumps({"status": "ok"}))
+    for w in failed:
+        d = tmp_path / f"width={w}"
+        d.mkdir()
+        (d / "job.json").write_text(json.dumps({"status": "failed", "error": "CUDA out of memory"}))
+    return tmp_path
+
+
+@pytest.mark.parametrize("series,code", [
+    (HEALTHY, 0), ({**HEALTHY, ("h1", "hidden", "delta"): 1.0}, 1),
+])
+def test_strict_exit_codes_pass_fail(tmp_path, series, code, capsys):
+    sweep = _sweep(tmp_path, make_frame(series))
+    assert main([str(sweep), "--strict", "--no-figures"]) == code
+    assert main([str(sweep), "--no-figures"]) == 0  # without --strict: 0 when a report was written
+    out = capsys.readouterr().out
+    assert ("PASS" if code == 0 else "FAIL") in out and "report.md" in out
+
+
+def test_strict_inconclusive_is_2_and_failed_jobs_are_listed(tmp_path, capsys):
+    sweep = _sweep(tmp_path, make_frame(HEALTHY, widths=(64, 128)), failed=(256,))
+    assert main([str(sweep), "--strict", "--no-figures"]) == 2
+    out = capsys.readouterr().out
+    assert "job width=256 failed: CUDA out of memory" in out
+    payload = json.loads((sweep / "report" / "report.json").read_text())
+    assert payload["status"] == "inconclusive" and payload["passed"] is False
+    assert payload["jobs"]["problems"] == [{"job": "width=256", "status": "failed", "error": "CUDA out of memory"}]
+    assert "CUDA out of memory" in (sweep / "report" / "report.md").read_text()
+
+
+def test_a_failed_job_turns_pass_into_inconclusive(tmp_path):
+    sweep = _sweep(tmp_path, make_frame(HEALTHY), failed=(1024,))
+    assert main([str(sweep), "--strict", "--no-figures"]) == 2
+
+
+def test_json_schema_nan_as_null_and_rerun_is_safe(tmp_path):
+    sweep = _sweep(tmp_path, make_frame({**HEALTHY, ("z", "output", "out"): "zero"}))
+    main([str(sweep), "--no-figures"])
+    first = (sweep / "report" / "report.json").read_text()
+    main([str(sweep), "--no-figures"])  # re-run: same result, the report dir is not read as a job
+    text = (sweep / "report" / "report.json").read_text()
+    assert text == first and "NaN" not in text
+    p = json.loads(text)
+    assert p["schema"] == "coordcheck.report/1"
+    assert set(p) >= {"status", "passed", "reason", "rules", "widths", "jobs", "configurations", "modules", "worst",
+                      "instability", "figures", "command", "config"}
+    z = next(m for m in p["modules"] if m["module"] == "z")
+    assert z["status"] == "zero" and z["slope"] is None
+    slopes = pd.read_csv(sweep / "report" / "slopes.csv")
+    assert {"slope", "ci_low", "ci_high", "n_widths"} <= set(slopes.columns)
+    assert pd.read_parquet(sweep / "report" / "slopes.parquet").shape == slopes.shape
+
+
+def test_stat_and_tolerance_from_the_command_line(tmp_path):
+    frame = make_frame({**HEALTHY, ("h1", "hidden", "out"): 0.15})
+    sweep = _sweep(tmp_path, frame)
+    assert main([str(sweep), "--strict", "--no-figures"]) == 0
+    assert main([str(sweep), "--strict", "--no-figures", "--tol", "0.1"]) == 1
+    assert json.loads((sweep / "report" / "report.json").read_text())["rules"]["tol"] == 0.1
+
+
+def test_module_names_are_escaped_in_markdown(tmp_path):
+    evil = "blocks.0|<script>alert(1)</script>"
+    frame = make_frame({**HEALTHY, (evil, "hidden", "delta"): 1.0})
+    sweep = _sweep(tmp_path, frame)
+    main([str(sweep), "--no-figures"])
+    md = (sweep / "report" / "report.md").read_text()
+    assert "<script>" not in md and md_escape(evil) in md
+    assert md_escape("a|b\nc") == "a\\|b c"
+
+
+def test_bad_sweep_dirs_are_one_line_errors(tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = run_cli(str(tmp_path / "empty"), cwd=tmp_path, module="coordcheck.report")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "no coordcheck frames" in r.stderr
+    r = run_cli(str(tmp_path / "nope"), cwd=tmp_path, module="coordcheck.report")
+    assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp_path / "bad" / "w=1"
+    bad.mkdir(parents=True)
+    (bad / "frame.parquet").write_bytes(b"garbage")
+    r = run_cli(str(tmp_path / "bad"), cwd=tmp_path, module="coordcheck.report")
+    assert r.returncode == 2 and "unreadable parquet" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_report_side_never_imports_torch(tmp_path):
+    sweep = _sweep(tmp_path, make_frame(HEALTHY))
+    code = ("import sys; from coordcheck.report import main; main([sys.argv[1]]); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", code, str(sweep)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-1000:]
+    assert (sweep / "report" / "coord_check.png").read_bytes()[:4] == b"\x89PNG"

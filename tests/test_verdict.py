@@ -1,0 +1,135 @@
+"""Verdict rules on synthetic frames with known slopes."""
+
+import pytest
+
+from coordcheck.verdict import Rules, find_instability, judge
+from synthetic import make_frame
+
+HEALTHY = {
+    ("emb", "input", "out"): 0.0, ("emb", "input", "delta"): 0.0,
+    ("h1", "hidden", "out"): 0.02, ("h1", "hidden", "delta"): -0.05,
+    ("scores", "attention", "out"): -0.6, ("scores", "attention", "delta"): -0.6,
+    ("head", "output", "out"): 0.0, ("head", "output", "delta"): 0.0,
+}
+
+
+def _status(frame, **rules):
+    return judge(frame, rules=Rules(**rules))
+
+
+def test_healthy_model_passes():
+    v = _status(make_frame(HEALTHY, noise=0.02))
+    assert v.status == "pass" and v.passed
+    assert set(v.modules["status"]) == {"pass"}
+
+
+@pytest.mark.parametrize("key,slope,module,phrase", [
+    (("h1", "hidden", "delta"), 1.0, "h1", "hidden learning rate is not scaled"),
+    (("h1", "hidden", "delta"), -0.7, "h1", "feature updates vanish"),
+    (("head", "output", "out"), 1.0, "head", "not a MuReadout"),
+    (("scores", "attention", "out"), 0.5, "scores", "1/sqrt(d_head) instead of 1/d_head"),
+    (("emb", "input", "delta"), 0.8, "emb", "input layer"),
+])
+def test_planted_violations_fail_and_name_module(key, slope, module, phrase):
+    v = _status(make_frame({**HEALTHY, key: slope}))
+    assert v.status == "fail"
+    assert module in v.reason and phrase in v.reason
+    assert v.modules.set_index("module").loc[module, "status"] == "fail"
+    assert f"{slope:+.2f}" in v.reason
+
+
+def test_growth_at_init_is_init_too_large():
+    v = _status(make_frame({**HEALTHY, ("h1", "hidden", "out"): 0.5}))
+    w = v.worst(1).iloc[0]
+    assert w["step"] == 0 and "init too large" in w["diagnosis"]
+
+
+def test_output_may_shrink_and_be_exactly_zero():
+    series = {**HEALTHY, ("head", "output", "out"): -1.0, ("zero_head", "output", "out"): "zero"}
+    v = _status(make_frame(series))
+    assert v.status == "pass"
+    assert v.modules.set_index("module").loc["zero_head", "status"] == "zero"
+
+
+def test_inner_output_before_a_multiplier_is_skipped():
+    series = {**HEALTHY, ("head.fc", "output", "out"): 1.0}  # runs before "head" (call_order)
+    series = {k: series[k] for k in [*list(series)[:-3], ("head.fc", "output", "out"), *list(series)[-3:-1]]}
+    series[("head", "output", "delta")] = 0.0
+    v = _status(make_frame(series))
+    assert v.status == "pass"
+    assert v.modules.set_index("module").loc["head.fc", "status"] == "skip"
+
+
+def test_noisy_violation_is_inconclusive_not_fail():
+    series = {**HEALTHY, ("h1", "hidden", "out"): 0.3}
+    v = _status(make_frame(series, noise=1.0, seeds=(0,), widths=(64, 128, 256)))
+    row = v.series[(v.series.module == "h1") & (v.series.tensor == "out") & (v.series.step == 2)].iloc[0]
+    assert row["slope"] > 0.2 and row["ci_low"] < 0.2 and row["status"] == "inconclusive"
+
+
+def test_fewer_than_three_widths_is_inconclusive_never_pass():
+    v = _status(make_frame(HEALTHY, widths=(64, 128)))
+    assert v.status == "inconclusive" and "only 2 width(s)" in v.reason
+
+
+def test_nonfinite_fails_with_width_and_step():
+    v = _status(make_frame({**HEALTHY, ("h1", "hidden", "out"): "nan"}))
+    assert v.status == "fail" and "diverged at step 4, width 512" in v.reason
+
+
+def test_nonfinite_loss_fails():
+    loss = {512: [5.0, 4.0, float("nan"), float("nan"), float("nan")]}
+    v = _status(make_frame(HEALTHY, loss=loss))
+    assert v.status == "fail" and v.reason.startswith("diverged at step 2, width 512")
+
+
+def test_stability_window_ignores_violations_after_blowup():
+    loss = {512: [5.0, 4.0, 3.0, 12.0, 6.0]}  # unstable from step 3 at the widest width
+    frame = make_frame({**HEALTHY, ("h1", "hidden", "delta"): 0.0}, loss=loss)
+    late = (frame.module == "h1") & (frame.step >= 3)
+    frame.loc[late, "value"] = frame.loc[late, "value"] * frame.loc[late, "width"]  # slope +1 after the blow-up
+    inst = find_instability(frame)
+    assert inst.set_index("width").loc[512, "unstable_step"].tolist() == [3, 3]
+    v = judge(frame)
+    assert v.status == "pass" and int(v.configs["window_end"].iloc[0]) == 2
+    assert "width 512 seed 0: loss rose from 3 to 12 at step 3" in v.configs["instability"].iloc[0]
+
+
+def test_violation_inside_the_window_still_fails():
+    loss = {512: [5.0, 4.0, 12.0, 3.0, 2.0]}
+    v = _status(make_frame({**HEALTHY, ("head", "output", "out"): 0.9}, loss=loss))
+    assert v.status == "fail" and "head" in v.reason
+
+
+def test_short_clean_window_says_lower_the_lr():
+    loss = {w: [5.0, 4.0, 9.0, 9.0, 9.0] for w in (64, 128, 256, 512)}
+    v = _status(make_frame(HEALTHY, loss=loss))
+    assert v.status == "inconclusive" and "training unstable at this learning rate — lower it" in v.reason
+
+
+def test_small_bumps_are_not_instability():
+    loss = {512: [5.0, 0.05, 0.08, 0.04, 0.045]}  # tiny in absolute terms
+    assert find_instability(make_frame(HEALTHY, loss=loss))["unstable_step"].isna().all()
+
+
+def test_a_model_that_does_not_learn_is_not_pass():
+    series = {**HEALTHY, ("h1", "hidden", "delta"): "zero", ("head", "output", "delta"): "zero"}
+    v = _status(make_frame(series))
+    assert v.status == "inconclusive" and "does not change during training" in v.reason
+
+
+def test_stat_is_selectable():
+    frame = make_frame(HEALTHY)
+    frame.loc[(frame.stat == "l1") & (frame.module == "h1"), "value"] *= frame["width"]
+    assert judge(frame, rules=Rules(stat="std")).status == "pass"
+    assert judge(frame, rules=Rules(stat="l1")).status == "fail"
+
+
+def test_overall_is_worst_configuration():
+    a = make_frame(HEALTHY)
+    b = make_frame({**HEALTHY, ("h1", "hidden", "delta"): 1.0}, identity=dict(config_id="sp", parametrization="sp"))
+    import pandas as pd
+
+    v = judge(pd.concat([a, b], ignore_index=True))
+    assert v.status == "fail" and v.reason.startswith("sp:")
+    assert dict(zip(v.configs["parametrization"], v.configs["status"])) == {"mup": "pass", "sp": "fail"}
