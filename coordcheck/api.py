@@ -101,7 +101,7 @@ def coord_check(
     steps: int = 10,
     seeds: int | Sequence[int] = 3,
     data: str | Batch | tuple[torch.Tensor, torch.Tensor] | None = None,
-    base_width: int | None = None,
+    base_width: int = 128,
     loss: LossFn | None = None,
     tensors: Sequence[str] = ("out", "delta"),
     progress: bool = True,
@@ -115,7 +115,7 @@ def coord_check(
     ``"adamw"``, ``"sgd"`` or a factory ``factory(model, lr) -> Optimizer``. ``data``: a
     name (``"tokens"``, ``"text"``, ``"gaussian"``), a ``Batch`` or an ``(inputs, targets)``
     pair; default: the built-in model's own. ``loss(output, targets)``: default
-    cross-entropy over the last dimension. ``base_width``: default ``min(widths)``.
+    cross-entropy over the last dimension. ``base_width``: the width at which muP equals standard parametrization (where ``lr`` was tuned).
     ``rules``: the verdict's numbers (:class:`coordcheck.verdict.Rules`).
     """
     if isinstance(widths, (int, str)) or not len(widths):
@@ -163,7 +163,7 @@ def coord_check(
             frame, fact = run_width(
                 builder, width, seeds=seeds, parametrization=parametrization, optimizer=factory, lr=lr,
                 batch=batch, steps=steps, identity=identity,
-                base_width=min(widths) if base_width is None else base_width,
+                base_width=base_width,
                 loss_fn=loss or cross_entropy, tensors=tensors, progress=bar,
             )
             frames.append(frame)

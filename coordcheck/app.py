@@ -128,6 +128,8 @@ def main(cfg: DictConfig) -> None:
     try:
         facts = run_job(cfg, output_dir)
         write_json(output_dir / JOB_NAME, {**job, "status": "ok", **facts})
+        if hc.mode == RunMode.RUN:
+            log.info("one width only: sweep widths for a verdict, e.g. width=256,512,1024 --multirun")
     except (Exception, KeyboardInterrupt) as e:
         user = isinstance(e, CoordCheckError)
         error = str(e) if user else f"{type(e).__name__}: {e}"
@@ -160,7 +162,9 @@ class SweepCallback(Callback):
         opts = config.get("report") or {}
         rules = Rules(**{k: opts[k] for k in ("stat", "tol", "shrink_tol", "rise", "rise_floor") if k in opts})
         try:
-            report, path = report_sweep(sweep_dir, rules=rules, figures=bool(opts.get("figures", True)))
+            report, path = report_sweep(sweep_dir, rules=rules, figures=bool(opts.get("figures", True)),
+                                        steps=list(opts["steps"]) if opts.get("steps") else None,
+                                        size=str(opts.get("size", "paper")))
         except CoordCheckError as e:
             print(f"coordcheck: no report: {e}", file=sys.stderr)
             FAILED_JOBS.append(str(e))

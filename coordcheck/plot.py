@@ -126,7 +126,7 @@ def plot_coords(
             err_kws={"alpha": 0.15, "linewidth": 0}, linewidth=1.2,
             marker="o", markersize=3, markeredgewidth=0, legend=False,
         )  # ends with the grid's tight_layout, once the ticks are final
-        g.set_titles(col_template="step {col_name}", row_template="{row_var} = {row_name}")
+        g.set_titles(col_template="step {col_name}", row_template="")  # the row is named in the y label
         magnitude = "|mean|" if stat == "mean" else stat
         for ax in g.axes.flat:
             if not ax.lines:
@@ -134,7 +134,8 @@ def plot_coords(
                         ha="center", va="center", color="0.4", fontsize="small")
         g.set_axis_labels("width", "")
         for level, ax in zip(row_order, g.axes[:, 0]):
-            ax.set_ylabel(f"{magnitude} of {level if row == 'tensor' else tensor}")
+            label = f"{magnitude} of {level if row == 'tensor' else tensor}"
+            ax.set_ylabel(f"{level}\n{label}" if row != "tensor" and len(row_order) > 1 else label)
         _legend(g.figure, *_layer_legend(modules, colours))
     _save(g.figure, path)
     return g.figure
@@ -147,6 +148,7 @@ def plot_slopes(
     stat: str = "std",
     tensor: str | None = None,
     size: Size = "paper",
+    window_end: dict[str, int] | None = None,
 ) -> Figure:
     """The verdict at a glance: the width exponent of every module at every step.
 
@@ -160,6 +162,8 @@ def plot_slopes(
     diverging palette centred at 0 and saturating at +-1 (white = width-invariant, red =
     grows with width). Panels with few cells print the slopes; NaN slopes stay blank.
     Each parametrization must hold one configuration (one ``config_id``).
+    ``window_end`` maps a parametrization to the last step the verdict judged (training
+    turned unstable after it); later steps are hatched and labelled "not judged".
     """
     _check_columns(slopes, [*CONFIG_COLUMNS, *SERIES_COLUMNS, "slope"], "slopes table")
     data = slopes[(slopes["stat"] == stat) & (slopes["tensor"] != "loss")]
@@ -209,7 +213,14 @@ def plot_slopes(
                         annot_kws={"fontsize": "x-small"}, yticklabels=labels, xticklabels=every_step,
                         linewidths=0.5 if row_pt > 8 else 0, linecolor="white")
             ax.set_title(f"{par} · {ten}")
-            ax.set_xlabel("step" if last_row else "")
+            end = (window_end or {}).get(par)
+            if end is not None and end < steps.max():
+                first = int(np.searchsorted(steps, end, side="right"))  # first column not judged
+                ax.axvspan(first, len(steps), facecolor="none", edgecolor="0.35", hatch="///", linewidth=0)
+                ax.axvline(first, color="0.15", linewidth=1.2)
+            hatched = end is not None and end < steps.max()
+            ax.set_xlabel(("step (hatched: after the loss turned unstable, not judged)" if hatched else "step")
+                          if last_row else "")
             ax.set_ylabel("")
             ax.tick_params(axis="y", rotation=0, labelsize=label_pt)
             ax.tick_params(axis="x", rotation=0)

@@ -209,7 +209,10 @@ def build_report(
     return Report(frame, slopes, verdict, problems, list(jobs or []), command, config)
 
 
-def write_report(report: Report, out_dir: str | Path, *, figures: bool = True, steps: list[int] | None = None) -> Path:
+def write_report(
+    report: Report, out_dir: str | Path, *, figures: bool = True, steps: list[int] | None = None,
+    size: str = "paper",
+) -> Path:
     """Write every report file into ``out_dir``; return the path of ``report.md``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -218,14 +221,14 @@ def write_report(report: Report, out_dir: str | Path, *, figures: bool = True, s
     atomic_write(out / "slopes.csv", lambda p: report.slopes.to_csv(p, index=False))
     atomic_write(out / "verdict.csv", lambda p: report.verdict.series.to_csv(p, index=False))
     if figures:
-        report.figures = _write_figures(report, out, steps)
+        report.figures = _write_figures(report, out, steps, size)
     text = json.dumps(report.payload(), indent=2, allow_nan=False, default=str)
     atomic_write(out / "report.json", lambda p: p.write_text(text))
     md = report.markdown()
     return atomic_write(out / "report.md", lambda p: p.write_text(md))
 
 
-def _write_figures(report: Report, out: Path, steps: list[int] | None) -> dict[str, str]:
+def _write_figures(report: Report, out: Path, steps: list[int] | None, size: str) -> dict[str, str]:
     """Coord-check grid, slope heatmap and loss curves (PDF + PNG); a figure that cannot be drawn is noted."""
     import matplotlib.pyplot as plt
 
@@ -234,10 +237,12 @@ def _write_figures(report: Report, out: Path, steps: list[int] | None) -> dict[s
     frame, stat = report.frame, report.verdict.rules.stat
     varying = [c for c in ("parametrization", "optimizer", "lr", "data", "model") if frame[c].nunique() > 1]
     row = varying[0] if len(varying) == 1 else ("parametrization" if not varying else "config_id")
+    configs = report.verdict.configs
+    ends = dict(zip(configs["parametrization"], configs["window_end"].astype(int))) if len(configs) else None
     jobs = {
-        "coord_check": lambda: plot.plot_coords(frame, out / "coord_check", stat=stat, steps=steps, row=row),
-        "slopes": lambda: plot.plot_slopes(report.slopes, out / "slopes", stat=stat),
-        "loss": lambda: plot.plot_loss(frame, out / "loss"),
+        "coord_check": lambda: plot.plot_coords(frame, out / "coord_check", stat=stat, steps=steps, row=row, size=size),
+        "slopes": lambda: plot.plot_slopes(report.slopes, out / "slopes", stat=stat, size=size, window_end=ends),
+        "loss": lambda: plot.plot_loss(frame, out / "loss", size=size),
     }
     figures = {}
     for name, draw in jobs.items():
@@ -272,6 +277,7 @@ def _sweep_config(sweep_dir: Path) -> tuple[str | None, str | None]:
 
 def report_sweep(
     sweep_dir: str | Path, *, rules: Rules = Rules(), figures: bool = True, steps: list[int] | None = None,
+    size: str = "paper",
 ) -> tuple[Report, Path]:
     """Aggregate a sweep directory from disk, judge it and write ``SWEEP_DIR/report/``."""
     sweep_dir = Path(sweep_dir)
@@ -284,7 +290,7 @@ def report_sweep(
         )
     report = build_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs, command=command,
                           config=config)
-    path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps)
+    path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps, size=size)
     return report, path
 
 
@@ -313,13 +319,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rise-floor", type=float, default=d.rise_floor,
                    help=f"... and above it by more than this fraction of the step-0 loss (default {d.rise_floor})")
     p.add_argument("--steps", type=_steps, default=None, help="steps shown in the figure, e.g. 0,3,10")
+    p.add_argument("--size", default="paper", choices=["paper", "slides"],
+                   help="figure size: a paper column (default) or 16:9 slides")
     p.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     try:
         rules = Rules(stat=args.stat, tol=args.tol, shrink_tol=args.shrink_tol, rise=args.rise,
                       rise_floor=args.rise_floor)
-        report, path = report_sweep(args.sweep_dir, rules=rules, figures=not args.no_figures, steps=args.steps)
+        report, path = report_sweep(args.sweep_dir, rules=rules, figures=not args.no_figures, steps=args.steps,
+                                    size=args.size)
     except CoordCheckError as e:
         print(f"coordcheck.report: error: {e}", file=sys.stderr)
         return 2

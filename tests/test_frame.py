@@ -8,7 +8,7 @@ def _frame(n=4):
     df = empty_frame()
     rows = {c: ["x"] * n for c, t in COLUMNS.items() if t == "str"}
     rows.update({"lr": [0.01] * n, "width": [64] * n, "seed": [0] * n, "step": list(range(n)),
-                 "layer_index": [1] * n, "value": [1.0, 2.0, float("nan"), float("inf")][:n]})
+                 "layer_index": [1] * n, "call_order": [0] * n, "value": [1.0, 2.0, float("nan"), float("inf")][:n]})
     return conform(pd.concat([df, pd.DataFrame(rows)]))
 
 
