@@ -104,6 +104,7 @@ def coord_check(
     base_width: int = 128,
     loss: LossFn | None = None,
     tensors: Sequence[str] = ("out", "delta"),
+    stats: Sequence[str] = ("std", "l1", "rms", "mean", "absmax"),
     progress: bool = True,
     rules: Rules | None = None,
     **build_kwargs: object,
@@ -148,7 +149,7 @@ def coord_check(
     model_name = _name(build, "coordcheck.models")
     key = json.dumps(
         [model_name, repr(sorted(build_kwargs.items())), parametrization.name, opt_name, lr, batch.name,
-         steps, base_width, seeds, list(tensors)], default=str,
+         steps, base_width, seeds, list(tensors), list(stats)], default=str,
     )
     identity = RunIdentity(
         config_id=hashlib.sha1(key.encode()).hexdigest()[:12], model=model_name,
@@ -164,7 +165,7 @@ def coord_check(
                 builder, width, seeds=seeds, parametrization=parametrization, optimizer=factory, lr=lr,
                 batch=batch, steps=steps, identity=identity,
                 base_width=base_width,
-                loss_fn=loss or cross_entropy, tensors=tensors, progress=bar,
+                loss_fn=loss or cross_entropy, tensors=tensors, stats=stats, progress=bar,
             )
             frames.append(frame)
             facts.append(fact)

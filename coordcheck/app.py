@@ -109,7 +109,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     frame, facts = run_width(
         build, width, seeds=seeds, parametrization=parametrization, optimizer=optimizer, lr=float(cfg.lr),
         batch=batch, steps=cfg.steps, identity=identity, base_width=cfg.base_width,
-        tensors=tuple(cfg.tensors), progress=bool(cfg.progress),
+        tensors=tuple(cfg.tensors), stats=tuple(cfg.stats), progress=bool(cfg.progress),
     )
     write_frame(frame, output_dir / FRAME_NAME)
     log.info(

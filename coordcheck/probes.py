@@ -62,6 +62,19 @@ __all__ = ["Probes", "StepRecord", "moments", "stats_from_moments", "STAT_FUNCS"
 
 # Raw moments kept per (module, tensor): n, sum, sum of squares, sum |x|, max |x|.
 N, SUM, SUMSQ, ABSSUM, ABSMAX = range(5)
+MOMENTS = ("sum", "sumsq", "abssum", "absmax")
+NEEDS = {"std": ("sum", "sumsq"), "l1": ("abssum",), "rms": ("sumsq",), "mean": ("sum",), "absmax": ("absmax",)}
+
+
+def needed_moments(stats: Sequence[str]) -> tuple[str, ...]:
+    """The raw moments (in canonical order) that the statistics ``stats`` need."""
+    unknown = [s for s in stats if s not in NEEDS]
+    if unknown:
+        from coordcheck.errors import CoordCheckError
+
+        raise CoordCheckError(f"unknown statistic(s) {unknown}: use some of {list(NEEDS)}")
+    need = {m for s in stats for m in NEEDS[s]}
+    return tuple(m for m in MOMENTS if m in need)
 
 
 def _std(m: np.ndarray) -> np.ndarray:
@@ -81,13 +94,27 @@ STAT_FUNCS = {
 }
 
 
-def moments(x: torch.Tensor) -> torch.Tensor:
-    """(sum, sum x^2, sum |x|, max |x|) of ``x`` reduced in float32 on its device; shape (4,)."""
+def moments(x: torch.Tensor, which: Sequence[str] = MOMENTS) -> torch.Tensor:
+    """The raw moments ``which`` (of sum, sumsq, abssum, absmax) of ``x``, in float32 on its device.
+
+    One reduction each over the flat tensor, no host sync: sum -> ``sum``, sum of squares
+    -> ``dot(x, x)``, sum |x| -> 1-norm, max |x| -> ``aminmax`` (cheaper than an inf-norm).
+    """
     f = x.reshape(-1)
     if f.dtype != torch.float32:
         f = f.float()
-    lo, hi = torch.aminmax(f)
-    return torch.stack([f.sum(), torch.dot(f, f), f.abs().sum(), torch.maximum(-lo, hi)])
+    out = []
+    for m in which:
+        if m == "sum":
+            out.append(f.sum())
+        elif m == "sumsq":
+            out.append(torch.dot(f, f))
+        elif m == "abssum":
+            out.append(torch.linalg.vector_norm(f, 1))
+        else:
+            lo, hi = torch.aminmax(f)
+            out.append(torch.maximum(-lo, hi))
+    return torch.stack(out)
 
 
 def stats_from_moments(m: np.ndarray, stats: Sequence[str]) -> np.ndarray:
@@ -126,6 +153,7 @@ class Probes:
 
     model: nn.Module
     tensors: Sequence[str] = ("out", "delta")
+    stats: Sequence[str] = ("std", "l1", "rms", "mean", "absmax")
     recording: bool = False
     step: int = 0
     layout: dict[str, tuple[int, str, int]] = field(default_factory=dict)
@@ -140,6 +168,8 @@ class Probes:
     _last_out: object = None
 
     def __post_init__(self) -> None:
+        self._which = needed_moments(self.stats)
+        self._cols = [1 + MOMENTS.index(m) for m in self._which]  # their columns in the (R, 5) array
         self._modules = dict(self.model.named_modules())
         for name, module in self._modules.items():
             self._handles.append(module.register_forward_hook(partial(self._hook, name or ROOT_MODULE)))
@@ -174,7 +204,7 @@ class Probes:
         if tensor in self.tensors:
             self._keys.append((name, tensor))
             self._n.append(x.numel())
-            self._vals.append(moments(x))
+            self._vals.append(moments(x, self._which))
 
     # -- the loop's side ----------------------------------------------------------------
     def begin_step(self, step: int) -> None:
@@ -192,8 +222,9 @@ class Probes:
         packed = torch.cat([torch.stack(self._vals).reshape(-1), loss.detach().float().reshape(1)]) if self._vals \
             else loss.detach().float().reshape(1)
         host = packed.cpu().double().numpy()  # the one device-to-host transfer of the step
-        raw = np.column_stack([np.asarray(self._n, dtype=np.float64), host[:-1].reshape(-1, 4)]) if self._vals \
-            else np.zeros((0, 5))
+        raw = np.full((len(self._n), 5), np.nan)
+        raw[:, N] = self._n
+        raw[:, self._cols] = host[:-1].reshape(len(self._n), len(self._cols))
         keys, raw = _pool_calls(self._keys, raw)
         return StepRecord(self.step, keys, raw, float(host[-1]))
 

@@ -89,6 +89,7 @@ def train_with_probes(
     steps: int,
     loss_fn: LossFn = cross_entropy,
     tensors: Sequence[str] = ("out", "delta"),
+    stats: Sequence[str] = STATS,
     on_step: Callable[[StepRecord], None] | None = None,
 ) -> tuple[list[StepRecord], dict[str, tuple[int, str, int]]]:
     """Train ``steps`` updates on the fixed batch; return the per-step records and the layout."""
@@ -98,7 +99,7 @@ def train_with_probes(
     inputs, targets = batch.inputs.to(device), batch.targets.to(device)
     model.train()
     records: list[StepRecord] = []
-    with Probes(model, tensors=tensors) as probes:
+    with Probes(model, tensors=tensors, stats=stats) as probes:
         for step in range(steps + 1):
             probes.begin_step(step)
             try:
@@ -174,6 +175,7 @@ def run_width(
     base_width: int,
     loss_fn: LossFn = cross_entropy,
     tensors: Sequence[str] = ("out", "delta"),
+    stats: Sequence[str] = STATS,
     progress: bool | tqdm = True,
 ) -> tuple[pd.DataFrame, dict]:
     """Train every seed at one width; return the job's tidy frame and facts about the run."""
@@ -191,14 +193,14 @@ def run_width(
             if not isinstance(opt, torch.optim.Optimizer):
                 raise CoordCheckError(f"the optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
             records, layout = train_with_probes(
-                model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors,
+                model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
                 on_step=lambda rec: bar.update(1),
             )
             last = records[-1]
             if not math.isfinite(last.loss):
                 facts["diverged"].append({"seed": seed, "step": last.step, "loss": repr(last.loss)})
                 log.warning("width %d seed %d diverged at step %d (loss %s)", width, seed, last.step, last.loss)
-            frames.append(to_frame(records, layout, identity, width=width, seed=seed))
+            frames.append(to_frame(records, layout, identity, width=width, seed=seed, stats=stats))
     finally:
         if bar is not progress:
             bar.close()

@@ -124,3 +124,14 @@ def test_api_bad_input(bad, match):
 def test_none_with_mureadout_but_no_base_shapes_says_what_to_do():
     with pytest.raises(CoordCheckError, match="MuReadout.*set_base_shapes"):
         coord_check(mlp, [16], parametrization="none", steps=1, seeds=1, progress=False)
+
+
+def test_recording_only_out_l1_matches_the_default_l1():
+    full = coord_check(mlp, [16, 32], seeds=1, steps=2, progress=False).frame
+    small = coord_check(mlp, [16, 32], seeds=1, steps=2, progress=False, tensors=("out",), stats=("l1",)).frame
+    acts = small[small.tensor != "loss"]
+    assert set(acts["stat"]) == {"l1"} and set(acts["tensor"]) == {"out"}
+    ref = full[(full.tensor == "out") & (full.stat == "l1")].reset_index(drop=True)
+    pd.testing.assert_series_equal(acts["value"].reset_index(drop=True), ref["value"], rtol=1e-6)
+    with pytest.raises(CoordCheckError, match="unknown statistic"):
+        coord_check(mlp, [16], seeds=1, steps=1, progress=False, stats=("l3",))
