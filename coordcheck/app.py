@@ -16,7 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import re
+import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -34,13 +38,13 @@ from coordcheck.errors import CoordCheckError
 from coordcheck.frame import FRAME_NAME, atomic_write, write_frame
 from coordcheck.sweep import JOB_NAME
 
-__all__ = ["run_job", "config_id", "SweepCallback", "JOB_NAME", "CONF_DIR"]
+__all__ = ["run_job", "config_id", "job_hash", "SweepCallback", "JOB_NAME", "CONF_DIR", "safe_dirname"]
 
 log = logging.getLogger("coordcheck")
 
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
-NOT_IN_ID = ("width", "progress", "report")  # keys that do not change what a configuration is
+NOT_IN_ID = ("width", "progress", "report", "threads")  # keys that do not change what a configuration is
 
 
 def config_id(cfg: DictConfig) -> str:
@@ -87,6 +91,12 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     from coordcheck.train import RunIdentity, resolve_seeds, run_width
 
     width = check_width(cfg.width)
+    try:
+        lr = float(cfg.lr)
+    except (TypeError, ValueError):
+        raise CoordCheckError(f"lr must be a positive number, got {cfg.lr!r}") from None
+    if not lr > 0:
+        raise CoordCheckError(f"lr must be a positive number, got {cfg.lr!r}")
     seeds = resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
     build = _instantiate(cfg.model, "model")
     parametrization = _instantiate(cfg.parametrization, "parametrization")
@@ -97,7 +107,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
         model=short_name(cfg.model._target_, "coordcheck.models"),
         parametrization=parametrization.name,
         optimizer=short_name(cfg.optimizer._target_, "coordcheck.optim"),
-        lr=float(cfg.lr),
+        lr=lr,
         data=batch.name,
         data_policy=batch.policy,
     )
@@ -107,7 +117,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
         cfg.base_width,
     )
     frame, facts = run_width(
-        build, width, seeds=seeds, parametrization=parametrization, optimizer=optimizer, lr=float(cfg.lr),
+        build, width, seeds=seeds, parametrization=parametrization, optimizer=optimizer, lr=lr,
         batch=batch, steps=cfg.steps, identity=identity, base_width=cfg.base_width,
         tensors=tuple(cfg.tensors), stats=tuple(cfg.stats), progress=bool(cfg.progress),
     )
@@ -119,13 +129,72 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     return {"config_id": identity.config_id, "rows": len(frame), **facts}
 
 
+def job_hash(cfg: DictConfig) -> str:
+    """Hash of everything that determines a job's frame (width included): the resume key."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    for key in ("progress", "report", "threads"):
+        resolved.pop(key, None)
+    return hashlib.sha1(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def finished(output_dir: Path, key: str) -> dict | None:
+    """The job.json of a complete job with the same configuration in ``output_dir``, if any."""
+    from coordcheck.frame import FrameError, read_frame
+
+    try:
+        meta = json.loads((output_dir / JOB_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("status") != "ok" or meta.get("job_hash") != key:
+        return None
+    try:
+        rows = len(read_frame(output_dir / FRAME_NAME))
+    except (FrameError, OSError):
+        return None
+    return meta if rows == meta.get("rows") else None
+
+
+def set_threads(cfg: DictConfig, hc: Any) -> int:
+    """``threads``: an int, or ``auto`` = this machine's cores split between parallel jobs."""
+    import torch
+
+    threads = cfg.get("threads", "auto")
+    if threads in (None, "auto"):
+        n_jobs = OmegaConf.select(hc, "launcher.n_jobs", default=None)
+        if not n_jobs or n_jobs < 1:  # basic launcher (or joblib's -1: one job per core)
+            n_jobs = 1 if not n_jobs else os.cpu_count() or 1
+        threads = max(1, (os.cpu_count() or 1) // n_jobs) if n_jobs > 1 else torch.get_num_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise CoordCheckError(f"threads must be a positive integer or auto, got {threads!r}")
+    torch.set_num_threads(threads)
+    return threads
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM during a job (a scheduler cancelling it): unwound like Ctrl-C, so no partial file stays."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Interrupted(f"terminated by signal {signum}")
+
+
 def main(cfg: DictConfig) -> None:
     """Hydra task function (registered in ``coordcheck.__main__``)."""
     hc = HydraConfig.get()
     output_dir = Path(hc.runtime.output_dir)
-    t0 = time.time()
-    job = {"width": cfg.get("width"), "overrides": list(hc.overrides.task), "started": t0}
+    key = job_hash(cfg)
+    if hc.mode == RunMode.MULTIRUN and (done := finished(output_dir, key)) is not None:
+        log.info("width=%s already done with the same configuration (%d rows): skipped", cfg.get("width"),
+                 done["rows"])
+        return
+    job = {"width": cfg.get("width"), "overrides": list(hc.overrides.task), "job_hash": key, "started": time.time()}
+    write_json(output_dir / JOB_NAME, {**job, "status": "running"})
+    (output_dir / FRAME_NAME).unlink(missing_ok=True)  # a stale frame from another config must not survive
+    restore = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        restore = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        job["threads"] = set_threads(cfg, hc)
         facts = run_job(cfg, output_dir)
         write_json(output_dir / JOB_NAME, {**job, "status": "ok", **facts})
         if hc.mode == RunMode.RUN:
@@ -133,11 +202,12 @@ def main(cfg: DictConfig) -> None:
     except (Exception, KeyboardInterrupt) as e:
         user = isinstance(e, CoordCheckError)
         error = str(e) if user else f"{type(e).__name__}: {e}"
+        status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
         write_json(output_dir / JOB_NAME, {
-            **job, "status": "failed", "error": error,
-            **({} if user else {"traceback": traceback.format_exc()}),
+            **job, "status": status, "error": error,
+            **({} if user or status == "interrupted" else {"traceback": traceback.format_exc()}),
         })
-        log.error("width=%s failed: %s", cfg.get("width"), error)
+        log.error("width=%s %s: %s", cfg.get("width"), status, error)
         if isinstance(e, KeyboardInterrupt):
             raise
         if hc.mode == RunMode.RUN:
@@ -146,6 +216,19 @@ def main(cfg: DictConfig) -> None:
                 sys.exit(2)
             raise
         FAILED_JOBS.append(error)
+    finally:
+        if restore is not None:
+            signal.signal(signal.SIGTERM, restore)
+
+
+def safe_dirname(name: str) -> str:
+    """A job directory name that cannot leave the sweep directory (no separators, no '..')."""
+    cleaned = re.sub(r"[^A-Za-z0-9._,=+@%-]", "_", str(name)).replace("..", "__").strip(".")
+    return cleaned[:200] or "job"
+
+
+if not OmegaConf.has_resolver("coordcheck_dirname"):
+    OmegaConf.register_new_resolver("coordcheck_dirname", safe_dirname)
 
 
 FAILED_JOBS: list[str] = []  # failures of in-process jobs; the CLI exits 1 when any

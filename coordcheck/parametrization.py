@@ -37,7 +37,7 @@ Builder = Callable[..., nn.Module]
 def call_builder(build: Builder, width: int) -> nn.Module:
     """``build(width=width)`` with one-line errors for the usual mistakes."""
     try:
-        sig = inspect.signature(build)
+        sig = inspect.signature(getattr(build, "func", build))  # a functools.partial: its function
     except (TypeError, ValueError):
         sig = None
     if sig is not None and "width" not in sig.parameters and not any(
@@ -46,7 +46,14 @@ def call_builder(build: Builder, width: int) -> nn.Module:
         raise CoordCheckError(
             f"model builder {_name(build)} has no `width` parameter: it must be build(width: int, **kwargs) -> nn.Module"
         )
-    model = build(width=width)
+    try:
+        model = build(width=width)
+    except TypeError as e:
+        if "argument" not in str(e):  # a TypeError from inside the builder is the builder's own
+            raise
+        raise CoordCheckError(
+            f"model builder {_name(build)} cannot be called as build(width={width}, **model config): {e}"
+        ) from None
     if not isinstance(model, nn.Module):
         raise CoordCheckError(f"model builder {_name(build)} returned {type(model).__name__}, not an nn.Module")
     return model
@@ -86,10 +93,16 @@ class Mup(Parametrization):
         self._base = make_base_shapes(base, delta)
 
     def apply(self, model: nn.Module) -> nn.Module:
-        try:
-            set_base_shapes(model, self._base)
-        except AssertionError as e:  # mup names the module that should be a MuReadout
-            raise CoordCheckError(f"parametrization=mup: {str(e).splitlines()[0]}") from None
+        set_base_shapes(model, self._base, do_assert=False)
+        for name, module in model.named_modules():  # mup's own check, with a message that says what to do
+            if isinstance(module, nn.Linear) and not isinstance(module, MuReadout):
+                fan_out, fan_in = module.weight.infshape[:2]
+                if fan_in.isinf() and not fan_out.isinf():
+                    raise CoordCheckError(
+                        f"parametrization=mup: module '{name}' ({type(module).__name__}) maps the width to a fixed "
+                        f"size but is not a mup.MuReadout: make it a MuReadout (or use parametrization=none "
+                        f"with your own output multiplier)"
+                    )
         reset = getattr(model, "reset_parameters", None)
         if callable(reset):
             reset()

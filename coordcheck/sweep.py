@@ -44,8 +44,11 @@ class Sweep:
 
 
 def _job_dirs(sweep_dir: Path) -> list[Path]:
+    """Directories holding a frame, a job.json, or Hydra's per-job record (a job that never finished)."""
     found = {p.parent for p in sweep_dir.rglob(FRAME_NAME)} | {p.parent for p in sweep_dir.rglob(JOB_NAME)}
-    return sorted(found)
+    found |= {p.parent.parent for p in sweep_dir.rglob(".hydra/config.yaml")}
+    found.discard(sweep_dir / "report")
+    return sorted(d for d in found if d != sweep_dir or (d / FRAME_NAME).exists() or (d / JOB_NAME).exists())
 
 
 def _read_job(path: Path) -> dict | None:
@@ -64,11 +67,12 @@ def aggregate(sweep_dir: str | Path) -> Sweep:
     for job_dir in _job_dirs(sweep_dir):
         rel = str(job_dir.relative_to(sweep_dir)) or "."
         meta = _read_job(job_dir)
-        if meta is not None and meta.get("status") == "failed":
-            problems.append(JobProblem(rel, "failed", str(meta.get("error", "unknown error"))))
+        status = meta.get("status") if meta else None
+        if status in ("failed", "interrupted"):
+            problems.append(JobProblem(rel, status, str(meta.get("error", "unknown error"))))
             continue
-        if not (job_dir / FRAME_NAME).exists():
-            problems.append(JobProblem(rel, "missing", "no frame.parquet (job did not finish)"))
+        if status == "running" or not (job_dir / FRAME_NAME).exists():
+            problems.append(JobProblem(rel, "missing", "no frame.parquet: the job did not finish (killed, or still running)"))
             continue
         try:
             frames.append(read_frame(job_dir / FRAME_NAME))

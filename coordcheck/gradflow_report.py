@@ -1,0 +1,754 @@
+"""Gradient-flow diagnoses, figure and report: ``gradflow.md`` + ``gradflow.json``.
+
+Stage: diagnose and report (analysis side; never imports torch). Input: a gradient-flow
+frame, as :class:`coordcheck.gradflow.GradFlowProbe` records it (``gradflow.parquet`` on
+disk; schema below). Output: a list of :class:`Diagnosis` — what is wrong, the fix in plain
+words, the parameters or modules involved — the figure ``gradflow.{png,pdf}``, and the
+report files ``gradflow.md`` (diagnoses first) and ``gradflow.json``, written atomically.
+
+The frame: one row per measurement, long in the statistic.
+
+==================  =======  ===================================================
+column              dtype    meaning
+==================  =======  ===================================================
+``model``           str      builder name (``gpt``, ``mlp``, a dotted path, or the
+                             model's class name in a user's loop)
+``parametrization`` str      ``mup`` / ``sp`` / ``none`` (a user's loop: ``none``)
+``width``           int64    model width; -1 when unknown
+``step``            int64    the probe step (0 = before any update)
+``kind``            str      ``param`` / ``activation`` / ``global``
+``name``            str      parameter or module dotted name (``(root)``,
+                             ``(global)``)
+``module``          str      the owning module (a parameter's), else the module
+``layer_index``     int64    block depth, the coord check's convention
+                             (``coordcheck.probes.infer_layout``); -1 for global
+                             rows and for parameters whose module never ran
+``role``            str      ``input`` / ``hidden`` / ``attention`` / ``norm`` /
+                             ``output``; ``unused`` (module never ran in the probed
+                             forward), ``global``
+``stat``            str      see below
+``value``           float64  the measurement (NaN when it does not apply)
+==================  =======  ===================================================
+
+Extra identity columns (``optimizer``, ``lr``, ``seed`` from the CLI, or whatever a user passes
+as ``labels``) may follow. Statistics:
+
+* ``param``: ``grad_is_none`` (0/1), ``grad_norm`` (‖g‖₂, unscaled under a GradScaler; NaN when
+  the grad is None), ``param_norm``, ``grad_param_ratio`` (‖g‖/‖p‖), ``nonfinite`` (count of
+  NaN/inf gradient entries), ``in_optimizer`` (0/1; NaN without an optimizer),
+  ``requires_grad`` (0/1), ``backward_order`` (0 = the first gradient the backward produced,
+  closest to the loss; NaN when none arrived), ``stale`` (1 = the gradient was not zeroed
+  since the previous step; NaN at the first probe step), ``numel``, ``ndim``.
+* ``activation`` (module outputs of the probed forward, every call pooled): ``mean``,
+  ``std``, ``absmax``, ``zero_frac`` (exact zeros), ``sat_frac`` (``nn.Tanh``: |y| > 0.99;
+  ``nn.Sigmoid``: y outside [0.01, 0.99]; NaN for other modules), ``numel``.
+* ``global``: ``global_grad_norm`` (‖all grads‖₂), ``loss`` and ``loss_requires_grad`` (when
+  the loss is given), ``loss_scale`` (the GradScaler's scale; NaN without one).
+
+Diagnoses (``CHECKS``, a registry; severity ``error`` blocks: exit status 1):
+
+====================== ========  =====================================================
+code                   severity  fires when
+====================== ========  =====================================================
+no_gradients           error     no trainable parameter got a gradient (loss detached,
+                                 computed under no_grad, or no backward before the probe)
+broken_graph           error     a trainable parameter whose module ran has grad None
+                                 (a detach / .item() / numpy / no_grad cut) — told apart
+                                 from vanishing: None, not small
+dead_layer             error     a trainable parameter's gradient is exactly zero (and no
+                                 zero-valued weight at or above its layer explains it, as
+                                 a zero-initialised readout does at step 0), or its module
+                                 never ran
+not_in_optimizer       error     a trainable parameter is missing from param_groups
+nonfinite_gradients    error     NaN/inf gradients (names the first in backward order);
+                                 a warning under a GradScaler unless at every step
+stale_gradients        error     gradients not zeroed since the previous step
+frozen_parameter       warning   requires_grad=False while ``learning`` (every parameter
+                                 is meant to train)
+vanishing_gradients    warning   hidden-weight grad RMS falls >= 100x toward the input
+exploding_gradients    warning   hidden-weight grad RMS grows >= 100x toward the input
+activation_blowup      warning   hidden activation std grows >= 1.5x per layer and >= 10x
+                                 over the depth (init too large)
+saturation             warning   >= 20% of a tanh/sigmoid module's outputs saturated
+====================== ========  =====================================================
+
+``gradflow.json`` (``"schema": "coordcheck.gradflow/1"``)::
+
+    status       "ok" | "warning" | "error"
+    exit_code    0, or 1 when a blocking (error) diagnosis fired
+    blocking     the codes that block
+    identity     {model, parametrization, width}
+    steps        probe steps in the frame
+    diagnoses    [{code, severity, message, fix, names, steps}]   errors first
+    notes        [facts that are not problems, e.g. a zero-initialised readout]
+    global       [{step, global_grad_norm, loss, loss_scale}]
+    layers       [{step, layer_index, roles, n_params, grad_norm, grad_rms_median,
+                   grad_param_ratio_median, grads_none, nonfinite, act_std_median,
+                   act_absmax, zero_frac_max, sat_frac_max}]
+    thresholds   the constants below
+    figures      {name: relative path}
+
+NaN is written as ``null``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import pandas as pd
+
+from coordcheck.frame import atomic_write
+from coordcheck.report import md_escape
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "COLUMNS", "PARAM_STATS", "ACTIVATION_STATS", "GLOBAL_STATS", "Diagnosis", "CHECKS", "BLOCKING",
+    "diagnose", "notes", "exit_code", "status", "layer_summary", "plot_gradflow", "write_gradflow_report",
+]
+
+SCHEMA = "coordcheck.gradflow/1"
+FRAME_NAME = "gradflow.parquet"  # fixed file names; what varies lives in directory names
+REPORT_NAME = "gradflow.md"
+JSON_NAME = "gradflow.json"
+FIGURE_NAME = "gradflow"
+GLOBAL_NAME = "(global)"
+UNUSED = "unused"  # role of a parameter whose module never ran in the probed forward
+
+COLUMNS: dict[str, str] = {
+    "model": "str",
+    "parametrization": "str",
+    "width": "int64",
+    "step": "int64",
+    "kind": "str",
+    "name": "str",
+    "module": "str",
+    "layer_index": "int64",
+    "role": "str",
+    "stat": "str",
+    "value": "float64",
+}
+PARAM_STATS = ("grad_is_none", "grad_norm", "param_norm", "grad_param_ratio", "nonfinite", "in_optimizer",
+               "requires_grad", "backward_order", "stale", "numel", "ndim")
+ACTIVATION_STATS = ("mean", "std", "absmax", "zero_frac", "sat_frac", "numel")
+GLOBAL_STATS = ("global_grad_norm", "loss", "loss_requires_grad", "loss_scale")
+
+# -- thresholds -------------------------------------------------------------------------
+# Depth trends are fitted (least squares on log10 of per-layer medians) over at least this
+# many layer indices: two points always lie on a line, and a 2-block model has no depth trend.
+MIN_TREND_LAYERS = 3
+# Roles whose weights / outputs make a depth trend: the embedding, readout and norms have
+# shapes and scales of their own (a zero readout, token-sparse embedding grads).
+TREND_ROLES = ("hidden", "attention")
+# Vanishing / exploding: the fitted change of log10(grad RMS of hidden weights) across the
+# depth. Healthy pre-LN transformers and He-initialised MLPs stay within a few tenths of a
+# decade; a 12-layer sigmoid MLP loses about 7 decades, a 12-layer tanh MLP at std 3/sqrt(fan_in)
+# gains about 3 toward the input. 100x between the ends means the far layers barely learn.
+GRAD_TREND_DECADES = 2.0
+# The layers a trend names: at least this many decades away from the output-side end.
+NAME_DECADES = 1.0
+# Activation blow-up: hidden activation std growing >= 1.5x per layer on average (a pre-LN
+# residual stream grows like sqrt(depth): ~1.0-1.2x per layer) and >= 10x over the depth (so a
+# mild drift over a few layers is not an alarm). Std 3/sqrt(fan_in) with ReLU gives 2.1x per layer.
+ACT_GROWTH_PER_LAYER = 1.5
+ACT_GROWTH_TOTAL = 10.0
+# Saturation: the fraction of a tanh/sigmoid module's outputs in the flat tails. With unit
+# pre-activation variance (std 1/sqrt(fan_in)) under 1% of tanh outputs pass 0.99; at std
+# 3/sqrt(fan_in) about a third do, and their local derivative is < 0.02.
+SATURATION_FRAC = 0.2
+# The grad/param ratio band shaded in the figure: per-step relative updates of 1e-3..1e-1
+# are the usual healthy range for SGD-like steps (lr x ratio is the relative update).
+HEALTHY_RATIO = (1e-3, 1e-1)
+MAX_NAMES = 6  # names spelled out in a message; Diagnosis.names keeps them all
+
+Severity = Literal["error", "warning"]
+
+
+# -- diagnoses --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Diagnosis:
+    """One finding: ``names`` are parameter or module names, most relevant first."""
+
+    code: str
+    severity: Severity
+    message: str
+    fix: str
+    names: tuple[str, ...] = ()
+    steps: tuple[int, ...] = ()
+
+    def line(self) -> str:
+        return f"{self.severity.upper()} {self.code}: {self.message} — fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a check returns; the registry adds the code and the default severity."""
+
+    message: str
+    fix: str
+    names: tuple[str, ...] = ()
+    severity: Severity | None = None
+
+
+@dataclass
+class StepView:
+    """One probe step, wide: ``params`` and ``acts`` have one row per name, a column per stat."""
+
+    step: int
+    params: pd.DataFrame  # index name; module, layer_index, role, *PARAM_STATS
+    acts: pd.DataFrame  # index name; module, layer_index, role, *ACTIVATION_STATS
+    glob: dict[str, float]
+    learning: bool
+
+    @property
+    def trainable(self) -> pd.DataFrame:
+        return self.params[self.params["requires_grad"] == 1]
+
+    @property
+    def scaled(self) -> bool:
+        return math.isfinite(self.glob.get("loss_scale", math.nan))
+
+
+Check = Callable[[StepView], "Finding | None"]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    code: str
+    severity: Severity
+    run: Check
+    suppresses: tuple[str, ...] = ()  # codes that say nothing more once this one fires
+
+
+CHECKS: dict[str, CheckSpec] = {}
+
+
+def check(code: str, severity: Severity, suppresses: tuple[str, ...] = ()) -> Callable[[Check], Check]:
+    """Register a check under ``code``; order of registration is the order of the report."""
+    def register(fn: Check) -> Check:
+        CHECKS[code] = CheckSpec(code, severity, fn, suppresses)
+        return fn
+    return register
+
+
+def _list(names: Iterable[str]) -> str:
+    names = list(names)
+    shown = ", ".join(names[:MAX_NAMES])
+    return shown + (f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else "")
+
+
+def _deepest_first(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows by layer index, highest (closest to the loss) first; ties keep model order."""
+    return df.iloc[np.argsort(-df["layer_index"].to_numpy(), kind="stable")]
+
+
+@check("no_gradients", "error", suppresses=("broken_graph", "dead_layer", "stale_gradients", "vanishing_gradients",
+                                            "exploding_gradients"))
+def _no_gradients(v: StepView) -> Finding | None:
+    if v.params.empty:
+        return None
+    tr = v.trainable
+    if tr.empty:
+        return Finding("no parameter has requires_grad=True: nothing in the model can learn",
+                       "set requires_grad=True on the parameters that should train (look for requires_grad_(False) "
+                       "or a freeze loop)", tuple(v.params.index))
+    if not (tr["grad_is_none"] == 1).all():
+        return None
+    why = ("the loss does not require grad" if v.glob.get("loss_requires_grad") == 0
+           else "every .grad is None")
+    return Finding(
+        f"no parameter received a gradient ({why}): the loss is cut from the model (.detach(), .item(), "
+        "torch.tensor(loss), numpy) or computed under torch.no_grad()/inference_mode, or backward() did not run "
+        "before probe.step()",
+        "compute the loss from the model's output with gradients enabled and call loss.backward() before probe.step()",
+        tuple(tr.index))
+
+
+@check("broken_graph", "error")
+def _broken_graph(v: StepView) -> Finding | None:
+    tr = v.trainable
+    ran = (tr["role"] != UNUSED) | v.acts.empty  # no recorded forward: cannot tell unused from cut
+    bad = _deepest_first(tr[(tr["grad_is_none"] == 1) & ran])
+    if bad.empty:
+        return None
+    top = bad.iloc[0]
+    return Finding(
+        f"{len(bad)} trainable parameter(s) got no gradient at all (None, not small — not vanishing) although "
+        f"their module ran: the graph is cut between them and the loss, just after {top['module']} "
+        f"(layer {top['layer_index']}): {_list(bad.index)}",
+        f"find where the output of {top['module']} leaves the graph — a .detach(), .item()/.tolist(), a numpy "
+        "round-trip, torch.no_grad() or a copy into a new tensor in the forward — and keep it differentiable",
+        tuple(bad.index))
+
+
+@check("dead_layer", "error")
+def _dead_layer(v: StepView) -> Finding | None:
+    tr = v.trainable
+    zero = tr[(tr["grad_is_none"] == 0) & (tr["grad_norm"] == 0)]
+    zero = zero[zero["layer_index"] > _zero_weight_layer(v)]  # not explained by a zero weight above
+    unused = tr[(tr["grad_is_none"] == 1) & (tr["role"] == UNUSED)] if not v.acts.empty else tr.iloc[:0]
+    if zero.empty and unused.empty:
+        return None
+    parts, names = [], []
+    if len(zero):
+        zero = _deepest_first(zero)
+        dead = v.acts[(v.acts["zero_frac"] == 1) & (v.acts["layer_index"] >= zero["layer_index"].min())]
+        parts.append(
+            f"{len(zero)} parameter(s) get an exactly-zero gradient and never learn, highest at layer "
+            f"{zero['layer_index'].iloc[0]}: {_list(zero.index)}"
+            + (f"; {_list(_deepest_first(dead).index)} output only zeros and block the flow below" if len(dead) else ""))
+        names += list(zero.index)
+    if len(unused):
+        parts.append(f"{len(unused)} parameter(s) belong to modules that never ran in the forward: {_list(unused.index)}")
+        names += list(unused.index)
+    return Finding(
+        "; ".join(parts),
+        "look at the highest layer named: dead ReLUs (a large negative bias, an lr that killed the units), a zero "
+        "weight or multiplier above it, or a branch that is masked out; remove modules that are never called",
+        tuple(names))
+
+
+def _zero_weight_layer(v: StepView) -> int:
+    """Highest layer index holding an exactly-zero weight matrix (e.g. muP's zero-initialised
+    readout at step 0): every gradient at or below it may be exactly zero by construction."""
+    z = v.params[(v.params["param_norm"] == 0) & (v.params["ndim"] >= 2) & (v.params["layer_index"] >= 0)]
+    return int(z["layer_index"].max()) if len(z) else -1
+
+
+@check("not_in_optimizer", "error")
+def _not_in_optimizer(v: StepView) -> Finding | None:
+    tr = v.trainable
+    bad = tr[tr["in_optimizer"] == 0]
+    if bad.empty:
+        return None
+    return Finding(
+        f"{len(bad)} trainable parameter(s) are not in optimizer.param_groups — they get gradients but are never "
+        f"updated: {_list(bad.index)}",
+        "build the optimizer after the model is complete, from model.parameters() (modules added later are "
+        "missing), or add them with optimizer.add_param_group({'params': [...]})",
+        tuple(bad.index))
+
+
+@check("nonfinite_gradients", "error")
+def _nonfinite(v: StepView) -> Finding | None:
+    tr = v.trainable
+    has = tr[tr["grad_is_none"] == 0]
+    bad = has[(has["nonfinite"] > 0) | ~np.isfinite(has["grad_norm"])]
+    if bad.empty:
+        return None
+    bad = bad.iloc[np.lexsort((-bad["layer_index"].to_numpy(), bad["backward_order"].fillna(np.inf).to_numpy()))]
+    first = bad.iloc[0]
+    loss = v.glob.get("loss", math.nan)
+    loss_txt = f"; the loss is {loss}" if not math.isfinite(loss) and not math.isnan(loss) or (
+        "loss" in v.glob and math.isnan(loss)) else ""
+    scaled = v.scaled
+    return Finding(
+        f"non-finite gradients in {len(bad)} parameter(s); the first in backward order (where the NaN/inf "
+        f"appeared) is {bad.index[0]}{loss_txt}"
+        + ("; the GradScaler skips this step and lowers the scale, a problem only if it repeats" if scaled else ""),
+        f"look at {first['module']}'s forward for log(0), sqrt(0), x/0 or a float16 overflow; lower the learning "
+        "rate if the loss diverged; clip gradients; under AMP use a GradScaler",
+        tuple(bad.index),
+        severity="warning" if scaled else None)
+
+
+@check("stale_gradients", "error")
+def _stale(v: StepView) -> Finding | None:
+    bad = v.params[v.params["stale"] == 1]
+    if bad.empty:
+        return None
+    return Finding(
+        f"gradients of {len(bad)} parameter(s) were not zeroed since the previous step, so this step's gradient "
+        f"was added to the last one's: {_list(bad.index)}",
+        "call optimizer.zero_grad() once per optimizer step, before the backward; with gradient accumulation, call "
+        "probe.step() once per optimizer step, after the last micro-batch",
+        tuple(bad.index))
+
+
+@check("frozen_parameter", "warning")
+def _frozen(v: StepView) -> Finding | None:
+    if not v.learning:
+        return None
+    bad = v.params[v.params["requires_grad"] == 0]
+    if bad.empty:
+        return None
+    return Finding(
+        f"{len(bad)} parameter(s) have requires_grad=False in a run where every parameter should learn: "
+        f"{_list(bad.index)}",
+        "if they should train, remove the freeze (requires_grad_(False) or a leftover freeze loop); if freezing is "
+        "intended, diagnose with learning=False",
+        tuple(bad.index))
+
+
+def _depth_trend(values: pd.Series, layer_index: pd.Series) -> tuple[pd.Series, float, float] | None:
+    """Per-layer median of log10(values) (finite, > 0) and its least-squares slope per layer and
+    total change across the depth (decades), or None with fewer than MIN_TREND_LAYERS layers."""
+    ok = np.isfinite(values) & (values > 0)
+    per_layer = np.log10(values[ok]).groupby(layer_index[ok]).median().sort_index()
+    if len(per_layer) < MIN_TREND_LAYERS:
+        return None
+    x = per_layer.index.to_numpy(dtype=float)
+    slope = float(np.polyfit(x, per_layer.to_numpy(), 1)[0])
+    return per_layer, slope, slope * (x.max() - x.min())
+
+
+def _grad_trend(v: StepView) -> tuple[pd.DataFrame, pd.Series, float, float] | None:
+    p = v.params
+    p = p[p["role"].isin(TREND_ROLES) & (p["ndim"] >= 2) & (p["grad_is_none"] == 0)]
+    rms = p["grad_norm"] / np.sqrt(p["numel"])
+    trend = _depth_trend(rms, p["layer_index"])
+    return None if trend is None else (p, *trend)
+
+
+def _trend_names(p: pd.DataFrame, per_layer: pd.Series, sign: int) -> tuple[str, ...]:
+    """Parameters of the layers at least NAME_DECADES from the output-side layer (input side first)."""
+    far = per_layer.index[sign * (per_layer - per_layer.iloc[-1]) >= NAME_DECADES]
+    if len(far) == 0:
+        far = per_layer.index[:1]
+    return tuple(p[p["layer_index"].isin(far)].sort_values("layer_index", kind="stable").index)
+
+
+@check("vanishing_gradients", "warning")
+def _vanishing(v: StepView) -> Finding | None:
+    trend = _grad_trend(v)
+    if trend is None or trend[3] < GRAD_TREND_DECADES:
+        return None
+    p, per_layer, slope, decades = trend
+    lo, hi = per_layer.index.min(), per_layer.index.max()
+    return Finding(
+        f"the gradient RMS of hidden weights falls {10 ** decades:.3g}x from layer {hi} down to layer {lo} "
+        f"({10 ** -slope:.2g}x per layer toward the input): the early layers barely learn",
+        "add residual connections and normalisation, use non-saturating activations (ReLU/GELU) or a "
+        "variance-preserving init (std 1/sqrt(fan_in); He for ReLU)",
+        _trend_names(p, per_layer, -1))
+
+
+@check("exploding_gradients", "warning")
+def _exploding(v: StepView) -> Finding | None:
+    trend = _grad_trend(v)
+    if trend is None or trend[3] > -GRAD_TREND_DECADES:
+        return None
+    p, per_layer, slope, decades = trend
+    lo, hi = per_layer.index.min(), per_layer.index.max()
+    return Finding(
+        f"the gradient RMS of hidden weights grows {10 ** -decades:.3g}x from layer {hi} down to layer {lo} "
+        f"({10 ** -slope:.2g}x per layer toward the input): the early layers get the largest updates",
+        "add normalisation to the blocks (pre-LN), scale the init down (std 1/sqrt(fan_in)), clip gradients",
+        _trend_names(p, per_layer, +1))
+
+
+@check("activation_blowup", "warning")
+def _activation_blowup(v: StepView) -> Finding | None:
+    a = v.acts[v.acts["role"].isin(TREND_ROLES)]
+    trend = _depth_trend(a["std"], a["layer_index"])
+    if trend is None:
+        return None
+    per_layer, slope, decades = trend
+    if 10 ** slope < ACT_GROWTH_PER_LAYER or 10 ** decades < ACT_GROWTH_TOTAL:
+        return None
+    grown = per_layer.index[per_layer - per_layer.min() >= 1.0]  # layers 10x above the smallest
+    names = a[a["layer_index"].isin(grown)].sort_values("layer_index", kind="stable")
+    return Finding(
+        f"hidden activation std grows {10 ** slope:.2g}x per layer ({10 ** decades:.3g}x from layer "
+        f"{per_layer.index.min()} to {per_layer.index.max()}): the init is too large",
+        "initialise hidden weights with std 1/sqrt(fan_in) (sqrt(2/fan_in) for ReLU), or add normalisation",
+        tuple(names.index))
+
+
+@check("saturation", "warning")
+def _saturation(v: StepView) -> Finding | None:
+    bad = v.acts[v.acts["sat_frac"] >= SATURATION_FRAC].sort_values("layer_index", kind="stable")
+    if bad.empty:
+        return None
+    worst = bad["sat_frac"].idxmax()
+    return Finding(
+        f"{len(bad)} tanh/sigmoid module(s) have >= {SATURATION_FRAC:.0%} of their outputs saturated (worst "
+        f"{worst}: {bad['sat_frac'].max():.0%}), where their derivative is ~0: {_list(bad.index)}",
+        "scale the init down (std 1/sqrt(fan_in)), normalise the pre-activations (LayerNorm) or lower the learning "
+        "rate; prefer GELU/ReLU in hidden layers",
+        tuple(bad.index))
+
+
+BLOCKING = tuple(c for c, spec in CHECKS.items() if spec.severity == "error")
+
+
+# -- from a frame to diagnoses ----------------------------------------------------------
+def _wide(df: pd.DataFrame, stats: tuple[str, ...]) -> pd.DataFrame:
+    meta = df.drop_duplicates("name").set_index("name")[["module", "layer_index", "role"]]
+    wide = df.pivot(index="name", columns="stat", values="value").reindex(columns=list(stats))
+    return meta.join(wide)
+
+
+def step_views(frame: pd.DataFrame, *, learning: bool = True) -> list[StepView]:
+    """One :class:`StepView` per probe step, in step order."""
+    views = []
+    for step, df in frame.groupby("step", sort=True):
+        glob = df[df["kind"] == "global"]
+        views.append(StepView(
+            int(step),
+            _wide(df[df["kind"] == "param"], PARAM_STATS),
+            _wide(df[df["kind"] == "activation"], ACTIVATION_STATS),
+            dict(zip(glob["stat"], glob["value"].astype(float))),
+            learning,
+        ))
+    return views
+
+
+def diagnose(frame: pd.DataFrame, *, learning: bool = True) -> list[Diagnosis]:
+    """Run every check on every probe step; one Diagnosis per code (names and steps merged),
+    errors first. ``learning``: every parameter is meant to train (frozen ones are flagged)."""
+    found: dict[str, list[tuple[int, Finding]]] = {}
+    views = step_views(frame, learning=learning)
+    for v in views:
+        fired = {}
+        for code, spec in CHECKS.items():
+            f = spec.run(v)
+            if f is not None:
+                fired[code] = f
+        muted = {m for code in fired for m in CHECKS[code].suppresses}
+        for code, f in fired.items():
+            if code not in muted:
+                found.setdefault(code, []).append((v.step, f))
+    out = []
+    for code, hits in found.items():
+        step0, first = hits[0]
+        severity = first.severity or CHECKS[code].severity
+        if first.severity is not None and len(hits) == len(views):  # e.g. non-finite under a scaler at every step
+            severity = CHECKS[code].severity
+        names = tuple(dict.fromkeys(n for _, f in hits for n in f.names))
+        steps = tuple(s for s, _ in hits)
+        message = first.message + (f" (steps {', '.join(map(str, steps))})" if len(views) > 1 else "")
+        out.append(Diagnosis(code, severity, message, first.fix, names, steps))
+    return sorted(out, key=lambda d: d.severity != "error")  # stable: registry order within a severity
+
+
+def notes(frame: pd.DataFrame) -> list[str]:
+    """Facts worth knowing that are not problems (a zero-initialised readout, no recorded forward)."""
+    out = []
+    for v in step_views(frame):
+        top = _zero_weight_layer(v)
+        tr = v.trainable
+        zeros = tr[(tr["grad_norm"] == 0) & (tr["layer_index"] <= top)]
+        if top >= 0 and len(zeros):
+            holders = v.params[(v.params["param_norm"] == 0) & (v.params["ndim"] >= 2) & (v.params["layer_index"] == top)]
+            out.append(
+                f"step {v.step}: {_list(holders.index)} is exactly zero (zero-initialised, as muP does for the "
+                f"readout): the {len(zeros)} parameter(s) at or below layer {top} with exactly-zero gradients are "
+                "expected at this step; probe after one update (steps=2) to see the flow through them")
+        if v.acts.empty and len(v.params):
+            out.append(
+                f"step {v.step}: no forward was recorded, so there are no activation rows and no layer indices: "
+                "create the probe before the forward (hooks added after torch.compile do not fire; probe the "
+                "eager module)")
+    return out
+
+
+def exit_code(diagnoses: Iterable[Diagnosis]) -> int:
+    """1 when a blocking (error) diagnosis fired, else 0: the CI gate."""
+    return int(any(d.severity == "error" for d in diagnoses))
+
+
+def status(diagnoses: Iterable[Diagnosis]) -> Literal["ok", "warning", "error"]:
+    sev = {d.severity for d in diagnoses}
+    return "error" if "error" in sev else "warning" if sev else "ok"
+
+
+# -- summaries --------------------------------------------------------------------------
+def layer_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (step, layer_index): parameter count, layer grad norm (‖grads‖₂ over the
+    layer), medians of grad RMS and grad/param ratio, counts of None and non-finite grads,
+    median activation std, max |activation|, max zero and saturated fractions."""
+    rows = []
+    for v in step_views(frame):
+        p, a = v.params, v.acts
+        for li in sorted(set(p["layer_index"]) | set(a["layer_index"])):
+            pl, al = p[p["layer_index"] == li], a[a["layer_index"] == li]
+            g = pl["grad_norm"][np.isfinite(pl["grad_norm"])]
+            rows.append({
+                "step": v.step, "layer_index": int(li),
+                "roles": ",".join(dict.fromkeys([*pl["role"], *al["role"]])),
+                "n_params": len(pl),
+                "grad_norm": float(np.sqrt((g ** 2).sum())) if len(g) else math.nan,
+                "grad_rms_median": float((pl["grad_norm"] / np.sqrt(pl["numel"])).median()) if len(pl) else math.nan,
+                "grad_param_ratio_median": float(pl["grad_param_ratio"].median()) if len(pl) else math.nan,
+                "grads_none": int((pl["grad_is_none"] == 1).sum()),
+                "nonfinite": int(pl["nonfinite"].fillna(0).sum()),
+                "act_std_median": float(al["std"].median()) if len(al) else math.nan,
+                "act_absmax": float(al["absmax"].max()) if len(al) else math.nan,
+                "zero_frac_max": float(al["zero_frac"].max()) if len(al) else math.nan,
+                "sat_frac_max": float(al["sat_frac"].max()) if len(al) and al["sat_frac"].notna().any() else math.nan,
+            })
+    return pd.DataFrame(rows)
+
+
+def _json_safe(x: object) -> object:
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if hasattr(x, "item"):  # numpy scalars
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def payload(frame: pd.DataFrame, diagnoses: list[Diagnosis], figures: dict[str, str] | None = None) -> dict:
+    """The ``gradflow.json`` document (schema in the module docstring), JSON-safe."""
+    first = frame.iloc[0] if len(frame) else {}
+    glob = frame[frame["kind"] == "global"].pivot(index="step", columns="stat", values="value")
+    glob = glob.reindex(columns=["global_grad_norm", "loss", "loss_scale"]).reset_index()
+    return _json_safe({
+        "schema": SCHEMA,
+        "status": status(diagnoses),
+        "exit_code": exit_code(diagnoses),
+        "blocking": list(BLOCKING),
+        "identity": {k: first[k] for k in ("model", "parametrization", "width")} if len(frame) else {},
+        "steps": sorted(int(s) for s in frame["step"].unique()),
+        "diagnoses": [asdict(d) for d in diagnoses],
+        "notes": notes(frame),
+        "global": glob.to_dict("records"),
+        "layers": layer_summary(frame).to_dict("records"),
+        "thresholds": {
+            "min_trend_layers": MIN_TREND_LAYERS, "grad_trend_decades": GRAD_TREND_DECADES,
+            "act_growth_per_layer": ACT_GROWTH_PER_LAYER, "act_growth_total": ACT_GROWTH_TOTAL,
+            "saturation_frac": SATURATION_FRAC, "healthy_ratio": list(HEALTHY_RATIO),
+        },
+        "figures": figures or {},
+    })
+
+
+def _num(x: float, fmt: str = "{:.3g}") -> str:
+    return "—" if x is None or not math.isfinite(x) else fmt.format(x)
+
+
+def markdown(frame: pd.DataFrame, diagnoses: list[Diagnosis], figures: dict[str, str] | None = None) -> str:
+    """``gradflow.md``: status and diagnoses (each with its fix) first, then notes, the per-layer
+    table of the last probe step, the figure and the thresholds."""
+    st = status(diagnoses)
+    n_err = sum(d.severity == "error" for d in diagnoses)
+    head = {"ok": "no diagnosis: gradients reach every layer at a healthy scale",
+            "warning": f"{len(diagnoses)} warning(s), nothing blocking (exit 0)",
+            "error": f"{n_err} blocking diagnosis(es) (exit 1)"}[st]
+    steps = sorted(int(s) for s in frame["step"].unique())
+    ident = frame.iloc[0] if len(frame) else None
+    lines = ["# Gradient flow", "", f"**Status: {st.upper()}** — {head}", ""]
+    if ident is not None:
+        width = "unknown" if ident["width"] < 0 else ident["width"]
+        lines += [f"Model {md_escape(ident['model'])}, parametrization {md_escape(ident['parametrization'])}, "
+                  f"width {width}; probe steps {steps}.", ""]
+    lines += ["## Diagnoses", ""]
+    if not diagnoses:
+        lines.append("None.")
+    for i, d in enumerate(diagnoses, 1):
+        lines += [f"{i}. **{d.severity.upper()} {md_escape(d.code)}**: {md_escape(d.message)}",
+                  f"   - Fix: {md_escape(d.fix)}"]
+        if d.names:
+            lines.append(f"   - Names: {md_escape(_list(d.names))}")
+    facts = notes(frame)
+    if facts:
+        lines += ["", "## Notes", ""] + [f"- {md_escape(n)}" for n in facts]
+    layers = layer_summary(frame)
+    if len(layers):
+        last = layers[layers["step"] == layers["step"].max()]
+        lines += ["", f"## Layers (step {int(last['step'].iloc[0])})", "",
+                  "| layer | roles | params | grad norm | median grad/param | no grad | non-finite | median act std "
+                  "| max abs act | max zero frac | max sat frac |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in last.itertuples():
+            lines.append(
+                f"| {r.layer_index} | {md_escape(r.roles)} | {r.n_params} | {_num(r.grad_norm)} | "
+                f"{_num(r.grad_param_ratio_median)} | {r.grads_none} | {r.nonfinite} | {_num(r.act_std_median)} | "
+                f"{_num(r.act_absmax)} | {_num(r.zero_frac_max, '{:.2f}')} | {_num(r.sat_frac_max, '{:.2f}')} |")
+    glob = frame[(frame["kind"] == "global") & (frame["stat"] == "global_grad_norm")]
+    if len(glob):
+        lines += ["", "Global grad norm: " + ", ".join(f"step {s}: {_num(x)}" for s, x in zip(glob["step"], glob["value"]))]
+    if figures:
+        lines += ["", "## Figure", ""]
+        lines += [f"![{md_escape(name)}]({path})" for name, path in figures.items() if path.endswith(".png")]
+    lines += ["", "## Thresholds", "",
+              f"Depth trends: least-squares slope of log10(per-layer median) over >= {MIN_TREND_LAYERS} hidden layer "
+              f"indices; vanishing/exploding at >= {GRAD_TREND_DECADES:g} decades of hidden-weight grad RMS across the "
+              f"depth; activation blow-up at >= {ACT_GROWTH_PER_LAYER:g}x per layer and >= {ACT_GROWTH_TOTAL:g}x in "
+              f"total; saturation at >= {SATURATION_FRAC:.0%} of outputs; healthy grad/param band "
+              f"{HEALTHY_RATIO[0]:g}..{HEALTHY_RATIO[1]:g}. Blocking codes (exit 1): {', '.join(BLOCKING)}."]
+    return "\n".join(lines) + "\n"
+
+
+# -- figure -----------------------------------------------------------------------------
+def plot_gradflow(frame: pd.DataFrame, path: str | Path | None = None, *, step: int | None = None,
+                  size: Literal["paper", "slides"] = "paper") -> Figure:
+    """Three panels against layer index, for one probe step (default: the last): grad norm per
+    parameter (log y), activation std per module (linear y), grad/param ratio (log y) with the
+    healthy band 1e-3..1e-1 shaded. Points are coloured by role; the line is the per-layer
+    median. Zero, None and non-finite values cannot sit on a log axis: they are counted in the
+    panel. Written to ``<path>.pdf`` and ``<path>.png`` when ``path`` is given."""
+    from coordcheck.plot import _WIDTH, _save, _seaborn, _style
+
+    views = {v.step: v for v in step_views(frame)}
+    if not views:
+        raise ValueError("no probe steps in the frame")
+    v = views[max(views) if step is None else step]
+    p, a = v.params.reset_index(), v.acts.reset_index()
+    sns, plt = _seaborn()
+    roles = sorted(set(p["role"]) | set(a["role"]))
+    palette = dict(zip(roles, sns.color_palette("colorblind", len(roles))))
+    panels = [  # (data, y column, label, log y)
+        (p, "grad_norm", "‖grad‖₂ per parameter", True),
+        (a, "std", "activation std per module", False),
+        (p, "grad_param_ratio", "‖grad‖ / ‖param‖", True),
+    ]
+    with _style(size):
+        width = _WIDTH[size]
+        fig, axes = plt.subplots(1, 3, figsize=(width, width * 0.36), layout="constrained")
+        for ax, (df, col, label, log) in zip(axes, panels):
+            y = df[col] if col in df else pd.Series(dtype=float)
+            shown = np.isfinite(y) & ((y > 0) if log else True)
+            d = df[shown]
+            if log:
+                ax.set_yscale("log")
+            if col == "grad_param_ratio":
+                ax.axhspan(*HEALTHY_RATIO, color="tab:green", alpha=0.12, linewidth=0, label="healthy band")
+            if len(d):
+                med = d.groupby("layer_index")[col].median()
+                ax.plot(med.index, med.to_numpy(), color="0.5", linewidth=1, zorder=1)
+                sns.scatterplot(data=d, x="layer_index", y=col, hue="role", palette=palette, ax=ax, s=14,
+                                linewidth=0, legend=False, zorder=2)
+            hidden = int((~shown).sum())
+            if hidden:
+                ax.text(0.02, 0.02, f"{hidden} not shown (zero, None or non-finite)", transform=ax.transAxes,
+                        fontsize="x-small", color="0.4")
+            ax.set_xlabel("layer index")
+            ax.set_ylabel("")
+            ax.set_title(label, fontsize="small")
+        handles = [plt.Line2D([], [], marker="o", linestyle="", color=palette[r]) for r in roles]
+        fig.legend(handles, roles, title="role", loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+        fig.suptitle(f"gradient flow, step {v.step}", fontsize="small")
+    _save(fig, path)
+    return fig
+
+
+# -- files ------------------------------------------------------------------------------
+def write_gradflow_report(frame: pd.DataFrame, diagnoses: list[Diagnosis], out_dir: str | Path, *,
+                          figures: bool = True) -> Path:
+    """Write ``gradflow.{png,pdf}`` (unless ``figures=False``), ``gradflow.json`` and
+    ``gradflow.md`` into ``out_dir``, each atomically; return the path of ``gradflow.md``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, str] = {}
+    if figures and len(frame):
+        import matplotlib.pyplot as plt
+
+        plt.close(plot_gradflow(frame, out / FIGURE_NAME))
+        written = {f"gradflow ({ext})": f"{FIGURE_NAME}.{ext}" for ext in ("png", "pdf")}
+    text = json.dumps(payload(frame, diagnoses, written), indent=2, allow_nan=False, default=str)
+    atomic_write(out / JSON_NAME, lambda p: p.write_text(text))
+    md = markdown(frame, diagnoses, written)
+    return atomic_write(out / REPORT_NAME, lambda p: p.write_text(md))
