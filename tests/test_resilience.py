@@ -1,0 +1,226 @@
+"""Beyond one machine, and nothing lost: launchers, failures, resume, bad input, safety."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordcheck.app import safe_dirname
+from coordcheck.errors import CoordCheckError
+from coordcheck.frame import FRAME_NAME, FrameError, read_frame
+from coordcheck.sweep import aggregate
+from conftest import ROOT, run_cli
+
+GPT_TINY = ["width=16,32,64", "seeds=2", "steps=3", "threads=1", "progress=false", "model.n_layer=1",
+            "model.context=8", "data.seq_len=8", "data.batch_size=2", "report.figures=false"]
+MLP_TINY = ["model=mlp", "seeds=1", "steps=3", "progress=false", "report.figures=false"]
+
+
+def _frames(sweep):
+    return pd.concat([read_frame(f) for f in sorted(sweep.rglob(FRAME_NAME))], ignore_index=True) \
+        .sort_values(["width", "seed", "step", "module", "tensor", "stat"]).reset_index(drop=True)
+
+
+def test_basic_joblib_and_submitit_give_identical_frames_and_verdicts(tmp_path):
+    verdicts, frames = {}, {}
+    for launcher in ("basic", "parallel", "submitit_local"):
+        sweep = tmp_path / launcher
+        r = run_cli(*GPT_TINY, f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-2000:]
+        frames[launcher] = _frames(sweep)
+        report = json.loads((sweep / "report" / "report.json").read_text())
+        verdicts[launcher] = (report["status"], report["reason"], json.dumps(report["modules"]))
+    assert len(frames["basic"]) > 0
+    for launcher in ("parallel", "submitit_local"):
+        pd.testing.assert_frame_equal(frames[launcher], frames["basic"])
+        assert verdicts[launcher] == verdicts["basic"]
+
+
+def test_a_failing_width_keeps_the_others_and_is_listed(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli(*MLP_TINY, "model._target_=cli_builders.flaky", "width=16,32,64,128", f"hydra.sweep.dir={sweep}",
+                "--multirun", cwd=tmp_path)
+    assert r.returncode == 1  # a failed job fails the command, after the other widths ran
+    assert len(list(sweep.rglob(FRAME_NAME))) == 3
+    assert "job model._target_=cli_builders.flaky,model=mlp,seeds=1,steps=3,width=32 failed: RuntimeError: " \
+           "simulated: CUDA out of memory at width 32" in r.stdout
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    assert report["status"] == "inconclusive"  # 3 widths left, but a job failed: never a pass
+    assert [p["status"] for p in report["jobs"]["problems"]] == ["failed"]
+
+
+def test_two_widths_left_is_inconclusive(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli(*MLP_TINY, "model._target_=cli_builders.flaky", "width=16,32,64", f"hydra.sweep.dir={sweep}",
+                "--multirun", cwd=tmp_path)
+    assert r.returncode == 1 and "INCONCLUSIVE" in r.stdout
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    assert report["status"] == "inconclusive" and report["widths"] == [16, 64]
+
+
+def test_diverging_run_is_a_recorded_failure_not_a_crash(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli(*MLP_TINY, "optimizer=sgd", "lr=1e30", "width=16,32,64", f"hydra.sweep.dir={sweep}", "--multirun",
+                cwd=tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    assert report["status"] == "fail" and report["reason"].startswith("diverged at step")
+    assert report["divergence"]
+
+
+def test_resume_skips_finished_jobs_and_reaggregates(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [*MLP_TINY, "width=16,32,64", f"hydra.sweep.dir={sweep}", "--multirun"]
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    stamps = {f: f.stat().st_mtime_ns for f in sweep.rglob(FRAME_NAME)}
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0 and again.stdout.count("coordcheck: report") == 1
+    assert {f: f.stat().st_mtime_ns for f in sweep.rglob(FRAME_NAME)} == stamps  # nothing redone
+    log = "".join(p.read_text() for p in sweep.rglob("coordcheck.log"))
+    assert log.count("already done with the same configuration") == 3
+    changed = run_cli(*MLP_TINY[:1], "seeds=1", "steps=4", *MLP_TINY[3:], "width=16,32,64",
+                      f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
+    assert changed.returncode == 0  # a different config writes its own job directories
+
+
+def test_kill_midway_leaves_no_partial_files_and_resume_finishes(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [*MLP_TINY, "model._target_=cli_builders.slow", "width=16,32,64", f"hydra.sweep.dir={sweep}", "--multirun"]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "COORDCHECK_TEST_SLOW": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "coordcheck", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(sweep.rglob(FRAME_NAME))) < 2:
+        time.sleep(0.2)
+    time.sleep(1.0)  # inside width 64's slow build now
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert len(list(sweep.rglob(FRAME_NAME))) == 2
+    assert not [p for p in sweep.rglob("*") if p.name.endswith(".tmp")]
+    killed = [json.loads(p.read_text()) for p in sweep.rglob("job.json") if "width=64" in str(p)]
+    assert killed and killed[0]["status"] == "interrupted"
+    partial = aggregate(sweep)
+    assert [p.status for p in partial.problems] == ["interrupted"] and partial.widths == [16, 32]
+    r = run_cli(*args, cwd=tmp_path)  # same command, no longer slow: only width 64 runs
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "coordcheck: report" in r.stdout and aggregate(sweep).widths == [16, 32, 64]
+    logs = {p.parent.name: p.read_text() for p in sweep.rglob("coordcheck.log")}
+    assert sum("already done" in text for text in logs.values()) == 2
+
+
+def test_sigterm_during_a_job_is_unwound(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "COORDCHECK_TEST_SLOW": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "coordcheck", *MLP_TINY, "model._target_=cli_builders.slow",
+                             "width=64", f"hydra.run.dir={run}"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (run / "job.json").exists():
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert json.loads((run / "job.json").read_text())["status"] == "interrupted"
+    assert not (run / FRAME_NAME).exists() and not list(run.glob("*.tmp"))
+
+
+BAD_INPUT = [
+    (["model=foo"], "unknown model 'foo': choose one of custom, gpt, mlp"),
+    (["width=0"], "width must be a positive integer, got 0"),
+    (["width=abc"], "width must be a positive integer, got 'abc'"),
+    (["width=66"], "width 66 is not divisible by n_head=4"),
+    (["base_width=0"], "base_width must be a positive integer, got 0"),
+    (["model._target_=nowhere.build"], "model._target_=nowhere.build could not be used"),
+    (["model._target_=cli_builders.no_width"], "has no `width` parameter"),
+    (["model=custom", "model._target_=cli_builders.not_a_module", "data=mlp"], "returned str, not an nn.Module"),
+    (["model=custom", "model._target_=cli_builders.no_readout", "data=mlp"], "is not a mup.MuReadout"),
+    (["model=mlp", "data.dim=5"], "data does not fit the model"),
+    (["steps=0"], "steps must be an integer >= 1, got 0"),
+    (["lr=-1"], "lr must be a positive number"),
+    (["model=custom"], "Missing mandatory value"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_and_nonzero(tmp_path, args, message):
+    r = run_cli(*args, "progress=false", "seeds=1", "steps=1" if "steps=0" not in args else "seeds=1",
+                f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-1500:]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("coordcheck: error:")]
+    assert len(errors) == 1 and message in errors[0], r.stderr[-1500:]
+    assert "Traceback" not in r.stderr
+
+
+def test_corrupt_and_foreign_files_in_a_sweep_are_listed(tmp_path):
+    sweep = tmp_path / "sweep"
+    assert run_cli(*MLP_TINY, "width=16,32,64", f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path).returncode == 0
+    (sweep / "junk").mkdir()
+    (sweep / "junk" / FRAME_NAME).write_bytes(b"\x00not parquet")
+    (sweep / "foreign").mkdir()
+    pd.DataFrame({"x": [1, 2]}).to_parquet(sweep / "foreign" / FRAME_NAME)
+    r = run_cli(str(sweep), "--no-figures", cwd=tmp_path, module="coordcheck.report")
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    assert "job junk corrupt" in r.stdout and "job foreign corrupt" in r.stdout
+
+
+def test_job_directory_names_cannot_escape():
+    assert safe_dirname("data.path=../../etc,width=64") == "data.path=__/__/etc,width=64".replace("/", "_")
+    for name in ["../..", "/abs/path", "a/../../b", "..", ""]:
+        d = safe_dirname(name)
+        assert "/" not in d and ".." not in d and d not in ("", ".")
+
+
+def test_override_with_a_path_stays_inside_the_sweep(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli(*MLP_TINY, "width=16,32,64", "+note=../../../escape", f"hydra.sweep.dir={sweep}", "--multirun",
+                cwd=tmp_path)
+    frames = list(tmp_path.rglob(FRAME_NAME))
+    assert frames and all(sweep in f.parents for f in frames), (r.stderr[-1000:], frames)
+
+
+# -- property-based ----------------------------------------------------------------------
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(widths=st.lists(st.one_of(st.integers(-4, 48), st.floats(-2, 40), st.text(max_size=3)), min_size=0, max_size=4),
+       steps=st.one_of(st.integers(-1, 2), st.floats(0, 2)), seeds=st.one_of(st.integers(-1, 2), st.lists(st.integers(0, 3), max_size=2)),
+       base_width=st.one_of(st.integers(-2, 32), st.none()))
+def test_config_surface_either_runs_or_says_what_to_change(widths, steps, seeds, base_width):
+    from coordcheck import coord_check
+    from coordcheck.models import mlp
+
+    kwargs = dict(steps=steps, seeds=seeds, progress=False, depth=2, in_dim=4, out_dim=3,
+                  data=(__import__("torch").randn(4, 4), __import__("torch").randint(0, 3, (4,))))
+    if base_width is not None:
+        kwargs["base_width"] = base_width
+    try:
+        result = coord_check(mlp, widths, **kwargs)
+    except CoordCheckError as e:
+        assert "\n" not in str(e) and str(e)
+        return
+    assert set(result.frame["width"]) == {int(w) for w in widths}
+    assert result.verdict.status in ("pass", "fail", "inconclusive")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=st.one_of(
+    st.binary(max_size=200),
+    st.builds(lambda cols: pd.DataFrame({c: [1, 2] for c in cols}),
+              st.lists(st.sampled_from(["width", "value", "step", "module", "x", "stat"]), max_size=6, unique=True)),
+))
+def test_frame_reader_never_crashes_on_foreign_input(tmp_path_factory, payload):
+    path = tmp_path_factory.mktemp("f") / FRAME_NAME
+    if isinstance(payload, bytes):
+        path.write_bytes(payload)
+    else:
+        payload.to_parquet(path)
+    with pytest.raises(FrameError):
+        read_frame(path)
+    result = aggregate(path.parent)  # a sweep holding only this file: listed as corrupt, no crash
+    assert result.frame.empty and result.problems[0].status == "corrupt"
