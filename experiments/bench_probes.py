@@ -11,8 +11,11 @@ Variants:
      the last (the same forwards and updates as b and c)
   b  coordcheck with its default probes (out + delta; std, l1, rms, mean, absmax)
   c  coordcheck recording only out / l1
-  d  ``mup.coord_check.get_coord_data`` on the same models and batch (l1; ``nsteps=steps``,
-     i.e. one forward fewer than a-c: a conservative comparison for coordcheck)
+  d  ``mup.coord_check.get_coord_data`` on the same models and batch (l1; ``nsteps=steps``:
+     it records ``steps`` forwards — mup's t=1..steps — and also runs a last update whose
+     result it never measures)
+  e  c with ``steps - 1`` updates: the same record as d (forwards before updates 1..steps),
+     so ``e / d`` is "never slower than mup for the same record"
 
 Also: peak memory of b vs a (fresh subprocesses), the muP step vs the SP step on the same
 model, the per-job start-up cost, and the time to aggregate + fit + plot + report a sweep of
@@ -36,6 +39,7 @@ import time
 from pathlib import Path
 
 T0 = time.perf_counter()
+VARIANTS = "abcde"
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -148,12 +152,13 @@ class Units:
                     loss.backward()
                     opt.step()
                 loss.item()
-        elif variant in ("b", "c"):
+        elif variant in ("b", "c", "e"):
             kw = {} if variant == "b" else {"tensors": ("out",), "stats": ("l1",)}
             ident = RunIdentity("bench", name, "mup", "adam", 1e-2, batch.name)
             frame, _ = run_width(
                 self.builders[name], width, seeds=self.seeds, parametrization=par,
-                optimizer=lambda m, lr: adam(m, lr, mu=True), lr=1e-2, batch=batch, steps=self.steps,
+                optimizer=lambda m, lr: adam(m, lr, mu=True), lr=1e-2, batch=batch,
+                steps=self.steps - (variant == "e"),
                 identity=ident, base_width=128, progress=False, **kw,
             )
             if variant == "b" and not warm:
@@ -255,11 +260,11 @@ def main() -> None:
     print(f"torch: {torch.__version__}")
     units = Units(args.steps, args.seeds)
     for name in args.models:  # warm-up: imports, allocator, first optimizer (torch._dynamo)
-        for v in "abcd":
+        for v in VARIANTS:
             units.run(name, min(args.widths), v, warm=True)
     times: dict[tuple, list[float]] = {}
     for r in range(args.repeats):
-        order = "abcd"[r % 4:] + "abcd"[: r % 4]
+        order = VARIANTS[r % len(VARIANTS):] + VARIANTS[: r % len(VARIANTS)]
         for name in args.models:
             for width in args.widths:
                 for v in order:
@@ -267,14 +272,16 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     for name in args.models:
         for width in args.widths:
-            a, b, c, d = (med[(name, width, v)] for v in "abcd")
+            a, b, c, d, e = (med[(name, width, v)] for v in VARIANTS)
             print(f"{name}_w{width}_a_bare_s: {a:.3f}")
             print(f"{name}_w{width}_b_default_probes_s: {b:.3f}")
             print(f"{name}_w{width}_c_out_l1_s: {c:.3f}")
             print(f"{name}_w{width}_d_mup_get_coord_data_s: {d:.3f}")
             print(f"{name}_w{width}_ratio_b_over_a: {b / a:.3f}")
             print(f"{name}_w{width}_ratio_c_over_a: {c / a:.3f}")
+            print(f"{name}_w{width}_e_out_l1_same_record_as_mup_s: {e:.3f}")
             print(f"{name}_w{width}_ratio_c_over_d: {c / d:.3f}")
+            print(f"{name}_w{width}_ratio_e_over_d_same_record: {e / d:.3f}")
 
     st = step_time(1024, args.repeats * 2)
     print(f"gpt_w1024_step_mup_s: {st['mup']:.4f}")
