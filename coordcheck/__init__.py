@@ -10,10 +10,16 @@ from importlib import import_module
 
 from coordcheck.errors import CoordCheckError
 
-__all__ = ["coord_check", "CoordCheckResult", "CoordCheckError"]
+__all__ = ["coord_check", "CoordCheckResult", "CoordCheckError", "GradFlowProbe", "gradflow_once", "diagnose"]
 __version__ = "0.1.0"
 
-_LAZY = {"coord_check": "coordcheck.api", "CoordCheckResult": "coordcheck.api"}
+_LAZY = {
+    "coord_check": "coordcheck.api",
+    "CoordCheckResult": "coordcheck.api",
+    "GradFlowProbe": "coordcheck.gradflow",
+    "gradflow_once": "coordcheck.gradflow",
+    "diagnose": "coordcheck.gradflow_report",
+}
 
 
 def __getattr__(name: str):

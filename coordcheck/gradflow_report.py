@@ -55,10 +55,10 @@ no_gradients           error     no trainable parameter got a gradient (loss det
 broken_graph           error     a trainable parameter whose module ran has grad None
                                  (a detach / .item() / numpy / no_grad cut) — told apart
                                  from vanishing: None, not small
-dead_layer             error     a trainable parameter's gradient is exactly zero (and no
-                                 zero-valued weight at or above its layer explains it, as
-                                 a zero-initialised readout does at step 0), or its module
-                                 never ran
+dead_layer             error     a trainable parameter's gradient is exactly zero (unless
+                                 an exactly-zero weight explains it: a zero readout above
+                                 it, as muP has at step 0, or a zero sibling in its block,
+                                 such as a zero query for the key), or its module never ran
 not_in_optimizer       error     a trainable parameter is missing from param_groups
 nonfinite_gradients    error     NaN/inf gradients (names the first in backward order);
                                  a warning under a GradScaler unless at every step
@@ -292,7 +292,7 @@ def _broken_graph(v: StepView) -> Finding | None:
 def _dead_layer(v: StepView) -> Finding | None:
     tr = v.trainable
     zero = tr[(tr["grad_is_none"] == 0) & (tr["grad_norm"] == 0)]
-    zero = zero[zero["layer_index"] > _zero_weight_layer(v)]  # not explained by a zero weight above
+    zero = zero[~_explained_by_zero_weight(v, zero)]
     unused = tr[(tr["grad_is_none"] == 1) & (tr["role"] == UNUSED)] if not v.acts.empty else tr.iloc[:0]
     if zero.empty and unused.empty:
         return None
@@ -303,10 +303,12 @@ def _dead_layer(v: StepView) -> Finding | None:
         parts.append(
             f"{len(zero)} parameter(s) get an exactly-zero gradient and never learn, highest at layer "
             f"{zero['layer_index'].iloc[0]}: {_list(zero.index)}"
-            + (f"; {_list(_deepest_first(dead).index)} output only zeros and block the flow below" if len(dead) else ""))
+            + (f"; {_list(_deepest_first(dead).index)} output only zeros and block the flow below"
+               if len(dead) else ""))
         names += list(zero.index)
     if len(unused):
-        parts.append(f"{len(unused)} parameter(s) belong to modules that never ran in the forward: {_list(unused.index)}")
+        parts.append(f"{len(unused)} parameter(s) belong to modules that never ran in the forward: "
+                     f"{_list(unused.index)}")
         names += list(unused.index)
     return Finding(
         "; ".join(parts),
@@ -315,11 +317,30 @@ def _dead_layer(v: StepView) -> Finding | None:
         tuple(names))
 
 
-def _zero_weight_layer(v: StepView) -> int:
-    """Highest layer index holding an exactly-zero weight matrix (e.g. muP's zero-initialised
-    readout at step 0): every gradient at or below it may be exactly zero by construction."""
-    z = v.params[(v.params["param_norm"] == 0) & (v.params["ndim"] >= 2) & (v.params["layer_index"] >= 0)]
-    return int(z["layer_index"].max()) if len(z) else -1
+def _zero_weights(v: StepView) -> pd.DataFrame:
+    """Exactly-zero weight matrices, such as muP's zero-initialised readout and attention query."""
+    p = v.params
+    return p[(p["param_norm"] == 0) & (p["ndim"] >= 2) & (p["layer_index"] >= 0)]
+
+
+def _parent(module: str) -> str:
+    return module.rsplit(".", 1)[0] if "." in module else ""
+
+
+def _explained_by_zero_weight(v: StepView, rows: pd.DataFrame) -> pd.Series:
+    """Which of ``rows`` may have an exactly-zero gradient by construction: everything at or below a
+    zero readout (role ``output``: no gradient passes through a zero matrix), and the siblings of a
+    zero weight inside a block (a zero query makes the key's gradient zero, a zero out-projection
+    the branch's)."""
+    z = _zero_weights(v)
+    out = pd.Series(False, index=rows.index)
+    if z.empty:
+        return out
+    readout = z.loc[z["role"] == "output", "layer_index"]
+    if len(readout):
+        out |= rows["layer_index"] <= readout.max()
+    parents = {_parent(m) for m in z["module"]} - {""}  # the root is everybody's parent
+    return out | rows["module"].map(_parent).isin(parents)
 
 
 @check("not_in_optimizer", "error")
@@ -345,9 +366,8 @@ def _nonfinite(v: StepView) -> Finding | None:
         return None
     bad = bad.iloc[np.lexsort((-bad["layer_index"].to_numpy(), bad["backward_order"].fillna(np.inf).to_numpy()))]
     first = bad.iloc[0]
-    loss = v.glob.get("loss", math.nan)
-    loss_txt = f"; the loss is {loss}" if not math.isfinite(loss) and not math.isnan(loss) or (
-        "loss" in v.glob and math.isnan(loss)) else ""
+    loss = v.glob.get("loss")
+    loss_txt = f"; the loss is {loss}" if loss is not None and not math.isfinite(loss) else ""
     scaled = v.scaled
     return Finding(
         f"non-finite gradients in {len(bad)} parameter(s); the first in backward order (where the NaN/inf "
@@ -533,15 +553,15 @@ def notes(frame: pd.DataFrame) -> list[str]:
     """Facts worth knowing that are not problems (a zero-initialised readout, no recorded forward)."""
     out = []
     for v in step_views(frame):
-        top = _zero_weight_layer(v)
         tr = v.trainable
-        zeros = tr[(tr["grad_norm"] == 0) & (tr["layer_index"] <= top)]
-        if top >= 0 and len(zeros):
-            holders = v.params[(v.params["param_norm"] == 0) & (v.params["ndim"] >= 2) & (v.params["layer_index"] == top)]
+        zeros = tr[tr["grad_norm"] == 0]
+        zeros = zeros[_explained_by_zero_weight(v, zeros)]
+        if len(zeros):
             out.append(
-                f"step {v.step}: {_list(holders.index)} is exactly zero (zero-initialised, as muP does for the "
-                f"readout): the {len(zeros)} parameter(s) at or below layer {top} with exactly-zero gradients are "
-                "expected at this step; probe after one update (steps=2) to see the flow through them")
+                f"step {v.step}: {_list(_deepest_first(_zero_weights(v)).index)} are exactly zero (muP "
+                f"zero-initialises the readout and the attention query): the exactly-zero gradients of "
+                f"{len(zeros)} parameter(s) at or below them are expected at this step, not dead layers; a probe "
+                "step after an update shows the flow")
         if v.acts.empty and len(v.params):
             out.append(
                 f"step {v.step}: no forward was recorded, so there are no activation rows and no layer indices: "
@@ -605,6 +625,7 @@ def payload(frame: pd.DataFrame, diagnoses: list[Diagnosis], figures: dict[str, 
     first = frame.iloc[0] if len(frame) else {}
     glob = frame[frame["kind"] == "global"].pivot(index="step", columns="stat", values="value")
     glob = glob.reindex(columns=["global_grad_norm", "loss", "loss_scale"]).reset_index()
+    layers = layer_summary(frame)
     return _json_safe({
         "schema": SCHEMA,
         "status": status(diagnoses),
@@ -615,7 +636,7 @@ def payload(frame: pd.DataFrame, diagnoses: list[Diagnosis], figures: dict[str, 
         "diagnoses": [asdict(d) for d in diagnoses],
         "notes": notes(frame),
         "global": glob.to_dict("records"),
-        "layers": layer_summary(frame).to_dict("records"),
+        "layers": layers.to_dict("records"),
         "thresholds": {
             "min_trend_layers": MIN_TREND_LAYERS, "grad_trend_decades": GRAD_TREND_DECADES,
             "act_growth_per_layer": ACT_GROWTH_PER_LAYER, "act_growth_total": ACT_GROWTH_TOTAL,
@@ -637,6 +658,8 @@ def markdown(frame: pd.DataFrame, diagnoses: list[Diagnosis], figures: dict[str,
     head = {"ok": "no diagnosis: gradients reach every layer at a healthy scale",
             "warning": f"{len(diagnoses)} warning(s), nothing blocking (exit 0)",
             "error": f"{n_err} blocking diagnosis(es) (exit 1)"}[st]
+    if frame.empty:
+        head = "no probe step was recorded: nothing to judge"
     steps = sorted(int(s) for s in frame["step"].unique())
     ident = frame.iloc[0] if len(frame) else None
     lines = ["# Gradient flow", "", f"**Status: {st.upper()}** — {head}", ""]
@@ -669,7 +692,8 @@ def markdown(frame: pd.DataFrame, diagnoses: list[Diagnosis], figures: dict[str,
                 f"{_num(r.act_absmax)} | {_num(r.zero_frac_max, '{:.2f}')} | {_num(r.sat_frac_max, '{:.2f}')} |")
     glob = frame[(frame["kind"] == "global") & (frame["stat"] == "global_grad_norm")]
     if len(glob):
-        lines += ["", "Global grad norm: " + ", ".join(f"step {s}: {_num(x)}" for s, x in zip(glob["step"], glob["value"]))]
+        norms = ", ".join(f"step {s}: {_num(x)}" for s, x in zip(glob["step"], glob["value"]))
+        lines += ["", f"Global grad norm: {norms}."]
     if figures:
         lines += ["", "## Figure", ""]
         lines += [f"![{md_escape(name)}]({path})" for name, path in figures.items() if path.endswith(".png")]
@@ -722,10 +746,8 @@ def plot_gradflow(frame: pd.DataFrame, path: str | Path | None = None, *, step: 
                 sns.scatterplot(data=d, x="layer_index", y=col, hue="role", palette=palette, ax=ax, s=14,
                                 linewidth=0, legend=False, zorder=2)
             hidden = int((~shown).sum())
-            if hidden:
-                ax.text(0.02, 0.02, f"{hidden} not shown (zero, None or non-finite)", transform=ax.transAxes,
-                        fontsize="x-small", color="0.4")
-            ax.set_xlabel("layer index")
+            why = "zero, None or non-finite" if log else "non-finite"
+            ax.set_xlabel("layer index" + (f"\n({hidden} not shown: {why})" if hidden else ""))
             ax.set_ylabel("")
             ax.set_title(label, fontsize="small")
         handles = [plt.Line2D([], [], marker="o", linestyle="", color=palette[r]) for r in roles]

@@ -339,5 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT[report.status] if args.strict else 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Console-script entry point (``coordcheck-report``)."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
