@@ -92,3 +92,12 @@ def test_sp_at_tiny_lr_has_flat_activations_but_fails_through_delta():
     assert (hidden_out["status"] == "pass").all()  # activations look flat ...
     assert r.verdict.status == "fail"
     assert set(failing(r)["tensor"]) == {"delta"}  # ... but their updates do not scale like muP
+
+
+def test_mup_at_an_unstable_lr_is_inconclusive_never_fail():
+    r = coord_check(gpt, GPT_WIDTHS, data=GPT_DATA, lr=5e-2, steps=10, seeds=2, progress=False)
+    v = r.verdict
+    assert v.status == "inconclusive" and "training unstable at this learning rate — lower it" in v.reason
+    assert int(v.configs["window_end"].iloc[0]) < 10
+    late = v.series[~v.series["in_window"]]
+    assert (late["slope"].abs() > 0.2).any()  # after the blow-up, slopes are outside the band: not judged
