@@ -69,8 +69,17 @@ from torch import nn
 from coordcheck.data import Batch, as_batch
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import ROOT_MODULE
-from coordcheck.gradflow_report import (ACTIVATION_STATS, COLUMNS, FRAME_NAME, GLOBAL_NAME, UNUSED, Diagnosis,
-                                        diagnose, exit_code, write_gradflow_report)
+from coordcheck.gradflow_report import (
+    ACTIVATION_STATS,
+    COLUMNS,
+    FRAME_NAME,
+    GLOBAL_NAME,
+    UNUSED,
+    Diagnosis,
+    diagnose,
+    exit_code,
+    write_gradflow_report,
+)
 from coordcheck.probes import first_tensor, infer_layout, moments, stats_from_moments
 from coordcheck.train import LossFn, cross_entropy
 

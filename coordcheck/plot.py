@@ -23,8 +23,7 @@ import pandas as pd
 from matplotlib import colormaps, rcsetup
 from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
-from matplotlib.ticker import (FixedFormatter, FixedLocator, LogFormatter, MaxNLocator,
-                               NullLocator)
+from matplotlib.ticker import FixedFormatter, FixedLocator, LogFormatter, MaxNLocator, NullLocator
 
 from coordcheck.frame import LOSS_MODULE, FrameError, atomic_write, conform
 from coordcheck.slopes import CONFIG_COLUMNS, SERIES_COLUMNS

@@ -134,7 +134,6 @@ class Units:
         from coordcheck.parametrization import Mup
         from coordcheck.train import RunIdentity, cross_entropy, run_width
 
-        torch = self.torch
         batch = self.batches[name]
         gc.collect()
         t = time.perf_counter()

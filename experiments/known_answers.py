@@ -16,6 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import known_models as km  # noqa: E402
+
 from coordcheck import coord_check  # noqa: E402
 from coordcheck.data import tokens  # noqa: E402
 from coordcheck.models import gpt, mlp  # noqa: E402

@@ -10,16 +10,15 @@ import mup
 import pandas as pd
 import pytest
 import torch
+from conftest import ROOT, run_cli
+from gradflow_models import DeepMLP
 from torch import nn
 
 from coordcheck.data import gaussian, tokens
 from coordcheck.gradflow import GradFlowProbe, gradflow_once, probe_training
-from coordcheck.gradflow_report import (BLOCKING, COLUMNS, Diagnosis, diagnose, exit_code, notes,
-                                        write_gradflow_report)
+from coordcheck.gradflow_report import BLOCKING, COLUMNS, Diagnosis, diagnose, exit_code, notes, write_gradflow_report
 from coordcheck.models import gpt, mlp
 from coordcheck.parametrization import Mup, build_model
-from conftest import ROOT, run_cli
-from gradflow_models import DeepMLP
 
 BATCH = gaussian(batch_size=64, dim=16, n_classes=10)
 

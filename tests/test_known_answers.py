@@ -5,10 +5,10 @@ the step and the slope. Learning rates are ones at which training is stable at e
 (an unstable run is inconclusive by design; see test_verdict).
 """
 
+import known_models as km
 import pytest
 import torch
 
-import known_models as km
 from coordcheck import coord_check
 from coordcheck.data import tokens
 from coordcheck.models import gpt, mlp

@@ -4,12 +4,12 @@ import json
 
 import pandas as pd
 import pytest
-
-from coordcheck.frame import write_frame
-from coordcheck.report import main, md_escape
 from conftest import run_cli
 from synthetic import make_frame
 from test_verdict import HEALTHY
+
+from coordcheck.frame import write_frame
+from coordcheck.report import main, md_escape
 
 
 def _sweep(tmp_path, frame, *, failed=()):

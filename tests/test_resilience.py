@@ -9,6 +9,7 @@ import time
 
 import pandas as pd
 import pytest
+from conftest import ROOT, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,6 @@ from coordcheck.app import safe_dirname
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import FRAME_NAME, FrameError, read_frame
 from coordcheck.sweep import aggregate
-from conftest import ROOT, run_cli
 
 GPT_TINY = ["width=16,32,64", "seeds=2", "steps=3", "threads=1", "progress=false", "model.n_layer=1",
             "model.context=8", "data.seq_len=8", "data.batch_size=2", "report.figures=false"]

@@ -1,9 +1,9 @@
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic import make_frame
 
 from coordcheck.slopes import fit_slopes, t_quantile
-from synthetic import make_frame
 
 
 def test_recovers_exact_power_laws():

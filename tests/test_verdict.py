@@ -1,9 +1,9 @@
 """Verdict rules on synthetic frames with known slopes."""
 
 import pytest
+from synthetic import make_frame
 
 from coordcheck.verdict import Rules, find_instability, judge
-from synthetic import make_frame
 
 HEALTHY = {
     ("emb", "input", "out"): 0.0, ("emb", "input", "delta"): 0.0,
