@@ -81,7 +81,7 @@ from coordcheck.gradflow_report import (
     write_gradflow_report,
 )
 from coordcheck.probes import first_tensor, infer_layout, moments, stats_from_moments
-from coordcheck.train import LossFn, cross_entropy
+from coordcheck.train import LossFn, cross_entropy, forward_loss
 
 __all__ = ["GradFlowProbe", "gradflow_once", "probe_training", "SATURATING"]
 
@@ -396,17 +396,7 @@ def probe_training(model: nn.Module, batch: Batch | tuple[torch.Tensor, torch.Te
     with GradFlowProbe(model, optimizer, labels=labels) as probe:
         for t in range(steps):
             model.zero_grad(set_to_none=True)
-            try:
-                loss = loss_fn(model(inputs), targets)
-            except CoordCheckError:
-                raise
-            except (RuntimeError, IndexError, ValueError, TypeError) as e:
-                if t:
-                    raise
-                first = (str(e).strip().splitlines() or [""])[0]
-                raise CoordCheckError(
-                    f"data does not fit the model ({type(e).__name__}: {first}): check data.* against model.*"
-                ) from None
+            loss = forward_loss(model, inputs, targets, loss_fn, first=t == 0)
             if loss.requires_grad:  # a loss cut from the graph is what the probe diagnoses (no_gradients)
                 loss.backward()
             probe.step(t, loss=loss)

@@ -33,7 +33,7 @@ from coordcheck.frame import COLUMNS, LOSS_MODULE, STATS, conform
 from coordcheck.parametrization import Builder, Parametrization, build_model
 from coordcheck.probes import Probes, StepRecord, first_tensor, stats_from_moments
 
-__all__ = ["RunIdentity", "cross_entropy", "train_with_probes", "to_frame", "run_width", "resolve_seeds"]
+__all__ = ["RunIdentity", "cross_entropy", "forward_loss", "train_with_probes", "to_frame", "run_width", "resolve_seeds"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,19 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
+def forward_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFn, *,
+                 first: bool) -> torch.Tensor:
+    """``loss_fn(model(inputs), targets)``; on the first step a shape error means the data does not fit."""
+    try:
+        return loss_fn(model(inputs), targets)
+    except CoordCheckError:
+        raise
+    except (RuntimeError, IndexError, ValueError, TypeError) as e:
+        if not first:
+            raise
+        raise CoordCheckError(f"data does not fit the model ({_first_line(e)}): check data.* against model.*") from None
+
+
 def train_with_probes(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -102,16 +115,7 @@ def train_with_probes(
     with Probes(model, tensors=tensors, stats=stats) as probes:
         for step in range(steps + 1):
             probes.begin_step(step)
-            try:
-                loss = loss_fn(model(inputs), targets)
-            except CoordCheckError:
-                raise
-            except (RuntimeError, IndexError, ValueError, TypeError) as e:
-                if step:
-                    raise
-                raise CoordCheckError(
-                    f"data does not fit the model ({_first_line(e)}): check data.* against model.*"
-                ) from None
+            loss = forward_loss(model, inputs, targets, loss_fn, first=step == 0)
             rec = probes.end_step(loss)
             records.append(rec)
             if on_step is not None:
