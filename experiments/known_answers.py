@@ -31,6 +31,10 @@ def torch_adam(model, lr):
     return torch.optim.Adam(model.parameters(), lr=lr)
 
 
+def sqrt_d_attention(width, **kwargs):  # planted bug: q.k / sqrt(d_head)
+    return gpt(width, attn_mult=(width // 4) ** 0.5, **kwargs)
+
+
 CASES = {
     "muP MLP": ("pass", lambda: coord_check(mlp, MLP_W, **RUN)),
     "muP GPT": ("pass", lambda: coord_check(gpt, GPT_W, data=GPT_DATA, **RUN)),
@@ -43,6 +47,10 @@ CASES = {
     "hand-written, hidden LR not scaled": ("fail", lambda: coord_check(km.build_unscaled_hidden_lr, MLP_W, **HAND)),
     "SP MLP, SGD lr 1e-3": ("fail", lambda: coord_check(mlp, MLP_W, parametrization="sp", optimizer="sgd", lr=1e-3,
                                                         readout_zero_init=False, **RUN)),
+    "GPT, attention 1/sqrt(d) (10 steps, widths 64-512)": ("fail", lambda: coord_check(
+        sqrt_d_attention, [64, 128, 256, 512], data=GPT_DATA, steps=10, seeds=2, progress=False)),
+    "GPT, attention 1/sqrt(d) (4 steps, widths 128-1024)": ("fail (missed)", lambda: coord_check(
+        sqrt_d_attention, [128, 256, 512, 1024], steps=4, seeds=2, progress=False)),
     "muP GPT at lr 5e-2 (unstable)": ("inconclusive", lambda: coord_check(gpt, GPT_W, data=GPT_DATA, lr=5e-2,
                                                                           steps=10, seeds=2, progress=False)),
 }

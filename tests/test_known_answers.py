@@ -101,3 +101,19 @@ def test_mup_at_an_unstable_lr_is_inconclusive_never_fail():
     assert int(v.configs["window_end"].iloc[0]) < 10
     late = v.series[~v.series["in_window"]]
     assert (late["slope"].abs() > 0.2).any()  # after the blow-up, slopes are outside the band: not judged
+
+
+def sqrt_d_attention(width: int, **kwargs):
+    """Planted bug: attention logits q.k / sqrt(d_head) instead of q.k / d_head."""
+    return gpt(width, attn_mult=(width // 4) ** 0.5, **kwargs)
+
+
+def test_attention_scaled_by_one_over_sqrt_d_fails_naming_the_scores():
+    # needs several updates: at step 2-4 the growth (+0.5) is offset by muP's early shrink (about -0.3)
+    widths = [64, 128, 256, 512]
+    bug = coord_check(sqrt_d_attention, widths, data=GPT_DATA, steps=10, seeds=2, progress=False)
+    assert bug.verdict.status == "fail"
+    assert "attn.scores" in bug.verdict.reason and "1/sqrt(d_head) instead of 1/d_head" in bug.verdict.reason
+    assert set(failing(bug)["role"]) == {"attention"}
+    control = coord_check(gpt, widths, data=GPT_DATA, steps=10, seeds=2, progress=False)
+    assert control.passed, control.verdict.reason
