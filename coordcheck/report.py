@@ -174,7 +174,19 @@ class Report:
             ends = ", ".join(f"{c.parametrization}: steps 0–{c.window_end}" for c in v.configs.itertuples())
             lines += ["", f"Slopes are judged on the steps before the first instability at any width ({ends})."]
         else:
-            lines.append("The loss never rose above its running minimum at any width: every step is judged.")
+            lines.append(f"The loss never turned unstable at any width (never above {1 + r.rise:g}x its running "
+                         f"minimum): every step is judged.")
+        loss = self.frame[self.frame["tensor"] == "loss"]
+        if len(loss):
+            steps = sorted(loss["step"].unique())
+            shown = sorted({steps[0], steps[len(steps) // 2], steps[-1]})
+            table = loss[loss["step"].isin(shown)].pivot_table(index="width", columns="step", values="value",
+                                                                 aggfunc="mean")
+            lines += ["", "Loss by width (mean over seeds; under muP at a sound learning rate the curves coincide "
+                      "and wider is not worse):", "", "| width | " + " | ".join(f"step {t}" for t in shown) + " |",
+                      "|---|" + "---|" * len(shown)]
+            lines += [f"| {w} | " + " | ".join(_num(row[t], "{:.3g}") for t in shown) + " |"
+                      for w, row in table.iterrows()]
         lines += ["", "## Modules", "", "| layer | module | role | status | worst slope | at |", "|---|---|---|---|---|---|"]
         for m in v.modules.itertuples():
             lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {_num(m.slope)} | "
