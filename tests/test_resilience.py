@@ -90,12 +90,17 @@ def test_resume_skips_finished_jobs_and_reaggregates(tmp_path):
     assert changed.returncode == 0  # a different config writes its own job directories
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_kill_midway_leaves_no_partial_files_and_resume_finishes(tmp_path):
     sweep = tmp_path / "sweep"
     args = [*MLP_TINY, "model._target_=cli_builders.slow", "width=16,32,64", f"hydra.sweep.dir={sweep}", "--multirun"]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "COORDCHECK_TEST_SLOW": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "coordcheck", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_default_sigint)  # a background CI shell may have SIGINT ignored
     deadline = time.time() + 120
     while time.time() < deadline and len(list(sweep.rglob(FRAME_NAME))) < 2:
         time.sleep(0.2)
