@@ -714,14 +714,14 @@ def plot_gradflow(frame: pd.DataFrame, path: str | Path | None = None, *, step: 
     healthy band 1e-3..1e-1 shaded. Points are coloured by role; the line is the per-layer
     median. Zero, None and non-finite values cannot sit on a log axis: they are counted in the
     panel. Written to ``<path>.pdf`` and ``<path>.png`` when ``path`` is given."""
-    from coordcheck.plot import _WIDTH, _save, _seaborn, _style
+    from coordcheck.plot import FIGURE_WIDTH, figure_style, save_figure, seaborn_modules
 
     views = {v.step: v for v in step_views(frame)}
     if not views:
         raise ValueError("no probe steps in the frame")
     v = views[max(views) if step is None else step]
     p, a = v.params.reset_index(), v.acts.reset_index()
-    sns, plt = _seaborn()
+    sns, plt = seaborn_modules()
     roles = sorted(set(p["role"]) | set(a["role"]))
     palette = dict(zip(roles, sns.color_palette("colorblind", len(roles))))
     panels = [  # (data, y column, label, log y)
@@ -729,8 +729,8 @@ def plot_gradflow(frame: pd.DataFrame, path: str | Path | None = None, *, step: 
         (a, "std", "activation std per module", False),
         (p, "grad_param_ratio", "‖grad‖ / ‖param‖", True),
     ]
-    with _style(size):
-        width = _WIDTH[size]
+    with figure_style(size):
+        width = FIGURE_WIDTH[size]
         fig, axes = plt.subplots(1, 3, figsize=(width, width * 0.36), layout="constrained")
         for ax, (df, col, label, log) in zip(axes, panels):
             y = df[col] if col in df else pd.Series(dtype=float)
@@ -753,7 +753,7 @@ def plot_gradflow(frame: pd.DataFrame, path: str | Path | None = None, *, step: 
         handles = [plt.Line2D([], [], marker="o", linestyle="", color=palette[r]) for r in roles]
         fig.legend(handles, roles, title="role", loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
         fig.suptitle(f"gradient flow, step {v.step}", fontsize="small")
-    _save(fig, path)
+    save_figure(fig, path)
     return fig
 
 

@@ -31,13 +31,13 @@ from coordcheck.slopes import CONFIG_COLUMNS, SERIES_COLUMNS
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["plot_coords", "plot_slopes", "plot_loss"]
+__all__ = ["plot_coords", "plot_slopes", "plot_loss", "figure_style", "save_figure", "seaborn_modules", "FIGURE_WIDTH"]
 
 Size = Literal["paper", "slides"]
 
 # Total figure widths in inches, and the seaborn plotting context used at that size.
 # "paper" spans a two-column page (~7 in); "slides" fills a 16:9 slide (12 x 6.75 in).
-_WIDTH = {"paper": 7.0, "slides": 12.0}
+FIGURE_WIDTH = {"paper": 7.0, "slides": 12.0}
 _SLIDE_HEIGHT = 6.75
 _CONTEXT = {"paper": ("paper", 1.0), "slides": ("notebook", 1.15)}
 _LEGEND_W = {"paper": 1.3, "slides": 2.0}  # room kept for the legend on the right
@@ -106,12 +106,12 @@ def plot_coords(
     colours = _layer_colours(modules["layer_index"])
     palette = {m: colours[i] for m, i in zip(modules["module"], modules["layer_index"])}
 
-    sns, _ = _seaborn()
+    sns, _ = seaborn_modules()
     n_rows, n_cols = len(row_order), len(steps)
     facet_w, facet_h = _facet_size(size, n_rows, n_cols)
     crowded = {"paper": (3, 6), "slides": (6, 10)}[size]  # widths beyond which: rotate, thin
     rotate, thin = len(widths) > crowded[0], len(widths) > crowded[1]
-    with _style(size):
+    with figure_style(size):
         g = sns.FacetGrid(data, row=row, row_order=row_order, col="step", col_order=list(steps),
                           sharey="row", margin_titles=True, height=facet_h, aspect=facet_w / facet_h)
         for ax in g.axes.flat:  # scales before plotting: seaborn then averages seeds in log space
@@ -136,7 +136,7 @@ def plot_coords(
             label = f"{magnitude} of {level if row == 'tensor' else tensor}"
             ax.set_ylabel(f"{level}\n{label}" if row != "tensor" and len(row_order) > 1 else label)
         _legend(g.figure, *_layer_legend(modules, colours))
-    _save(g.figure, path)
+    save_figure(g.figure, path)
     return g.figure
 
 
@@ -184,14 +184,14 @@ def plot_slopes(
     annotate = (len(modules) * len(steps) <= MAX_ANNOTATED
                 and len(steps) * n_cols <= MAX_ANNOTATED_ACROSS[size])
 
-    sns, plt = _seaborn()
-    width = _WIDTH[size]
+    sns, plt = seaborn_modules()
+    width = FIGURE_WIDTH[size]
     if size == "slides":
         height = _SLIDE_HEIGHT
     else:  # grow with the number of modules so that every row label stays readable
         height = min(9.0, n_rows * (0.6 + 0.16 * len(modules)) + 0.4)
     row_pt = 72 * (height - 0.6 - 0.4 * n_rows) / (n_rows * len(modules))  # points per module
-    with _style(size, grid=False):
+    with figure_style(size, grid=False):
         tick_pt = FontProperties(size=matplotlib.rcParams["ytick.labelsize"]).get_size_in_points()
         label_pt = min(tick_pt, max(3.0, 0.8 * row_pt))
         # label every k-th step so that step numbers never run into each other
@@ -226,7 +226,7 @@ def plot_slopes(
         mappable = axes.flat[0].collections[0]
         fig.colorbar(mappable, ax=axes, extend="both", shrink=0.8, aspect=30,
                      label=f"slope of log2 {stat} vs log2 width\n(colour clipped at ±{SLOPE_CLIP:g})")
-    _save(fig, path)
+    save_figure(fig, path)
     return fig
 
 
@@ -254,13 +254,13 @@ def plot_loss(
     widths = np.sort(data["width"].unique())
     data = data.loc[np.isfinite(data["value"]), ["parametrization", "width", "step", "value"]]
 
-    sns, _ = _seaborn()
+    sns, _ = seaborn_modules()
     palette = dict(zip(widths, sns.color_palette(WIDTH_PALETTE, len(widths))))
     n_cols = len(col_order)
     facet_w, facet_h = _facet_size(size, 1, n_cols, max_cols=2)
     values = data["value"]
     log_y = len(values) > 0 and values.min() > 0 and values.max() / values.min() > 100
-    with _style(size):
+    with figure_style(size):
         g = sns.FacetGrid(data, col="parametrization", col_order=col_order,
                           height=facet_h, aspect=facet_w / facet_h)
         for ax in g.axes.flat:
@@ -279,14 +279,14 @@ def plot_loss(
                 ax.text(0.5, 0.5, "no finite loss", transform=ax.transAxes,
                         ha="center", va="center", color="0.4", fontsize="small")
         _legend(g.figure, {str(w): _line(palette[w]) for w in widths}, "width")
-    _save(g.figure, path)
+    save_figure(g.figure, path)
     return g.figure
 
 
 # --- helpers -------------------------------------------------------------------------
 
 
-def _seaborn():
+def seaborn_modules():
     """Import seaborn and pyplot, choosing the Agg backend if nobody chose one."""
     if dict.__getitem__(matplotlib.rcParams, "backend") is rcsetup._auto_backend_sentinel:
         matplotlib.use("Agg")  # files only: never open a window
@@ -296,9 +296,9 @@ def _seaborn():
     return sns, plt
 
 
-def _style(size: Size, grid: bool = True) -> ExitStack:
+def figure_style(size: Size, grid: bool = True) -> ExitStack:
     """Scoped seaborn theme (context + style): leaves the caller's rcParams alone."""
-    sns, _ = _seaborn()
+    sns, _ = seaborn_modules()
     context, scale = _CONTEXT[size]
     stack = ExitStack()
     stack.enter_context(sns.plotting_context(context, font_scale=scale))
@@ -308,7 +308,7 @@ def _style(size: Size, grid: bool = True) -> ExitStack:
 
 def _facet_size(size: Size, n_rows: int, n_cols: int, max_cols: int | None = None) -> tuple[float, float]:
     """(width, height) of one facet in inches, so the whole grid fits the chosen size."""
-    room = _WIDTH[size] - _LEGEND_W[size]
+    room = FIGURE_WIDTH[size] - _LEGEND_W[size]
     facet_w = room / max(n_cols, 1)
     if max_cols is not None and n_cols < max_cols:  # a lone panel need not span the page
         facet_w = room / max_cols * 1.4
@@ -439,7 +439,7 @@ def _nothing_left(df: pd.DataFrame, stat: str, tensor: str | None) -> str:
     return f"no rows with {want}; present: stats {stats}, tensors {tensors}"
 
 
-def _save(fig: Figure, path: str | Path | None) -> None:
+def save_figure(fig: Figure, path: str | Path | None) -> None:
     """Write ``fig`` to ``<path>.pdf`` and ``<path>.png`` (a .pdf/.png suffix is replaced)."""
     if path is None:
         return
