@@ -9,8 +9,6 @@ Stage: orchestration (the notebook / test-suite twin of the Hydra app). Input: a
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +22,10 @@ from coordcheck import data as data_mod
 from coordcheck import models
 from coordcheck.data import Batch, as_batch
 from coordcheck.errors import CoordCheckError
-from coordcheck.frame import concat_frames
+from coordcheck.frame import STATS, concat_frames, digest
 from coordcheck.models import check_width
 from coordcheck.optim import OPTIMIZERS
-from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization
+from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
 from coordcheck.report import Report, build_report
 from coordcheck.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
 from coordcheck.verdict import Rules, Verdict
@@ -77,12 +75,6 @@ class CoordCheckResult:
         return plot_coords(self.frame, path, **{"stat": self.rules.stat, **kwargs})
 
 
-def _name(obj: object, package: str) -> str:
-    f = getattr(obj, "func", obj)
-    module, qual = getattr(f, "__module__", ""), getattr(f, "__qualname__", type(f).__name__)
-    return qual if module == package else f"{module}.{qual}"
-
-
 def _default_data(build: Callable, build_kwargs: dict) -> Batch:
     if build in (models.gpt, models.GPT):
         return data_mod.tokens(vocab_size=build_kwargs.get("vocab_size", 256), seq_len=min(32, build_kwargs.get("context", 64)))
@@ -104,7 +96,7 @@ def coord_check(
     base_width: int = 128,
     loss: LossFn | None = None,
     tensors: Sequence[str] = ("out", "delta"),
-    stats: Sequence[str] = ("std", "l1", "rms", "mean", "absmax"),
+    stats: Sequence[str] = STATS,
     progress: bool = True,
     rules: Rules | None = None,
     **build_kwargs: object,
@@ -135,7 +127,7 @@ def coord_check(
         opt_name = optimizer
         factory = functools.partial(OPTIMIZERS[optimizer], mu=parametrization.mu_optimizer)
     else:
-        opt_name, factory = _name(optimizer, "coordcheck.optim"), optimizer
+        opt_name, factory = short_name(qualified_name(optimizer), "coordcheck.optim"), optimizer
 
     if data is None:
         batch = _default_data(build, build_kwargs)
@@ -146,13 +138,11 @@ def coord_check(
     else:
         batch = as_batch(data)
 
-    model_name = _name(build, "coordcheck.models")
-    key = json.dumps(
-        [model_name, repr(sorted(build_kwargs.items())), parametrization.name, opt_name, lr, batch.name,
-         steps, base_width, seeds, list(tensors), list(stats)], default=str,
-    )
+    model_name = short_name(qualified_name(build), "coordcheck.models")
+    key = [model_name, repr(sorted(build_kwargs.items())), parametrization.name, opt_name, lr, batch.name,
+           steps, base_width, seeds, list(tensors), list(stats)]
     identity = RunIdentity(
-        config_id=hashlib.sha1(key.encode()).hexdigest()[:12], model=model_name,
+        config_id=digest(key), model=model_name,
         parametrization=parametrization.name, optimizer=opt_name, lr=float(lr), data=batch.name,
         data_policy=batch.policy,
     )

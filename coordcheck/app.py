@@ -13,7 +13,6 @@ sweep goes on, so one failed width does not lose the others; the command exits 1
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -35,7 +34,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from coordcheck.errors import CoordCheckError
-from coordcheck.frame import FRAME_NAME, atomic_write, write_frame
+from coordcheck.frame import FRAME_NAME, atomic_write, digest, write_frame
+from coordcheck.parametrization import short_name
 from coordcheck.sweep import JOB_NAME
 
 __all__ = ["run_job", "config_id", "job_hash", "SweepCallback", "JOB_NAME", "CONF_DIR", "safe_dirname"]
@@ -44,20 +44,18 @@ log = logging.getLogger("coordcheck")
 
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
-NOT_IN_ID = ("width", "progress", "report", "threads")  # keys that do not change what a configuration is
+NOT_IN_JOB = ("progress", "report", "threads")  # keys that do not change a job's frame
+NOT_IN_ID = ("width", *NOT_IN_JOB)  # ... nor what a configuration is
+
+
+def _resolved(cfg: DictConfig, without: tuple[str, ...]) -> dict:
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    return {k: v for k, v in resolved.items() if k not in without}
 
 
 def config_id(cfg: DictConfig) -> str:
     """Short hash of the resolved config without width: the same for every job of a sweep."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    for key in NOT_IN_ID:
-        resolved.pop(key, None)
-    return hashlib.sha1(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def short_name(target: str, package: str) -> str:
-    """``coordcheck.models.gpt`` -> ``gpt``; a user's dotted path stays whole."""
-    return target.rsplit(".", 1)[-1] if target.startswith(package + ".") else target
+    return digest(_resolved(cfg, NOT_IN_ID))
 
 
 def _instantiate(node: DictConfig, group: str, **kwargs: Any) -> Any:
@@ -131,10 +129,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
 
 def job_hash(cfg: DictConfig) -> str:
     """Hash of everything that determines a job's frame (width included): the resume key."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    for key in ("progress", "report", "threads"):
-        resolved.pop(key, None)
-    return hashlib.sha1(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return digest(_resolved(cfg, NOT_IN_JOB), length=16)
 
 
 def finished(output_dir: Path, key: str) -> dict | None:
@@ -252,9 +247,5 @@ class SweepCallback(Callback):
             print(f"coordcheck: no report: {e}", file=sys.stderr)
             FAILED_JOBS.append(str(e))
             return
-        for p in report.problems:
-            print(f"coordcheck: job {p.job} {p.status}: {p.error}")
-            if p.error not in FAILED_JOBS:
-                FAILED_JOBS.append(p.error)
-        print(f"coordcheck: {report.status.upper()} — {report.verdict.reason}")
-        print(f"coordcheck: report {path}")
+        FAILED_JOBS.extend(p.error for p in report.problems if p.error not in FAILED_JOBS)
+        print(*report.summary(path), sep="\n")

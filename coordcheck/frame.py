@@ -41,6 +41,8 @@ column              dtype    meaning
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterable
@@ -60,6 +62,7 @@ __all__ = [
     "write_frame",
     "read_frame",
     "atomic_write",
+    "digest",
 ]
 
 FRAME_NAME = "frame.parquet"  # fixed file name; what varies lives in directory names
@@ -93,6 +96,11 @@ COLUMNS: dict[str, str] = {
 
 class FrameError(ValueError):
     """A file that is not a coordcheck frame (missing columns, wrong types, unreadable)."""
+
+
+def digest(data: object, length: int = 12) -> str:
+    """Short stable hash of JSON-able ``data`` (keys sorted): ``config_id`` and the resume key."""
+    return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
 def empty_frame() -> pd.DataFrame:

@@ -428,7 +428,8 @@ def gradflow_once(model: nn.Module, batch: Batch | tuple[torch.Tensor, torch.Ten
 def run(cfg, output_dir: Path) -> tuple[pd.DataFrame, list[Diagnosis], Path]:
     """The CLI's job: build the model exactly as the sweep does, probe ``cfg.steps`` steps, write
     ``gradflow.parquet`` and the report into ``output_dir``."""
-    from coordcheck.app import _instantiate, short_name
+    from coordcheck.app import _instantiate
+    from coordcheck.parametrization import short_name
     from coordcheck.frame import atomic_write
     from coordcheck.models import check_width
     from coordcheck.parametrization import build_model

@@ -44,7 +44,7 @@ def call_builder(build: Builder, width: int) -> nn.Module:
         p.kind is p.VAR_KEYWORD for p in sig.parameters.values()
     ):
         raise CoordCheckError(
-            f"model builder {_name(build)} has no `width` parameter: it must be build(width: int, **kwargs) -> nn.Module"
+            f"model builder {qualified_name(build)} has no `width` parameter: it must be build(width: int, **kwargs) -> nn.Module"
         )
     try:
         model = build(width=width)
@@ -52,16 +52,22 @@ def call_builder(build: Builder, width: int) -> nn.Module:
         if "argument" not in str(e):  # a TypeError from inside the builder is the builder's own
             raise
         raise CoordCheckError(
-            f"model builder {_name(build)} cannot be called as build(width={width}, **model config): {e}"
+            f"model builder {qualified_name(build)} cannot be called as build(width={width}, **model config): {e}"
         ) from None
     if not isinstance(model, nn.Module):
-        raise CoordCheckError(f"model builder {_name(build)} returned {type(model).__name__}, not an nn.Module")
+        raise CoordCheckError(f"model builder {qualified_name(build)} returned {type(model).__name__}, not an nn.Module")
     return model
 
 
-def _name(build: Builder) -> str:
-    f = getattr(build, "func", build)  # functools.partial from Hydra's _partial_
-    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+def qualified_name(obj: object) -> str:
+    """``module.qualname`` of a callable (of its function, for a functools.partial from Hydra's _partial_)."""
+    f = getattr(obj, "func", obj)
+    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', type(f).__name__)}"
+
+
+def short_name(target: str, package: str) -> str:
+    """``coordcheck.models.gpt`` -> ``gpt``; a user's dotted path stays whole."""
+    return target.rsplit(".", 1)[-1] if target.startswith(package + ".") else target
 
 
 @dataclass

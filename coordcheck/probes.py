@@ -56,7 +56,7 @@ import torch
 from mup import MuReadout
 from torch import nn
 
-from coordcheck.frame import ROOT_MODULE
+from coordcheck.frame import ROOT_MODULE, STATS
 
 __all__ = ["Probes", "StepRecord", "moments", "stats_from_moments", "STAT_FUNCS", "first_tensor"]
 
@@ -154,7 +154,7 @@ class Probes:
 
     model: nn.Module
     tensors: Sequence[str] = ("out", "delta")
-    stats: Sequence[str] = ("std", "l1", "rms", "mean", "absmax")
+    stats: Sequence[str] = STATS
     recording: bool = False
     step: int = 0
     layout: dict[str, tuple[int, str, int]] = field(default_factory=dict)

@@ -43,7 +43,7 @@ from pathlib import Path
 import pandas as pd
 
 from coordcheck.errors import CoordCheckError
-from coordcheck.frame import atomic_write
+from coordcheck.frame import STATS, atomic_write
 from coordcheck.slopes import fit_slopes
 from coordcheck.sweep import JobProblem, Sweep, aggregate
 from coordcheck.verdict import Rules, Verdict, judge
@@ -101,6 +101,12 @@ class Report:
     @property
     def status(self) -> str:
         return self.verdict.status
+
+    def summary(self, path: Path) -> list[str]:
+        """What the command line prints: the verdict, jobs that left no frame, where the report is."""
+        return [f"coordcheck: {self.status.upper()} — {self.verdict.reason}",
+                *(f"coordcheck: job {p.job} {p.status}: {p.error}" for p in self.problems),
+                f"coordcheck: report {path}"]
 
     def payload(self) -> dict:
         v = self.verdict
@@ -321,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sweep_dir", type=Path, help="the multirun directory (outputs/multirun/DATE/TIME)")
     p.add_argument("--strict", action="store_true", help="exit 1 on fail, 2 when inconclusive, 0 on pass (CI gate)")
     d = Rules()
-    p.add_argument("--stat", default=d.stat, choices=["std", "l1", "rms", "mean", "absmax"],
+    p.add_argument("--stat", default=d.stat, choices=list(STATS),
                    help=f"statistic to judge (default {d.stat}; l1 matches the mup package)")
     p.add_argument("--tol", type=float, default=d.tol, help=f"max growth slope (default {d.tol})")
     p.add_argument("--shrink-tol", type=float, default=d.shrink_tol,
@@ -344,10 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     except CoordCheckError as e:
         print(f"coordcheck.report: error: {e}", file=sys.stderr)
         return 2
-    print(f"coordcheck: {report.status.upper()} — {report.verdict.reason}")
-    for prob in report.problems:
-        print(f"coordcheck: job {prob.job} {prob.status}: {prob.error}")
-    print(f"coordcheck: report {path} ({time.perf_counter() - t0:.1f} s)")
+    print(*report.summary(path), sep="\n", end=f" ({time.perf_counter() - t0:.1f} s)\n")
     return EXIT[report.status] if args.strict else 0
 
 
