@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 from pathlib import Path
 
 import pandas as pd
@@ -94,7 +95,10 @@ def coord_check(
     seeds: int | Sequence[int] = 3,
     data: str | Batch | tuple[torch.Tensor, torch.Tensor] | None = None,
     base_width: int = 128,
-    loss: LossFn | None = None,
+    loss: LossFn | Literal["model"] | None = None,
+    output: int | str | None = None,
+    forward_targets: bool | str = False,
+    grad_clip: float | None = None,
     tensors: Sequence[str] = ("out", "delta"),
     stats: Sequence[str] = STATS,
     progress: bool = True,
@@ -108,7 +112,13 @@ def coord_check(
     ``"adamw"``, ``"sgd"`` or a factory ``factory(model, lr) -> Optimizer``. ``data``: a
     name (``"tokens"``, ``"text"``, ``"gaussian"``), a ``Batch`` or an ``(inputs, targets)``
     pair; default: the built-in model's own. ``loss(output, targets)``: default
-    cross-entropy over the last dimension. ``base_width``: the width at which muP equals standard parametrization (where ``lr`` was tuned).
+    cross-entropy over the last dimension; ``"model"`` uses the loss the model returns (a
+    ``loss`` key or attribute, or the last scalar of a tuple). ``output``: the index or key of
+    the logits when the model returns a tuple or dict (e.g. ``0`` for ``(logits, loss)``).
+    ``forward_targets``: call ``model(inputs, targets)`` (True) or ``model(inputs, **{name:
+    targets})`` (a string). ``grad_clip``: clip the global gradient norm before each update.
+    ``base_width``: the width at which muP equals standard parametrization (where ``lr`` was
+    tuned); also passed to a builder whose signature has ``base_width``.
     ``rules``: the verdict's numbers (:class:`coordcheck.verdict.Rules`).
     """
     if isinstance(widths, (int, str)) or not len(widths):
@@ -139,8 +149,12 @@ def coord_check(
         batch = as_batch(data)
 
     model_name = short_name(qualified_name(build), "coordcheck.models")
+    if loss is not None and loss != "model" and not callable(loss):
+        raise CoordCheckError(f"loss must be a callable loss(output, targets), 'model' or None, got {loss!r}")
     key = [model_name, repr(sorted(build_kwargs.items())), parametrization.name, opt_name, lr, batch.name,
            steps, base_width, seeds, list(tensors), list(stats)]
+    if (output, loss, forward_targets, grad_clip) != (None, None, False, None):  # keeps earlier ids unchanged
+        key += [output, loss if loss == "model" else qualified_name(loss) if loss else None, forward_targets, grad_clip]
     identity = RunIdentity(
         config_id=digest(key), model=model_name,
         parametrization=parametrization.name, optimizer=opt_name, lr=float(lr), data=batch.name,
@@ -156,6 +170,7 @@ def coord_check(
                 batch=batch, steps=steps, identity=identity,
                 base_width=base_width,
                 loss_fn=loss or cross_entropy, tensors=tensors, stats=stats, progress=bar,
+                output=output, forward_targets=forward_targets, grad_clip=grad_clip,
             )
             frames.append(frame)
             facts.append(fact)

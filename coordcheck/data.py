@@ -50,14 +50,14 @@ def _generator(seed: int) -> torch.Generator:
 def _windows(seq: torch.Tensor, batch_size: int, seq_len: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     starts = torch.randint(0, len(seq) - seq_len - 1, (batch_size,), generator=g)
     rows = torch.stack([seq[s : s + seq_len + 1] for s in starts.tolist()])  # (B, T + 1)
-    return rows[:, :-1], rows[:, 1:]
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
 def tokens(batch_size: int = 4, seq_len: int = 32, vocab_size: int = 256, seed: int = 0) -> Batch:
     """Uniform random tokens: inputs and next-token targets, both (batch_size, seq_len) int64."""
     g = _generator(seed)
     seq = torch.randint(0, vocab_size, (batch_size, seq_len + 1), generator=g)
-    return Batch(seq[:, :-1], seq[:, 1:], name="tokens")
+    return Batch(seq[:, :-1].contiguous(), seq[:, 1:].contiguous(), name="tokens")  # .view(-1) works on both
 
 
 def text(batch_size: int = 4, seq_len: int = 32, vocab_size: int = 256, seed: int = 0) -> Batch:

@@ -80,7 +80,7 @@ from coordcheck.gradflow_report import (
     exit_code,
     write_gradflow_report,
 )
-from coordcheck.probes import first_tensor, infer_layout, moments, stats_from_moments
+from coordcheck.probes import first_tensor, infer_layout, moments, pool_moments, stats_from_moments
 from coordcheck.train import LossFn, cross_entropy, forward_loss
 
 __all__ = ["GradFlowProbe", "gradflow_once", "probe_training", "SATURATING"]
@@ -91,10 +91,10 @@ SATURATING: dict[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = {
     nn.Tanh: lambda y: y.abs() > 0.99,
     nn.Sigmoid: lambda y: (y - 0.5).abs() > 0.49,  # outside [0.01, 0.99]
 }
-# Per call of a module, reduced on the device: sum, sum of squares, max |x| (coordcheck.probes.moments),
+# Per call of a module, reduced on the device: mean, variance, max |x| (coordcheck.probes.moments),
 # exact zeros, saturated entries. On the host a count n is put in front: columns N .. SAT.
-MOMENTS = ("sum", "sumsq", "absmax")
-N, SUM, SUMSQ, ABSMAX, ZEROS, SAT = range(6)
+MOMENTS = ("mean", "var", "absmax")
+N, MEAN, VAR, ABSMAX, ZEROS, SAT = range(6)
 
 
 def _eager(model: nn.Module) -> nn.Module:
@@ -334,19 +334,17 @@ class GradFlowProbe:
         if not self._keys:
             return []
         raw = np.column_stack([np.asarray(self._n, dtype=np.float64), acts])  # (calls, 6): N .. SAT
-        pooled: dict[str, np.ndarray] = {}
-        for name, row in zip(self._keys, raw):  # all calls of a module in one forward: one measurement
+        five = np.column_stack([raw[:, N], raw[:, MEAN], raw[:, VAR], np.full(len(raw), np.nan), raw[:, ABSMAX]])
+        pooled: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # coordcheck.probes' layout, and zeros/saturated
+        for name, row, counts in zip(self._keys, five, raw[:, [ZEROS, SAT]]):  # all calls of a module: one measurement
             if name in pooled:
-                acc = pooled[name]
-                acc[[N, SUM, SUMSQ, ZEROS, SAT]] += row[[N, SUM, SUMSQ, ZEROS, SAT]]
-                hi = (acc[ABSMAX], row[ABSMAX])
-                acc[ABSMAX] = np.nan if np.isnan(hi).any() else max(hi)
+                acc, c = pooled[name]
+                pooled[name] = (pool_moments(acc, row), c + counts)
             else:
-                pooled[name] = row.copy()
+                pooled[name] = (row.copy(), counts.copy())
         names = list(pooled)
-        m = np.stack([pooled[n] for n in names])
-        nan = np.full(len(m), np.nan)  # sum |x| is not measured here
-        five = np.column_stack([m[:, N], m[:, SUM], m[:, SUMSQ], nan, m[:, ABSMAX]])  # coordcheck.probes' layout
+        five = np.stack([pooled[n][0] for n in names])
+        counts = np.stack([pooled[n][1] for n in names])  # exact zeros, saturated entries
         mean, std, absmax = stats_from_moments(five, ["mean", "std", "absmax"]).T
         modules = dict(self.model.named_modules())
         rows = []
@@ -354,9 +352,9 @@ class GradFlowProbe:
             li, role, _ = layout.get(name, (-1, UNUSED, -1))
             mod = modules.get("" if name == ROOT_MODULE else name)
             saturating = any(isinstance(mod, t) for t in SATURATING)
-            n = m[k, N]
-            stats = dict(zip(ACTIVATION_STATS, (mean[k], std[k], absmax[k], m[k, ZEROS] / n,
-                                                m[k, SAT] / n if saturating else math.nan, n)))
+            n = five[k, 0]
+            stats = dict(zip(ACTIVATION_STATS, (mean[k], std[k], absmax[k], counts[k, 0] / n,
+                                                counts[k, 1] / n if saturating else math.nan, n)))
             rows += [("activation", name, name, li, role, s, v) for s, v in stats.items()]
         return rows
 

@@ -19,6 +19,7 @@ Seeding contract: ``torch.manual_seed(seed)`` immediately before ``build(width)`
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,8 +35,12 @@ __all__ = ["Parametrization", "Mup", "Standard", "AsGiven", "build_model", "PARA
 Builder = Callable[..., nn.Module]
 
 
-def call_builder(build: Builder, width: int) -> nn.Module:
-    """``build(width=width)`` with one-line errors for the usual mistakes."""
+def call_builder(build: Builder, width: int, base_width: int | None = None) -> nn.Module:
+    """``build(width=width)`` with one-line errors for the usual mistakes.
+
+    A builder whose signature names ``base_width`` also gets it (models that implement muP by
+    hand need it for their multipliers), so it is set once, in the config.
+    """
     try:
         sig = inspect.signature(getattr(build, "func", build))  # a functools.partial: its function
     except (TypeError, ValueError):
@@ -46,8 +51,12 @@ def call_builder(build: Builder, width: int) -> nn.Module:
         raise CoordCheckError(
             f"model builder {qualified_name(build)} has no `width` parameter: it must be build(width: int, **kwargs) -> nn.Module"
         )
+    kwargs = {"width": width}
+    if base_width is not None and sig is not None and "base_width" in sig.parameters and not (
+            isinstance(build, functools.partial) and "base_width" in build.keywords):
+        kwargs["base_width"] = base_width
     try:
-        model = build(width=width)
+        model = build(**kwargs)
     except TypeError as e:
         if "argument" not in str(e):  # a TypeError from inside the builder is the builder's own
             raise
@@ -94,8 +103,8 @@ class Mup(Parametrization):
         if isinstance(base_width, bool) or not isinstance(base_width, int) or base_width <= 0:
             raise CoordCheckError(f"base_width must be a positive integer, got {base_width!r}")
         with torch.random.fork_rng(devices=[]), torch.device("meta"):
-            base = call_builder(build, base_width)
-            delta = call_builder(build, 2 * base_width)
+            base = call_builder(build, base_width, base_width)
+            delta = call_builder(build, 2 * base_width, base_width)
         self._base = make_base_shapes(base, delta)
 
     def apply(self, model: nn.Module) -> nn.Module:
@@ -141,8 +150,9 @@ class AsGiven(Parametrization):
 PARAMETRIZATIONS: dict[str, type[Parametrization]] = {"mup": Mup, "sp": Standard, "none": AsGiven}
 
 
-def build_model(build: Builder, width: int, seed: int, parametrization: Parametrization) -> nn.Module:
+def build_model(build: Builder, width: int, seed: int, parametrization: Parametrization,
+                base_width: int | None = None) -> nn.Module:
     """Seed, build at ``width`` and parametrize; ``parametrization.prepare`` must have run."""
     torch.manual_seed(seed)
-    model = call_builder(build, width)
+    model = call_builder(build, width, base_width)
     return parametrization.apply(model)

@@ -1,50 +1,80 @@
-"""Probes: forward hooks that measure every module's output at every step.
+"""Probes: forward hooks (and a function probe) that measure every activation at every step.
 
 Stage: measure. Input: an ``nn.Module`` and the steps of a training loop. Output: per step,
-one small float64 array of raw moments per (module, tensor) — moved to the host once per
+one small float64 array of moments per (module, tensor) — moved to the host once per
 step — and the layout (``layer_index``, ``role``) of every recorded module.
 
 How it measures. Hooks are registered once per model. While ``recording`` is on, each hook
-reduces its module's output on the device, in float32, to four raw moments (sum, sum of
-squares, sum of |x|, max |x|) and appends them to a list; nothing is moved to the host
-inside a hook. ``end_step()`` stacks the list and moves it once. The statistics of the tidy
-frame come from the moments on the host (float64): ``mean = s/n``, ``rms = sqrt(ss/n)``,
-``std = sqrt((ss - s^2/n) / (n - 1))`` (unbiased, like ``torch.std``), ``l1 = a/n``
-(mean |x|), ``absmax``. ``tensor=delta`` measures ``x - x0`` where ``x0`` is the same
-module's output, same call, at step 0 (the batch is fixed), kept on the device.
+reduces its module's output on the device, in float32, to four moments (mean and population
+variance from one ``torch.var_mean``, sum |x| and max |x| from one ``abs``) and appends them
+to a list; nothing is moved to the host inside a hook. ``end_step()`` stacks the list and
+moves it once. The statistics of the tidy frame come from the moments on the host (float64):
+``mean``, ``std = sqrt(var * n / (n - 1))`` (unbiased, like ``torch.std``), ``rms =
+sqrt(var + mean^2)``, ``l1 = sum|x| / n`` (mean |x|), ``absmax``. ``var_mean`` centres before it
+squares, so a constant tensor has std exactly 0 (raw sums of squares would not).
+``tensor=delta`` measures ``x - x0`` where ``x0`` is the same module's output, same call, at
+step 0 (the batch is fixed), kept on the device.
+
+**Attention logits wherever they are computed.** During the probed forward a
+``torch.overrides.TorchFunctionMode`` sees every torch function call, and records the
+attention logits that no module returns, under the name of the module that computed them
+plus a suffix, with role ``attention``:
+
+* ``F.scaled_dot_product_attention`` -> ``<module>.(sdpa)``: its implicit logits
+  ``q @ k^T * scale`` (``scale`` as passed, default ``1/sqrt(d_head)``; grouped-query heads
+  repeated), over the entries the kernel attends to (``is_causal`` and boolean masks
+  applied, a float mask added).
+* ``nn.MultiheadAttention`` (``F.multi_head_attention_forward``) -> ``<module>.(mha)``:
+  ``q k^T / sqrt(d_head)`` from its own input projections (``key_padding_mask`` ignored).
+* Hand-written attention -> ``<module>.(softmax)``: the input of a ``softmax`` /
+  ``log_softmax`` over the last dimension, unless that input is a module's output (then it
+  is a readout's logits, already recorded) or a module inside the same parent already
+  exposed the logits (a module named ``*score*``/``*logit*`` or with ``coordcheck_role =
+  "attention"``, as the built-in GPT's ``AttentionScores``). Entries at or below ``-1e4``
+  (masks filled with ``-inf``, ``-1e9`` or ``finfo.min``) are left out; NaN and +inf stay.
+* A model that **ends in** ``log_softmax``/``softmax``: its output (probabilities) is not
+  judged; the logits are — the readout module when the softmax is applied to its output,
+  else the softmax's input, recorded as ``(logits)`` with role ``output``.
 
 Deliberate choices (documented for users):
 
+* **Modules as a reader counts them.** A module whose output *is* its input (``Identity``,
+  ``Dropout`` in eval or with p=0, an empty ``nn.Sequential`` shortcut) is not recorded,
+  unless it declares ``coordcheck_role``. A module with submodules whose output *is* the
+  output of the submodule that ran just before it (the root of an ``nn.Sequential``, a GPT
+  returning ``lm_head(x)``) is an alias and is not recorded twice. Otherwise the root is
+  recorded as ``(root)`` (e.g. a model that applies its output multiplier in ``forward``).
 * **Several calls per forward** (a shared activation module, weight tying): all calls of a
-  module in one forward are pooled into one measurement (moments add up), and call k's
-  ``delta`` is taken against call k's step-0 output.
+  module in one forward are pooled into one measurement (moments combine exactly), and
+  call k's ``delta`` is taken against call k's step-0 output.
 * **Tuple / list / dict outputs**: the first floating-point tensor found (depth-first,
-  dict values in order) is measured, as for ``(hidden, attn_weights)`` pairs; non-float
-  outputs are skipped.
-* **Containers and the root module**: a module with submodules whose output *is* (the same
-  tensor object as) the output of the submodule that ran just before it — the root of an
-  ``nn.Sequential``, a GPT returning ``lm_head(x)``, an MLP block returning ``c_proj(x)`` — is
-  an alias and is not recorded twice. Otherwise the root is recorded as ``(root)`` (e.g. a
-  model that applies its output multiplier in its own ``forward``).
+  dict values in order) is measured, as for ``(hidden, attn_weights)`` pairs; for the root,
+  ``output=`` (an index or a key) selects the logits instead.
 * **Hooks outside the forward** (activation-checkpoint recomputation in backward, an extra
   eval pass) record nothing: ``recording`` is only on during the probed forward.
 
 Layout rules (a module may override both with ``coordcheck_layer_index`` /
 ``coordcheck_role`` attributes):
 
-* ``layer_index``: the *block list* is the ``nn.ModuleList``/``nn.Sequential`` with the most
-  children that are themselves containers with parameters. Modules inside block ``i`` get
-  ``i + 1``; other modules get ``0`` if they first ran before the first block and ``L + 1``
-  after (``L`` blocks). Without a block list, each module gets the rank of the latest
+* ``layer_index`` follows depth. The *blocks* are the outermost modules with submodules and
+  parameters that sit directly in an ``nn.ModuleList``, ``nn.Sequential`` or
+  ``nn.ModuleDict`` — every such container in the model, so ResNet stages
+  (``layer1.0`` .. ``layer4.1``) and LLaMA-style ``layers["0"]`` count. Blocks are numbered
+  1..L in the order they first run; everything inside block i gets i. Other modules get the
+  number of blocks that started before them (0 before the first block), or ``L + 1`` after
+  the last. With fewer than two blocks, each module gets the rank of the latest
   parameterised leaf that ran up to it (input layer 0, ..., readout last).
-* ``role``: ``norm`` for normalisation layers; ``output`` for ``MuReadout``, for the last
-  parameterised leaf to run (the readout) and for anything that runs after it;
-  ``attention`` for modules named like ``*score*``/``*logit*`` inside blocks (the built-in
-  GPT's ``AttentionScores``); ``input`` for embeddings and for layer index 0; else ``hidden``.
+* ``role``: ``norm`` for normalisation layers; ``attention`` for the captured attention
+  logits and for modules named like ``*score*``/``*logit*`` inside blocks; ``output`` for
+  ``MuReadout``, for the last parameterised leaf to run (the readout), for ``(logits)`` and
+  for anything that runs after the readout; ``input`` for embeddings and for layer index 0;
+  else ``hidden``.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -53,25 +83,30 @@ from functools import partial
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from mup import MuReadout
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
+from coordcheck.errors import CoordCheckError
 from coordcheck.frame import ROOT_MODULE, STATS
 
-__all__ = ["Probes", "StepRecord", "moments", "stats_from_moments", "STAT_FUNCS", "first_tensor"]
+__all__ = ["Probes", "StepRecord", "moments", "masked_moments", "stats_from_moments", "pool_moments",
+           "STAT_FUNCS", "first_tensor", "select_output", "infer_layout", "LOGITS_MODULE", "MASK_BELOW"]
 
-# Raw moments kept per (module, tensor): n, sum, sum of squares, sum |x|, max |x|.
-N, SUM, SUMSQ, ABSSUM, ABSMAX = range(5)
-MOMENTS = ("sum", "sumsq", "abssum", "absmax")
-NEEDS = {"std": ("sum", "sumsq"), "l1": ("abssum",), "rms": ("sumsq",), "mean": ("sum",), "absmax": ("absmax",)}
+LOGITS_MODULE = "(logits)"  # the input of a model's final (log_)softmax, when no module returns it
+MASK_BELOW = -1e4  # softmax inputs at or below this are masked positions (-inf, -1e9, finfo.min), not logits
+
+# Moments kept per (module, tensor): n, mean, population variance, sum |x|, max |x|.
+N, MEAN, VAR, ABSSUM, ABSMAX = range(5)
+MOMENTS = ("mean", "var", "abssum", "absmax")
+NEEDS = {"std": ("mean", "var"), "l1": ("abssum",), "rms": ("mean", "var"), "mean": ("mean",), "absmax": ("absmax",)}
 
 
 def needed_moments(stats: Sequence[str]) -> tuple[str, ...]:
-    """The raw moments (in canonical order) that the statistics ``stats`` need."""
+    """The moments (in canonical order) that the statistics ``stats`` need."""
     unknown = [s for s in stats if s not in NEEDS]
     if unknown:
-        from coordcheck.errors import CoordCheckError
-
         raise CoordCheckError(f"unknown statistic(s) {unknown}: use some of {list(NEEDS)}")
     need = {m for s in stats for m in NEEDS[s]}
     return tuple(m for m in MOMENTS if m in need)
@@ -79,47 +114,72 @@ def needed_moments(stats: Sequence[str]) -> tuple[str, ...]:
 
 def _std(m: np.ndarray) -> np.ndarray:
     n = m[:, N]
-    var = (m[:, SUMSQ] - m[:, SUM] ** 2 / n) / np.maximum(n - 1, 1)
-    with np.errstate(invalid="ignore"):
-        return np.sqrt(np.where(var < 0, 0.0, var))  # rounding can give -eps; NaN stays NaN
+    return np.sqrt(m[:, VAR] * n / np.maximum(n - 1, 1))
 
 
-# Registry of statistics computed from raw moments (rows of an (R, 5) float64 array).
+# Registry of statistics computed from moments (rows of an (R, 5) float64 array).
 STAT_FUNCS = {
     "std": _std,
     "l1": lambda m: m[:, ABSSUM] / m[:, N],
-    "rms": lambda m: np.sqrt(m[:, SUMSQ] / m[:, N]),
-    "mean": lambda m: m[:, SUM] / m[:, N],
+    "rms": lambda m: np.sqrt(m[:, VAR] + m[:, MEAN] ** 2),
+    "mean": lambda m: m[:, MEAN],
     "absmax": lambda m: m[:, ABSMAX],
 }
 
 
 def moments(x: torch.Tensor, which: Sequence[str] = MOMENTS) -> torch.Tensor:
-    """The raw moments ``which`` (of sum, sumsq, abssum, absmax) of ``x``, in float32 on its device.
+    """The moments ``which`` (of mean, var, abssum, absmax) of ``x``, in float32 on its device.
 
-    One reduction each over the flat tensor, no host sync: sum -> ``sum``, sum of squares
-    -> ``dot(x, x)``, sum |x| and max |x| from one ``abs`` (measured here: twice as fast as
-    ``vector_norm(x, 1)`` + ``aminmax``, and far faster than an inf-norm).
+    Mean and population variance come from one ``torch.var_mean`` (it centres first: a
+    constant tensor has variance exactly 0); sum |x| and max |x| from one ``abs``. No host sync.
     """
     f = x.reshape(-1)
     if f.dtype != torch.float32:
         f = f.float()
-    a = f.abs() if "abssum" in which or "absmax" in which else None  # one |x| serves both
     out = []
-    for m in which:
-        if m == "sum":
-            out.append(f.sum())
-        elif m == "sumsq":
-            out.append(torch.dot(f, f))
-        elif m == "abssum":
-            out.append(a.sum())
-        else:
-            out.append(a.max())
+    if "var" in which:
+        var, mean = torch.var_mean(f, correction=0)
+        out += [mean, var] if "mean" in which else [var]
+    elif "mean" in which:
+        out.append(f.mean())
+    if "abssum" in which or "absmax" in which:
+        a = f.abs()  # one |x| serves both
+        out += [a.sum()] if "abssum" in which else []
+        out += [a.max()] if "absmax" in which else []
     return torch.stack(out)
 
 
+def masked_moments(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """``[n, mean, var, abssum, absmax]`` of the entries of ``x`` where ``keep`` (broadcast) is true.
+
+    For attention logits with masked positions; the count stays on the device (no sync).
+    """
+    f = x.float()
+    k = keep.expand_as(f)
+    n = k.sum(dtype=torch.float32)
+    z = torch.where(k, f, 0.0)
+    mean = z.sum() / n
+    var = torch.where(k, (f - mean) ** 2, 0.0).sum() / n
+    a = z.abs()
+    return torch.stack([n, mean, var, a.sum(), a.max()])
+
+
+def pool_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Moments (``[n, mean, var, abssum, absmax]``) of the union of two samples (Chan et al.)."""
+    n = a[N] + b[N]
+    d = b[MEAN] - a[MEAN]
+    out = a.copy()
+    out[N] = n
+    out[MEAN] = a[MEAN] + d * b[N] / n
+    out[VAR] = (a[VAR] * a[N] + b[VAR] * b[N] + d * d * a[N] * b[N] / n) / n
+    out[ABSSUM] = a[ABSSUM] + b[ABSSUM]
+    hi = (a[ABSMAX], b[ABSMAX])
+    out[ABSMAX] = np.nan if np.isnan(hi).any() else max(hi)
+    return out
+
+
 def stats_from_moments(m: np.ndarray, stats: Sequence[str]) -> np.ndarray:
-    """(R, 5) raw moments -> (R, len(stats)) statistics, float64."""
+    """(R, 5) moments -> (R, len(stats)) statistics, float64."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.stack([STAT_FUNCS[s](m) for s in stats], axis=1)
 
@@ -138,6 +198,21 @@ def first_tensor(out: object) -> torch.Tensor | None:
     return None
 
 
+def select_output(out: object, output: int | str | None) -> object:
+    """``out[output]`` (an index into a tuple/list, a key of a dict, or an attribute), or ``out`` for None."""
+    if output is None:
+        return out
+    try:
+        if isinstance(output, str) and not isinstance(out, Mapping):
+            return getattr(out, output)
+        return out[output]
+    except (KeyError, IndexError, TypeError, AttributeError):
+        kind = f"keys {list(out)}" if isinstance(out, Mapping) else (
+            f"{len(out)} items" if isinstance(out, (tuple, list)) else type(out).__name__)
+        raise CoordCheckError(f"output={output!r} selects nothing in the model's output ({kind}): "
+                              f"set output= to the index or key of the logits") from None
+
+
 @dataclass
 class StepRecord:
     """Moments of one step: ``keys[i] = (module, tensor)`` for row ``i`` of ``moments`` (R, 5)."""
@@ -148,13 +223,107 @@ class StepRecord:
     loss: float
 
 
+def _arg(args: tuple, kwargs: dict, i: int, name: str, default: object = None) -> object:
+    return args[i] if len(args) > i else kwargs.get(name, default)
+
+
+_MHA_PARAMS = list(inspect.signature(F.multi_head_attention_forward).parameters)
+
+
+class _FunctionProbe(TorchFunctionMode):
+    """Sees every torch function call of the probed forward; records attention logits (module docstring)."""
+
+    def __init__(self, probes: Probes):
+        super().__init__()
+        self.probes = probes
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        handler = _HANDLERS.get(func)
+        if handler is not None and self.probes.recording:
+            with torch.no_grad():
+                handler(self.probes, args, kwargs, out)
+        return out
+
+
+def _on_sdpa(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
+    q, k = args[0].detach(), args[1].detach()
+    mask = _arg(args, kwargs, 3, "attn_mask")
+    causal = _arg(args, kwargs, 5, "is_causal", False)
+    scale = kwargs.get("scale")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if q.ndim >= 3 and k.shape[-3] != q.shape[-3] and q.shape[-3] % k.shape[-3] == 0:
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)  # grouped-query attention
+    logits = (q @ k.transpose(-2, -1)) * scale  # (..., L, S)
+    keep = None
+    if causal:
+        L, S = logits.shape[-2:]
+        keep = torch.ones(L, S, dtype=torch.bool, device=logits.device).tril()
+    if isinstance(mask, torch.Tensor):
+        if mask.dtype == torch.bool:
+            keep = mask if keep is None else keep & mask
+        else:
+            logits = logits + mask
+            keep = (~(logits <= MASK_BELOW)) if keep is None else keep & ~(logits <= MASK_BELOW)
+    p.capture("(sdpa)", logits, keep)
+
+
+def _on_mha(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
+    a = dict(zip(_MHA_PARAMS, args), **kwargs)
+    query, key, h = a["query"].detach(), a["key"].detach(), int(a["num_heads"])
+    if query.ndim == 2:  # unbatched (L, E)
+        query, key = query.unsqueeze(1), key.unsqueeze(1)
+    E = query.shape[-1]
+    if a.get("use_separate_proj_weight"):
+        wq, wk = a["q_proj_weight"], a["k_proj_weight"]
+    else:
+        wq, wk = a["in_proj_weight"][:E], a["in_proj_weight"][E : 2 * E]
+    b = a.get("in_proj_bias")
+    bq, bk = (b[:E], b[E : 2 * E]) if b is not None else (None, None)
+    hd = E // h
+    q = F.linear(query, wq, bq).reshape(query.shape[0], -1, hd).transpose(0, 1)  # (N * h, L, hd)
+    k = F.linear(key, wk, bk).reshape(key.shape[0], -1, hd).transpose(0, 1)  # (N * h, S, hd)
+    logits = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+    mask, keep = a.get("attn_mask"), None
+    if isinstance(mask, torch.Tensor):
+        if mask.dtype == torch.bool:
+            keep = ~mask  # True = not allowed, in nn.MultiheadAttention
+        else:
+            logits = logits + mask
+            keep = ~(logits <= MASK_BELOW)
+    p.capture("(mha)", logits, keep)
+
+
+def _on_softmax(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
+    x = args[0]
+    dim = _arg(args, kwargs, 1, "dim")
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or dim not in (-1, x.ndim - 1):
+        return
+    p.softmax(x, out)
+
+
+_HANDLERS = {
+    F.scaled_dot_product_attention: _on_sdpa,
+    F.multi_head_attention_forward: _on_mha,
+    **{f: _on_softmax for f in (F.softmax, F.log_softmax, torch.softmax, torch.log_softmax,
+                                torch.Tensor.softmax, torch.Tensor.log_softmax)},
+}
+
+
+def _declares(module: nn.Module, attr: str) -> bool:
+    return hasattr(module, attr)
+
+
 @dataclass
 class Probes:
-    """Forward hooks on every module of ``model``; see the module docstring for the rules."""
+    """Forward hooks on every module of ``model`` and a function probe; see the module docstring."""
 
     model: nn.Module
     tensors: Sequence[str] = ("out", "delta")
     stats: Sequence[str] = STATS
+    output: int | str | None = None  # selects the logits in the root's tuple / dict output
     recording: bool = False
     step: int = 0
     layout: dict[str, tuple[int, str, int]] = field(default_factory=dict)
@@ -162,74 +331,168 @@ class Probes:
     _keys: list = field(default_factory=list)
     _n: list = field(default_factory=list)
     _vals: list = field(default_factory=list)
+    _mkeys: list = field(default_factory=list)  # masked records: the count is on the device
+    _mvals: list = field(default_factory=list)
     _ref: dict = field(default_factory=dict)
     _calls: Counter = field(default_factory=Counter)
-    _fired: list = field(default_factory=list)  # module names in first-fire order at step 0
+    _fired: list = field(default_factory=list)  # names in first-record order at step 0
     _alias: set = field(default_factory=set)
+    _captured: dict = field(default_factory=dict)  # captured name -> the module that computed it
+    _renamed: dict = field(default_factory=dict)  # capture name -> LOGITS_MODULE (model ends in softmax)
+    _stack: list = field(default_factory=list)  # modules whose forward is running, innermost last
+    _attn_parents: set = field(default_factory=set)  # modules that exposed attention logits this step
+    _softmax_out: tuple | None = None  # (result tensor, capture name or None) of the latest softmax
     _last_out: object = None
+    leaves_done: int = 0  # leaf modules that finished this forward (for blaming errors)
 
     def __post_init__(self) -> None:
         self._which = needed_moments(self.stats)
         self._cols = [1 + MOMENTS.index(m) for m in self._which]  # their columns in the (R, 5) array
-        self._modules = dict(self.model.named_modules())
-        for name, module in self._modules.items():
-            self._handles.append(module.register_forward_hook(partial(self._hook, name or ROOT_MODULE)))
+        self._mode = _FunctionProbe(self)
+        self._mode_on = False
+        for name, module in self.model.named_modules():
+            name = name or ROOT_MODULE
+            self._handles.append(module.register_forward_pre_hook(partial(self._enter, name)))
+            self._handles.append(module.register_forward_hook(partial(
+                self._hook, name, _declares(module, "coordcheck_role"), next(module.children(), None) is None)))
+        self._handles.append(self.model.register_forward_hook(self._root_done, always_call=True))
 
-    # -- the hook ---------------------------------------------------------------------
-    def _hook(self, name: str, module: nn.Module, inputs: object, output: object) -> None:
-        if not self.recording or name in self._alias:
+    # -- hooks ------------------------------------------------------------------------
+    def _enter(self, name: str, module: nn.Module, inputs: object) -> None:
+        if not self.recording:
             return
-        x = first_tensor(output)
+        self._stack.append(name)
+        if name == ROOT_MODULE and not self._mode_on:
+            self._mode.__enter__()
+            self._mode_on = True
+
+    def _root_done(self, module: nn.Module, inputs: object, output: object) -> None:
+        if self._mode_on:  # also when the forward raised (always_call): never leave the mode on
+            self._mode.__exit__(None, None, None)
+            self._mode_on = False
+
+    def _hook(self, name: str, declared: bool, leaf: bool, module: nn.Module, inputs: object, output: object) -> None:
+        if not self.recording:
+            return
+        if self._stack and self._stack[-1] == name:
+            self._stack.pop()
+        self.leaves_done += leaf
+        if name in self._alias:
+            return
+        if name == ROOT_MODULE:
+            x = first_tensor(select_output(output, self.output))
+            if x is not None and self._softmax_out is not None and x is self._softmax_out[0]:
+                self._ends_in_softmax(self._softmax_out[1])
+                return
+        else:
+            x = first_tensor(output)
         if x is None or x.numel() == 0:
             return
-        if self.step == 0 and x is self._last_out and next(module.children(), None) is not None:
+        if not declared and x is first_tensor(inputs):
+            return  # Identity, Dropout(p=0) or in eval, an empty shortcut: the output is the input
+        if self.step == 0 and x is self._last_out and not leaf:
             self._alias.add(name)  # a container returning its last submodule's output
             return
         self._last_out = x
+        role = getattr(module, "coordcheck_role", None)
+        if role == "attention" or (role is None and ATTENTION_NAME.search(name.rsplit(".", 1)[-1])):
+            self._attn_parents.add(self._stack[-1] if self._stack else ROOT_MODULE)
+        self._record(name, x.detach())
+
+    # -- the function probe's side ------------------------------------------------------
+    def _parent(self) -> str:
+        return self._stack[-1] if self._stack else ROOT_MODULE
+
+    def capture(self, suffix: str, logits: torch.Tensor, keep: torch.Tensor | None) -> str:
+        """Record attention logits computed inside the running module as ``<module>.<suffix>``."""
+        parent = self._parent()
+        name = suffix if parent == ROOT_MODULE else f"{parent}.{suffix}"
+        name = self._renamed.get(name, name)
+        self._captured.setdefault(name, parent)
+        self._record(name, logits, keep)
+        return name
+
+    def softmax(self, x: torch.Tensor, result: object) -> None:
+        if x is self._last_out:  # probabilities of a module's output (a readout): not attention logits
+            self._softmax_out = (result, None)
+            return
+        if self._parent() in self._attn_parents:
+            return  # a module already exposed these logits (e.g. the built-in GPT's attn.scores)
+        x = x.detach()
+        self._softmax_out = (result, self.capture("(softmax)", x, ~(x <= MASK_BELOW)))
+
+    def _ends_in_softmax(self, capture: str | None) -> None:
+        """The root returned the latest softmax: judge the logits, not the probabilities."""
+        if capture is None or capture == LOGITS_MODULE:
+            return  # the readout's output is already recorded (or this capture already is the logits)
+        self._renamed[capture] = LOGITS_MODULE
+        self._captured.pop(capture, None)
+        if self.step == 0:  # rename what this step recorded under the capture's name
+            ren = lambda key: (LOGITS_MODULE, key[1]) if key[0] == capture else key  # noqa: E731
+            self._mkeys = [ren(k) for k in self._mkeys]
+            self._keys = [ren(k) for k in self._keys]
+            self._fired = [LOGITS_MODULE if n == capture else n for n in self._fired]
+            self._ref = {(LOGITS_MODULE if n == capture else n, c): v for (n, c), v in self._ref.items()}
+            self._calls[LOGITS_MODULE] = self._calls.pop(capture, 0)
+
+    # -- recording ----------------------------------------------------------------------
+    def _record(self, name: str, x: torch.Tensor, keep: torch.Tensor | None = None) -> None:
         call = self._calls[name]
         self._calls[name] += 1
         if self.step == 0 and call == 0:
             self._fired.append(name)
         with torch.no_grad():
-            x = x.detach()
-            self._push(name, "out", x)
+            self._push(name, "out", x, keep)
             if "delta" in self.tensors:
                 if self.step == 0:
-                    self._ref[name, call] = x.clone()
+                    self._ref[name, call] = (x.clone(), keep)
                 else:
                     ref = self._ref.get((name, call))
-                    if ref is not None and ref.shape == x.shape:
-                        self._push(name, "delta", x - ref)
+                    if ref is not None and ref[0].shape == x.shape:
+                        both = keep if ref[1] is None else (ref[1] if keep is None else keep & ref[1])
+                        self._push(name, "delta", x - ref[0], both)
 
-    def _push(self, name: str, tensor: str, x: torch.Tensor) -> None:
-        if tensor in self.tensors:
+    def _push(self, name: str, tensor: str, x: torch.Tensor, keep: torch.Tensor | None) -> None:
+        if tensor not in self.tensors:
+            return
+        if keep is None:
             self._keys.append((name, tensor))
             self._n.append(x.numel())
             self._vals.append(moments(x, self._which))
+        else:
+            self._mkeys.append((name, tensor))
+            self._mvals.append(masked_moments(x, keep))
 
     # -- the loop's side ----------------------------------------------------------------
     def begin_step(self, step: int) -> None:
         self.step = step
         self.recording = True
-        self._keys, self._n, self._vals = [], [], []
+        self._keys, self._n, self._vals, self._mkeys, self._mvals = [], [], [], [], []
         self._calls = Counter()
-        self._last_out = None
+        self._stack, self._attn_parents = [], set()
+        self._last_out = self._softmax_out = None
+        self.leaves_done = 0
 
     def end_step(self, loss: torch.Tensor) -> StepRecord:
         """Stop recording, move this step's moments and the loss to the host in one transfer."""
         self.recording = False
+        self._root_done(self.model, (), None)
         if self.step == 0:
-            self.layout = infer_layout(self.model, self._fired)
-        packed = torch.cat([torch.stack(self._vals).reshape(-1), loss.detach().float().reshape(1)]) if self._vals \
-            else loss.detach().float().reshape(1)
-        host = packed.cpu().double().numpy()  # the one device-to-host transfer of the step
-        raw = np.full((len(self._n), 5), np.nan)
-        raw[:, N] = self._n
-        raw[:, self._cols] = host[:-1].reshape(len(self._n), len(self._cols))
-        keys, raw = _pool_calls(self._keys, raw)
+            self.layout = infer_layout(self.model, self._fired, self._captured)
+        parts = [torch.stack(v).reshape(-1) for v in (self._vals, self._mvals) if v]
+        parts.append(loss.detach().float().reshape(1))
+        host = torch.cat(parts).cpu().double().numpy()  # the one device-to-host transfer of the step
+        r, k = len(self._n), len(self._cols)
+        raw = np.full((r + len(self._mkeys), 5), np.nan)
+        raw[:r, N] = self._n
+        raw[:r, self._cols] = host[: r * k].reshape(r, k)
+        raw[r:] = host[r * k : -1].reshape(-1, 5)
+        keys, raw = _pool_calls(self._keys + self._mkeys, raw)
+        self._last_out = self._softmax_out = None  # hold no activation past the step
         return StepRecord(self.step, keys, raw, float(host[-1]))
 
     def remove(self) -> None:
+        self._root_done(self.model, (), None)
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -243,16 +506,14 @@ class Probes:
 
 
 def _pool_calls(keys: list[tuple[str, str]], raw: np.ndarray) -> tuple[list[tuple[str, str]], np.ndarray]:
-    """Pool the moments of several calls of one module: counts and sums add, max of maxima."""
+    """Pool the moments of several calls of one module (:func:`pool_moments`)."""
     if len(set(keys)) == len(keys):
         return keys, raw
     index: dict[tuple[str, str], int] = {}
     rows: list[np.ndarray] = []
     for key, row in zip(keys, raw):
         if key in index:
-            acc = rows[index[key]]
-            acc[:ABSMAX] += row[:ABSMAX]
-            acc[ABSMAX] = max(acc[ABSMAX], row[ABSMAX]) if np.isfinite(row[ABSMAX]) else row[ABSMAX]
+            rows[index[key]] = pool_moments(rows[index[key]], row)
         else:
             index[key] = len(rows)
             rows.append(row.copy())
@@ -267,47 +528,64 @@ NORM_TYPES = tuple(
     ) if t is not None
 )
 ATTENTION_NAME = re.compile(r"(score|logit)", re.IGNORECASE)
+CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
 
 
 def _has_params(module: nn.Module, recurse: bool = True) -> bool:
     return next(module.parameters(recurse=recurse), None) is not None
 
 
-def _block_list(model: nn.Module) -> tuple[str, int] | None:
-    best = None
+def find_blocks(model: nn.Module) -> list[str]:
+    """Names of the outermost modules with submodules and parameters held directly in a container."""
+    found = []
     for name, m in model.named_modules():
-        if not isinstance(m, (nn.ModuleList, nn.Sequential)) or len(m) < 2:
+        if not isinstance(m, CONTAINERS):
             continue
-        blocks = [c for c in m.children() if next(c.children(), None) is not None and _has_params(c)]
-        if len(blocks) >= 2 and (best is None or len(m) > best[1]):
-            best = (name, len(m))
-    return best
+        for child, c in m.named_children():
+            if not isinstance(c, CONTAINERS) and next(c.children(), None) is not None and _has_params(c):
+                found.append(f"{name}.{child}" if name else child)
+    return [b for b in found if not any(b.startswith(o + ".") for o in found)]
 
 
 def _is_norm(module: nn.Module) -> bool:
     return isinstance(module, NORM_TYPES) or type(module).__name__.endswith("Norm")
 
 
-def infer_layout(model: nn.Module, fired: list[str]) -> dict[str, tuple[int, str, int]]:
-    """``{module name: (layer_index, role, call_order)}`` for the modules that fired at step 0 (in order)."""
+def infer_layout(model: nn.Module, fired: list[str], captured: Mapping[str, str] | None = None
+                 ) -> dict[str, tuple[int, str, int]]:
+    """``{name: (layer_index, role, call_order)}`` for what was recorded at step 0 (in order).
+
+    ``captured`` maps the names of captured attention logits to the module that computed them.
+    """
+    captured = captured or {}
     modules = {(n or ROOT_MODULE): m for n, m in model.named_modules()}
     order = {n: i for i, n in enumerate(fired)}
-    leaves = [n for n in fired if _has_params(modules[n], recurse=False) and next(modules[n].children(), None) is None]
+    real = [n for n in fired if n in modules]
+    leaves = [n for n in real if _has_params(modules[n], recurse=False) and next(modules[n].children(), None) is None]
     readout = next((n for n in reversed(leaves) if not _is_norm(modules[n])), None)
-    blocks = _block_list(model)
+
+    def block_of(n: str) -> str | None:
+        return next((b for b in blocks if n == b or n.startswith(b + ".")), None)
+
+    blocks = find_blocks(model)
+    start = {}
+    for n in fired:  # a block starts with the first thing recorded inside it
+        b = block_of(n)
+        if b is not None:
+            start.setdefault(b, order[n])
+    blocks = sorted(start, key=start.get)
     index: dict[str, int] = {}
-    if blocks is not None:
-        bname, L = blocks
-        prefix = f"{bname}." if bname else ""
-        in_blocks = [order[n] for n in fired if n.startswith(prefix) and n != ROOT_MODULE]
-        first_block = min(in_blocks) if in_blocks else 0
+    if len(blocks) >= 2:
+        number = {b: i + 1 for i, b in enumerate(blocks)}
+        last = max(order[n] for n in fired if block_of(n) is not None)
         for n in fired:
-            if n == (bname or ROOT_MODULE):
-                index[n] = L  # a Sequential trunk returns its last block's output
-            elif n != ROOT_MODULE and n.startswith(prefix) and n[len(prefix):].split(".")[0].isdigit():
-                index[n] = int(n[len(prefix):].split(".")[0]) + 1
+            b = block_of(n)
+            if b is not None:
+                index[n] = number[b]
+            elif order[n] > last:
+                index[n] = len(blocks) + 1
             else:
-                index[n] = 0 if order[n] < first_block else L + 1
+                index[n] = sum(s < order[n] for s in start.values())
     else:
         rank = 0
         leaf_rank = {n: i for i, n in enumerate(leaves)}
@@ -317,7 +595,12 @@ def infer_layout(model: nn.Module, fired: list[str]) -> dict[str, tuple[int, str
     layout = {}
     after_readout = False
     for n in fired:
-        m = modules[n]
+        m = modules.get(n)
+        if m is None:  # captured logits: no module of their own
+            role = "attention" if n in captured else "output"
+            layout[n] = (int(index[n]), role, order[n])
+            after_readout = after_readout or role == "output"
+            continue
         i = getattr(m, "coordcheck_layer_index", index[n])
         if _is_norm(m):
             role = "norm"

@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,9 +30,10 @@ from tqdm.auto import tqdm
 
 from coordcheck.data import Batch
 from coordcheck.errors import CoordCheckError
-from coordcheck.frame import COLUMNS, LOSS_MODULE, STATS, conform
+from coordcheck.frame import COLUMNS, LOSS_MODULE, ROOT_MODULE, STATS, conform
 from coordcheck.parametrization import Builder, Parametrization, build_model
-from coordcheck.probes import Probes, StepRecord, first_tensor, stats_from_moments
+from coordcheck import probes as probes_module
+from coordcheck.probes import Probes, StepRecord, first_tensor, select_output, stats_from_moments
 
 __all__ = ["RunIdentity", "cross_entropy", "forward_loss", "train_with_probes", "to_frame", "run_width", "resolve_seeds"]
 
@@ -62,6 +64,22 @@ def cross_entropy(output: object, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
+def model_loss(output: object) -> torch.Tensor:
+    """``loss="model"``: the loss the model returned — a ``loss`` key or attribute, else the last scalar in a tuple."""
+    if isinstance(output, Mapping) and "loss" in output:
+        loss = output["loss"]
+    elif isinstance(getattr(output, "loss", None), torch.Tensor):
+        loss = output.loss
+    elif isinstance(output, (tuple, list)):
+        loss = next((t for t in reversed(output) if isinstance(t, torch.Tensor) and t.ndim == 0), None)
+    else:
+        loss = None
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise CoordCheckError("loss=model, but the model returned no scalar loss: pass the targets to the model "
+                              "(forward_targets=true) or leave loss unset for cross-entropy")
+    return loss.reshape(())
+
+
 def resolve_seeds(seeds: int | Sequence[int]) -> list[int]:
     """``3`` -> [0, 1, 2]; a list is used as given."""
     if isinstance(seeds, bool):
@@ -81,17 +99,71 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def forward_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFn, *,
-                 first: bool) -> torch.Tensor:
-    """``loss_fn(model(inputs), targets)``; on the first step a shape error means the data does not fit."""
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+_PROBES_FILE = probes_module.__file__
+
+
+def _blame(model: nn.Module, e: BaseException) -> tuple[nn.Module | None, str | None, bool]:
+    """The innermost module whose ``forward`` was running when ``e`` was raised, its name, and whether
+    the raising frame is torch's own code (a shape check in a layer) rather than the model's."""
+    names = {id(m): n or ROOT_MODULE for n, m in model.named_modules()}
+    module = name = None
+    tb, last = e.__traceback__, ""
+    while tb is not None:
+        frame = tb.tb_frame
+        obj = frame.f_locals.get("self")
+        if frame.f_code.co_name == "forward" and id(obj) in names:
+            module, name = obj, names[id(obj)]
+        if frame.f_code.co_filename != _PROBES_FILE:  # the function probe calls torch functions for the model
+            last = frame.f_code.co_filename
+        tb = tb.tb_next
+    return module, name, str(Path(last).resolve()).startswith(_TORCH_DIR)
+
+
+def call_model(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, forward_targets: bool | str = False) -> object:
+    """``model(inputs)``; with ``forward_targets`` also the targets, positionally (True) or by that keyword."""
+    if forward_targets is True:
+        return model(inputs, targets)
+    if isinstance(forward_targets, str) and forward_targets:
+        return model(inputs, **{forward_targets: targets})
+    return model(inputs)
+
+
+def forward_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFn | str, *,
+                 first: bool = False, output: int | str | None = None, forward_targets: bool | str = False,
+                 probes: Probes | None = None) -> torch.Tensor:
+    """The loss of one forward, with errors blamed on the right party (one line each).
+
+    ``loss_fn(select_output(model(inputs), output), targets)``, or the model's own loss for
+    ``loss_fn="model"``. An exception from the model's own code is a model error naming the
+    module; "data does not fit" is kept for torch rejecting the batch in the first layer
+    (nothing ran before it: ``probes.leaves_done == 0`` when probes are given).
+    """
     try:
-        return loss_fn(model(inputs), targets)
+        out = call_model(model, inputs, targets, forward_targets)
     except CoordCheckError:
         raise
-    except (RuntimeError, IndexError, ValueError, TypeError) as e:
-        if not first:
-            raise
-        raise CoordCheckError(f"data does not fit the model ({_first_line(e)}): check data.* against model.*") from None
+    except Exception as e:
+        module, name, in_torch = _blame(model, e)
+        if module is None:
+            how = "model(inputs, targets)" if forward_targets else "model(inputs)"
+            raise CoordCheckError(f"the model could not be called as {how} ({_first_line(e)}): check "
+                                  f"forward_targets and data.*") from None
+        first_layer = next(module.children(), None) is None and (probes is None or probes.leaves_done == 0)
+        if in_torch and first_layer:
+            raise CoordCheckError(f"data does not fit the model ({_first_line(e)} in {name}): check data.* against "
+                                  f"model.*") from None
+        raise CoordCheckError(f"the model raised an error in {name} ({_first_line(e)}): it comes from the model's "
+                              f"own code — fix the model or its configuration") from None
+    try:
+        if loss_fn == "model":
+            return model_loss(out)
+        return loss_fn(select_output(out, output), targets)
+    except CoordCheckError:
+        raise
+    except Exception as e:
+        raise CoordCheckError(f"the loss could not be computed from the model's output ({_first_line(e)}): check "
+                              f"output=, loss= and the data's targets") from None
 
 
 def train_with_probes(
@@ -100,22 +172,32 @@ def train_with_probes(
     batch: Batch,
     *,
     steps: int,
-    loss_fn: LossFn = cross_entropy,
+    loss_fn: LossFn | str = cross_entropy,
     tensors: Sequence[str] = ("out", "delta"),
     stats: Sequence[str] = STATS,
     on_step: Callable[[StepRecord], None] | None = None,
+    output: int | str | None = None,
+    forward_targets: bool | str = False,
+    grad_clip: float | None = None,
 ) -> tuple[list[StepRecord], dict[str, tuple[int, str, int]]]:
-    """Train ``steps`` updates on the fixed batch; return the per-step records and the layout."""
+    """Train ``steps`` updates on the fixed batch; return the per-step records and the layout.
+
+    ``loss_fn``: ``loss(output, targets)`` or ``"model"`` (the loss the model returns);
+    ``output``: index or key of the logits in a tuple / dict output; ``forward_targets``:
+    pass the targets to ``forward`` (True: positionally, a string: by that keyword);
+    ``grad_clip``: clip the global gradient norm to this before each update.
+    """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise CoordCheckError(f"steps must be an integer >= 1, got {steps!r}")
     device = next(model.parameters(), torch.empty(0)).device
     inputs, targets = batch.inputs.to(device), batch.targets.to(device)
     model.train()
     records: list[StepRecord] = []
-    with Probes(model, tensors=tensors, stats=stats) as probes:
+    with Probes(model, tensors=tensors, stats=stats, output=output) as probes:
         for step in range(steps + 1):
             probes.begin_step(step)
-            loss = forward_loss(model, inputs, targets, loss_fn, first=step == 0)
+            loss = forward_loss(model, inputs, targets, loss_fn, first=step == 0, output=output,
+                                forward_targets=forward_targets, probes=probes)
             rec = probes.end_step(loss)
             records.append(rec)
             if on_step is not None:
@@ -124,6 +206,8 @@ def train_with_probes(
                 break
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             optimizer.step()
         layout = dict(probes.layout)
     return records, layout
@@ -177,12 +261,17 @@ def run_width(
     steps: int,
     identity: RunIdentity,
     base_width: int,
-    loss_fn: LossFn = cross_entropy,
+    loss_fn: LossFn | str = cross_entropy,
     tensors: Sequence[str] = ("out", "delta"),
     stats: Sequence[str] = STATS,
     progress: bool | tqdm = True,
+    output: int | str | None = None,
+    forward_targets: bool | str = False,
+    grad_clip: float | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """Train every seed at one width; return the job's tidy frame and facts about the run."""
+    if grad_clip is not None and (isinstance(grad_clip, bool) or not grad_clip > 0):
+        raise CoordCheckError(f"grad_clip must be a positive number (a global gradient norm) or null, got {grad_clip!r}")
     t0 = time.perf_counter()
     parametrization.prepare(build, base_width)
     bar = progress if isinstance(progress, tqdm) else tqdm(
@@ -191,14 +280,14 @@ def run_width(
     frames, facts = [], {"width": width, "seeds": list(seeds), "diverged": []}
     try:
         for seed in seeds:
-            model = build_model(build, width, seed, parametrization)
+            model = build_model(build, width, seed, parametrization, base_width)
             facts["n_params"] = sum(p.numel() for p in model.parameters())
             opt = optimizer(model, lr)
             if not isinstance(opt, torch.optim.Optimizer):
                 raise CoordCheckError(f"the optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
-                on_step=lambda rec: bar.update(1),
+                on_step=lambda rec: bar.update(1), output=output, forward_targets=forward_targets, grad_clip=grad_clip,
             )
             last = records[-1]
             if not math.isfinite(last.loss):

@@ -49,8 +49,8 @@ from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
 __all__ = ["Rules", "Verdict", "judge", "find_instability", "diagnose", "STATUSES"]
 
-STATUSES = ("pass", "fail", "inconclusive", "zero", "skip")
-_RANK = {"pass": 0, "zero": 0, "skip": 0, "inconclusive": 1, "fail": 2}
+STATUSES = ("pass", "fail", "inconclusive", "zero", "skip", "transient")
+_RANK = {"pass": 0, "zero": 0, "skip": 0, "transient": 0, "inconclusive": 1, "fail": 2}
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ class Rules:
     rise_floor: float = 0.1  # ... and above it by more than rise_floor x the step-0 loss
     min_widths: int = 3
     min_window: int = 2  # updated steps (>= 1) that the stable window must contain
+    persist: int = 2  # a violation after updates must last this many consecutive judged steps
 
 
 # (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
@@ -75,12 +76,16 @@ EXPECT = {
 }
 
 
-def diagnose(role: str, tensor: str, step: int, direction: str) -> str:
-    """Likely cause and fix, in words a user can act on, for a failing pattern."""
+def diagnose(role: str, tensor: str, step: int, direction: str, parametrization: str = "mup") -> str:
+    """Likely cause and fix, in words a user can act on, for a failing pattern under ``parametrization``."""
     if direction == "diverged":
         return "training diverged (non-finite values): lower the learning rate, or check the initialisation"
+    sp, own = parametrization == "sp", parametrization == "none"  # own: muP written by hand (no Mu* optimizer)
     if direction == "grows":
         if role == "output":
+            if sp:
+                return ("readout grows with width: standard parametrization has no 1/width output multiplier "
+                        "(expected for the SP control; parametrization=mup adds it)")
             return ("readout grows with width: the readout is not a MuReadout or its 1/width output multiplier "
                     "is missing (use mup.MuReadout, or scale the logits by base_width/width)")
         if role == "attention":
@@ -92,9 +97,18 @@ def diagnose(role: str, tensor: str, step: int, direction: str) -> str:
         if role == "input":
             return ("input-layer features grow with width after updates: the input layer's learning rate or init "
                     "is scaled with width — keep them constant (vector-like in MuAdam)")
+        if sp:
+            return ("hidden features grow with width after updates: standard parametrization uses one learning "
+                    "rate for every layer (expected for the SP control; parametrization=mup scales it)")
+        if own:
+            return ("hidden features grow with width after updates: the hidden learning rate is not scaled by width "
+                    "— give hidden matrices lr * base_width / width in your optimizer's parameter groups (Adam)")
         return ("hidden features grow with width after updates: the hidden learning rate is not scaled by width — "
                 "use MuAdam/MuAdamW/MuSGD, or divide the hidden-matrix LR by width/base_width")
     if direction == "shrinks":
+        if role == "input" and (tensor == "delta" or step > 0):
+            return ("input-layer updates vanish with width: the embedding learning rate is scaled like a hidden "
+                    "matrix (embeddings keep the base LR in muP)")
         if tensor == "delta" or step > 0:
             return ("feature updates vanish with width (lazy / kernel regime): the learning rate of hidden or output "
                     "layers is scaled down too much, or the model is in standard parametrization at a small LR")
@@ -160,6 +174,7 @@ def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     slope, ci_lo, ci_hi = s["slope"].to_numpy(), s["ci_low"].to_numpy(), s["ci_high"].to_numpy()
     grows = slope > hi_band
     shrinks = slope < lo_band
+    s["margin"] = np.minimum(hi_band - slope, slope - lo_band)  # distance to the band's nearest edge; < 0 outside
     # significant when the whole interval is outside the band (NaN interval: not significant)
     sig = np.where(grows, ci_lo > hi_band, np.where(shrinks, ci_hi < lo_band, False))
     status = np.where(grows | shrinks, np.where(sig, "fail", "inconclusive"), "pass")
@@ -179,10 +194,51 @@ def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     s["status"] = status
     s["direction"] = direction
     s["diagnosis"] = [
-        diagnose(r, t, st, d) if d else n
-        for r, t, st, d, n in zip(s["role"], s["tensor"], s["step"], direction, note)
+        diagnose(r, t, st, d, p) if d else n
+        for r, t, st, d, n, p in zip(s["role"], s["tensor"], s["step"], direction, note, s["parametrization"])
     ]
     return s
+
+
+def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dict[str, int],
+                     persist: int) -> pd.DataFrame:
+    """Rule 4: after updates, a violation must persist over ``persist`` consecutive judged steps.
+
+    Per (configuration, module, tensor), the judged updated steps whose slope is outside the
+    band in the same direction (``fail``, or ``inconclusive`` with the estimate outside) form
+    runs of consecutive steps. A shorter run is one noisy step, not a bug: its series become
+    ``transient`` (reported, not counted) — unless the run ends at the last judged step, where
+    the next step could not confirm or clear it: then they are ``inconclusive``. Step 0 is
+    judged on its own.
+    """
+    if persist <= 1:
+        return series
+    outside = in_window & (series["step"] > 0) & series["direction"].isin(["grows", "shrinks"]) \
+        & series["status"].isin(["fail", "inconclusive"])
+    cand = series[outside].sort_values("step")
+    transient, unconfirmed = [], []
+    for (cid, *_), g in cand.groupby(["config_id", "module", "tensor", "stat"], sort=False):
+        steps, dirs, idx = g["step"].to_numpy(), g["direction"].to_numpy(), g.index.to_numpy()
+        run = [0]
+        for i in range(1, len(g) + 1):
+            if i < len(g) and steps[i] == steps[i - 1] + 1 and dirs[i] == dirs[i - 1]:
+                run.append(i)
+                continue
+            if len(run) < persist:
+                (unconfirmed if steps[run[-1]] >= window_end[cid] else transient).extend(idx[run])
+            run = [i]
+    series = series.copy()
+    for rows, status, text in (
+        (transient, "transient", "outside the band at step {} only ({:+.2f}): a one-step transient, not a persistent "
+                                 "violation"),
+        (unconfirmed, "inconclusive", "outside the band at step {} ({:+.2f}), the last judged step, only: run more "
+                                      "steps to tell a transient from a bug")):
+        if rows:
+            t = series.loc[rows]
+            series.loc[rows, "diagnosis"] = [text.format(st, sl) + (f" — {d}" if status == "inconclusive" else "")
+                                             for st, sl, d in zip(t["step"], t["slope"], t["diagnosis"])]
+            series.loc[rows, "status"] = status
+    return series
 
 
 def _skip_inner_outputs(series: pd.DataFrame) -> pd.DataFrame:
@@ -209,14 +265,18 @@ def _skip_inner_outputs(series: pd.DataFrame) -> pd.DataFrame:
 
 
 def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
-    """One row per (configuration, module): its worst judged series and a module status."""
+    """One row per (configuration, module): its worst judged series, its margin, and a module status.
+
+    The worst series is the most severe status, then the smallest margin to the band (a
+    passing module shows how close it came).
+    """
     rows = []
     judged = series[series["in_window"]]
     for key, g in judged.groupby(CONFIG_COLUMNS + ["module"], sort=False, dropna=False):
         ranks = g["status"].map(_RANK)
         worst = g.loc[ranks == ranks.max()]
-        worst = worst.loc[worst["slope"].abs().fillna(np.inf).sort_values(ascending=False).index[:1]]
-        w = worst.iloc[0]
+        scored = worst[worst["status"] != "skip"] if (worst["status"] != "skip").any() else worst
+        w = scored.loc[scored["margin"].fillna(np.inf).sort_values(kind="stable").index[0]]
         status = next((s for s in ("zero", "skip") if (g["status"] == s).all()), None) or (
             "pass" if ranks.max() == 0 else w["status"])
         diagnosis = w["diagnosis"] if status in ("fail", "inconclusive") else ""
@@ -225,10 +285,11 @@ def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
         long_enough = learned["step"].nunique() >= min_window  # a zero readout delays hidden updates by a step
         if status in ("pass", "zero") and role in ("hidden", "output") and long_enough and (learned["status"] == "zero").all():
             status, diagnosis = "inconclusive", "does not change during training (frozen, or lr=0?)"
+        n_transient = int((g["status"] == "transient").sum())
         rows.append((*key, int(g["layer_index"].iloc[0]), role, status, w["tensor"], int(w["step"]), w["slope"],
-                     w["ci_low"], w["ci_high"], diagnosis))
+                     w["ci_low"], w["ci_high"], w["margin"], n_transient, diagnosis))
     cols = CONFIG_COLUMNS + ["module", "layer_index", "role", "status", "tensor", "step", "slope", "ci_low",
-                             "ci_high", "diagnosis"]
+                             "ci_high", "margin", "transient_steps", "diagnosis"]
     return pd.DataFrame(rows, columns=cols).sort_values(CONFIG_COLUMNS[:1] + ["layer_index", "module"], kind="stable")
 
 
@@ -243,15 +304,19 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
     bad_acts = acts[~np.isfinite(acts["value"].to_numpy(dtype=float))]
     configs, in_window = [], pd.Series(False, index=series.index)
     divergence: list[str] = []
+    ends: dict[str, tuple[int | None, int]] = {}
+    for cid, cs in series.groupby("config_id", sort=False):  # the stability window of each configuration
+        unstable = inst[(inst["config_id"] == cid)].dropna(subset=["unstable_step"])
+        first = int(unstable["unstable_step"].min()) if len(unstable) else None
+        ends[cid] = (first, first - 1 if first is not None else int(cs["step"].max()))
+        in_window[cs.index] = cs["step"] <= ends[cid][1]
+    series = _mark_transients(series, in_window, {c: e[1] for c, e in ends.items()}, rules.persist)
     for cid, cs in series.groupby("config_id", sort=False):
         ci = inst[inst["config_id"] == cid]
         n_widths = int(frame.loc[frame["config_id"] == cid, "width"].nunique())
         unstable = ci.dropna(subset=["unstable_step"])
-        first = int(unstable["unstable_step"].min()) if len(unstable) else None
-        window_end = first - 1 if first is not None else int(cs["step"].max())
-        mask = cs["step"] <= window_end
-        in_window[cs.index] = mask
-        judged = cs[mask]
+        first, window_end = ends[cid]
+        judged = cs[in_window[cs.index]]
         fails = judged[judged["status"] == "fail"]
         # divergence anywhere (loss or activations) fails, inside the window or not
         div = [f"diverged at step {int(r.unstable_step)}, width {r.width} (seed {r.seed})"
