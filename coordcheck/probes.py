@@ -529,6 +529,7 @@ NORM_TYPES = tuple(
 )
 ATTENTION_NAME = re.compile(r"(score|logit)", re.IGNORECASE)
 CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
+UNCALLED = (nn.ModuleList, nn.ModuleDict)  # hold blocks, are never blocks themselves
 
 
 def _has_params(module: nn.Module, recurse: bool = True) -> bool:
@@ -536,13 +537,14 @@ def _has_params(module: nn.Module, recurse: bool = True) -> bool:
 
 
 def find_blocks(model: nn.Module) -> list[str]:
-    """Names of the outermost modules with submodules and parameters held directly in a container."""
+    """Names of the outermost modules with submodules and parameters held directly in a container
+    (a ``ModuleList`` / ``ModuleDict`` inside a container holds blocks; it is not one)."""
     found = []
     for name, m in model.named_modules():
         if not isinstance(m, CONTAINERS):
             continue
         for child, c in m.named_children():
-            if not isinstance(c, CONTAINERS) and next(c.children(), None) is not None and _has_params(c):
+            if not isinstance(c, UNCALLED) and next(c.children(), None) is not None and _has_params(c):
                 found.append(f"{name}.{child}" if name else child)
     return [b for b in found if not any(b.startswith(o + ".") for o in found)]
 

@@ -64,7 +64,8 @@ class Rules:
     rise_floor: float = 0.1  # ... and above it by more than rise_floor x the step-0 loss
     min_widths: int = 3
     min_window: int = 2  # updated steps (>= 1) that the stable window must contain
-    persist: int = 2  # a violation after updates must last this many consecutive judged steps
+    persist: int = 2  # a violation after updates must last this many consecutive judged steps ...
+    gross: float = 0.6  # ... unless it is significant and its slope lies more than this beyond the band
 
 
 # (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
@@ -116,27 +117,32 @@ def diagnose(role: str, tensor: str, step: int, direction: str, parametrization:
     return ""
 
 
-def find_instability(frame: pd.DataFrame, rise: float = 0.5, rise_floor: float = 0.1) -> pd.DataFrame:
+def find_instability(frame: pd.DataFrame, rise: float = 0.5, rise_floor: float = 0.1, persist: int = 1) -> pd.DataFrame:
     """Per (configuration, width, seed): the first unstable step from the loss, if any.
 
-    Columns: configuration columns, ``width, seed, unstable_step`` (NaN when stable),
-    ``reason`` (``non-finite loss`` / ``loss rose from A to B``), ``last_step``.
+    A step is too high when its loss exceeds the running minimum by more than ``rise`` of it and
+    by more than ``rise_floor`` of the step-0 loss; training turns unstable at the first step
+    that starts ``persist`` consecutive too-high steps (a one-step spike that recovers is not
+    instability; a rise at the last steps, which cannot be confirmed, counts), or at the first
+    non-finite loss. Columns: configuration columns, ``width, seed, unstable_step`` (NaN when
+    stable), ``reason`` (``non-finite loss`` / ``loss rose from A to B``), ``last_step``.
     """
     loss = frame[frame["tensor"] == "loss"].sort_values("step")
     rows = []
     for key, g in loss.groupby(CONFIG_COLUMNS + ["width", "seed"], sort=True, dropna=False):
         v = g["value"].to_numpy(dtype=float)
         steps = g["step"].to_numpy()
+        running = np.minimum.accumulate(np.where(np.isfinite(v), v, np.inf))
+        before = np.concatenate([[np.inf], running[:-1]])  # the running minimum before each step
+        high = (np.arange(len(v)) > 0) & (v > (1 + rise) * before) & (v - before > rise_floor * v[0])
         first, reason = np.nan, ""
-        running = np.inf
         for i, (s, x) in enumerate(zip(steps, v)):
             if not np.isfinite(x):
                 first, reason = s, "non-finite loss"
                 break
-            if i and x > (1 + rise) * running and x - running > rise_floor * v[0]:
-                first, reason = s, f"loss rose from {running:.3g} to {x:.3g}"
+            if high[i] and (high[i : i + persist].all() or i + persist > len(v)):
+                first, reason = s, f"loss rose from {before[i]:.3g} to {x:.3g}"
                 break
-            running = min(running, x)
         rows.append((*key, first, reason, steps.max() if len(steps) else -1))
     return pd.DataFrame(rows, columns=CONFIG_COLUMNS + ["width", "seed", "unstable_step", "reason", "last_step"])
 
@@ -200,19 +206,24 @@ def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     return s
 
 
-def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dict[str, int],
-                     persist: int) -> pd.DataFrame:
+def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dict[str, int], *,
+                     persist: int, gross: float, tol: float, shrink_tol: float) -> pd.DataFrame:
     """Rule 4: after updates, a violation must persist over ``persist`` consecutive judged steps.
 
     Per (configuration, module, tensor), the judged updated steps whose slope is outside the
     band in the same direction (``fail``, or ``inconclusive`` with the estimate outside) form
     runs of consecutive steps. A shorter run is one noisy step, not a bug: its series become
-    ``transient`` (reported, not counted) — unless the run ends at the last judged step, where
-    the next step could not confirm or clear it: then they are ``inconclusive``. Step 0 is
-    judged on its own.
+    ``transient`` (reported, not counted) — unless the run holds a *gross* violation (a fail
+    whose slope lies more than ``gross`` beyond the band: the standard-parametrization readout
+    jumps like width^+1.0 after the first update, then oscillates; the largest one-step blips
+    measured on correct models were +0.44 to +0.62), or ends at the last
+    judged step, where the next step could not confirm or clear it (then ``inconclusive``).
+    Step 0 is judged on its own.
     """
     if persist <= 1:
         return series
+    lo_band = np.where(series["expect"] == "flat", -shrink_tol, -np.inf)
+    gross_rows = (series["status"] == "fail") & ((series["slope"] > tol + gross) | (series["slope"] < lo_band - gross))
     outside = in_window & (series["step"] > 0) & series["direction"].isin(["grows", "shrinks"]) \
         & series["status"].isin(["fail", "inconclusive"])
     cand = series[outside].sort_values("step")
@@ -224,7 +235,7 @@ def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dic
             if i < len(g) and steps[i] == steps[i - 1] + 1 and dirs[i] == dirs[i - 1]:
                 run.append(i)
                 continue
-            if len(run) < persist:
+            if len(run) < persist and not gross_rows[idx[run]].any():
                 (unconfirmed if steps[run[-1]] >= window_end[cid] else transient).extend(idx[run])
             run = [i]
     series = series.copy()
@@ -298,7 +309,7 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
     if slopes is None:
         slopes = fit_slopes(frame)
     series = _judge_series(slopes[slopes["stat"] == rules.stat], rules)
-    inst = find_instability(frame, rules.rise, rules.rise_floor)
+    inst = find_instability(frame, rules.rise, rules.rise_floor, rules.persist)
     series = _skip_inner_outputs(series)
     acts = frame[(frame["tensor"] != "loss") & (frame["stat"] == rules.stat)]
     bad_acts = acts[~np.isfinite(acts["value"].to_numpy(dtype=float))]
@@ -310,7 +321,8 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
         first = int(unstable["unstable_step"].min()) if len(unstable) else None
         ends[cid] = (first, first - 1 if first is not None else int(cs["step"].max()))
         in_window[cs.index] = cs["step"] <= ends[cid][1]
-    series = _mark_transients(series, in_window, {c: e[1] for c, e in ends.items()}, rules.persist)
+    series = _mark_transients(series, in_window, {c: e[1] for c, e in ends.items()}, persist=rules.persist,
+                              gross=rules.gross, tol=rules.tol, shrink_tol=rules.shrink_tol)
     for cid, cs in series.groupby("config_id", sort=False):
         ci = inst[inst["config_id"] == cid]
         n_widths = int(frame.loc[frame["config_id"] == cid, "width"].nunique())

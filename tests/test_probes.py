@@ -189,3 +189,206 @@ def test_probes_detach_and_leave_training_unchanged():
 def test_readout_is_mureadout():
     model = mlp(16)
     assert isinstance(model.readout, MuReadout)
+
+
+# -- attention logits wherever they are computed; modules as a reader counts them -------------------
+
+
+class FusedAttention(nn.Module):
+    """nanoGPT-style attention through F.scaled_dot_product_attention (no module sees the logits)."""
+
+    def __init__(self, d: int = 16, heads: int = 2, scale: float | None = None):
+        super().__init__()
+        self.heads, self.scale = heads, scale
+        self.c_attn, self.c_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def qk(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        return [t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v)]  # (B, nh, T, hs)
+
+    def forward(self, x):
+        q, k, v = self.qk(x)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        return self.c_proj(y.transpose(1, 2).reshape(x.shape))
+
+
+def _causal_logits(q, k, scale):
+    T = q.shape[-2]
+    full = (q @ k.transpose(-2, -1)) * scale
+    return full[..., torch.ones(T, T, dtype=torch.bool).tril()]
+
+
+@pytest.mark.parametrize("scale", [None, 1 / 8])
+def test_fused_sdpa_logits_are_recorded_as_attention(scale):
+    model = nn.Sequential(FusedAttention(scale=scale), nn.Linear(16, 4))
+    x = torch.randn(3, 5, 16)
+    probes, rec = _probe_once(model, x)
+    assert probes.layout["0.(sdpa)"][1] == "attention"
+    q, k, _ = model[0].qk(x)
+    want = _causal_logits(q, k, scale if scale is not None else 8 ** -0.5)  # default: 1/sqrt(d_head)
+    s = _stats(rec, "0.(sdpa)")
+    assert rec.moments[rec.keys.index(("0.(sdpa)", "out")), 0] == want.numel()
+    assert s["std"] == pytest.approx(want.std().item(), rel=1e-4)
+    assert s["absmax"] == pytest.approx(want.abs().max().item(), rel=1e-5)
+
+
+def test_multihead_attention_logits_are_recorded():
+    mha = nn.MultiheadAttention(16, 4, batch_first=True)
+    model = nn.Sequential()
+
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn, self.head = mha, nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.head(self.attn(x, x, x)[0])
+
+    model = Wrap()
+    x = torch.randn(2, 6, 16)
+    probes, rec = _probe_once(model, x)
+    assert probes.layout["attn.(mha)"][1] == "attention"
+    w, b = mha.in_proj_weight, mha.in_proj_bias
+    q = (x @ w[:16].T + b[:16]).view(2, 6, 4, 4).transpose(1, 2)
+    k = (x @ w[16:32].T + b[16:32]).view(2, 6, 4, 4).transpose(1, 2)
+    want = (q @ k.transpose(-2, -1)) / 2.0
+    assert _stats(rec, "attn.(mha)")["std"] == pytest.approx(want.std().item(), rel=1e-4)
+
+
+class HandAttention(nn.Module):
+    """Functional attention with a -inf causal mask, as hand-written transformers do."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.q, self.k = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        T = x.shape[1]
+        att = (self.q(x) @ self.k(x).transpose(-2, -1)) / x.shape[-1]
+        att = att.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        return torch.softmax(att, dim=-1) @ x
+
+
+def test_softmax_input_of_hand_written_attention_leaves_out_masked_entries():
+    model = nn.Sequential(HandAttention(), nn.Linear(8, 2))
+    x = torch.randn(2, 4, 8)
+    probes, rec = _probe_once(model, x)
+    s = _stats(rec, "0.(softmax)")
+    att = model[0].q(x) @ model[0].k(x).transpose(-2, -1) / 8
+    want = att[..., torch.ones(4, 4, dtype=torch.bool).tril()]
+    assert probes.layout["0.(softmax)"][1] == "attention"
+    assert np.isfinite(s["std"]) and s["std"] == pytest.approx(want.std().item(), rel=1e-4)
+
+
+def test_builtin_gpt_scores_are_not_recorded_twice():
+    model = gpt(32, n_layer=2)
+    set_base_shapes(model, None)
+    probes, rec = _probe_once(model, torch.randint(0, 256, (2, 8)))
+    assert "blocks.0.attn.scores" in probes.layout
+    assert not [n for n in probes.layout if "(softmax)" in n]
+
+
+class LogSoftmaxReadout(nn.Module):
+    def __init__(self, mult: float | None = None):
+        super().__init__()
+        self.body, self.decoder, self.mult = nn.Linear(4, 16), nn.Linear(16, 5), mult
+
+    def forward(self, x):
+        h = self.decoder(torch.relu(self.body(x)))
+        return torch.nn.functional.log_softmax(h if self.mult is None else h * self.mult, dim=-1)
+
+
+def test_model_ending_in_log_softmax_judges_the_readout_not_the_log_probs():
+    probes, rec = _probe_once(LogSoftmaxReadout(), torch.randn(3, 4))
+    assert "(root)" not in probes.layout and "(logits)" not in probes.layout
+    assert not [n for n in probes.layout if "softmax" in n]
+    assert probes.layout["decoder"][1] == "output"
+
+
+def test_log_softmax_of_computed_logits_records_the_logits():
+    model = LogSoftmaxReadout(mult=0.25)
+    x = torch.randn(3, 4)
+    probes = Probes(model)
+    for step in range(2):  # the name holds after step 0 too
+        probes.begin_step(step)
+        rec = probes.end_step(model(x).mean())
+    assert probes.layout["(logits)"][1] == "output"
+    assert probes.layout["(logits)"][2] > probes.layout["decoder"][2]  # the model's output: judged there
+    want = model.decoder(torch.relu(model.body(x))) * 0.25
+    assert _stats(rec, "(logits)")["std"] == pytest.approx(want.std().item(), rel=1e-5)
+    assert ("(logits)", "delta") in rec.keys and "(root)" not in probes.layout
+
+
+def test_identity_like_modules_are_not_rows():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.drop, self.id, self.shortcut = nn.Linear(8, 8), nn.Dropout(0.0), nn.Identity(), nn.Sequential()
+
+        def forward(self, x):
+            return self.id(self.drop(self.fc(x))) + self.shortcut(x)
+
+    model = nn.Sequential(Block(), Block(), nn.Linear(8, 2))
+    probes, rec = _probe_once(model, torch.randn(3, 8))
+    names = {m for m, _ in rec.keys}
+    assert not any(n.endswith((".drop", ".id", ".shortcut")) for n in names)
+    assert {"0.fc", "0", "1.fc", "1", "2"} <= names
+
+
+def test_constant_tensor_has_exactly_zero_std():
+    for c in (0.1, 3.7, -2.3e-3):
+        x = torch.full((100_000,), c)
+        m = np.concatenate([[x.numel()], moments(x).double().numpy()])[None]
+        assert stats_from_moments(m, ["std"])[0, 0] == 0.0
+
+
+class Stage(nn.Module):
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv, self.bn, self.shortcut = nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.Sequential()
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x))) + self.shortcut(x)
+
+
+class StagedNet(nn.Module):
+    """ResNet-like: a stem, four stages of one block each, a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.layer1, self.layer2, self.layer3, self.layer4 = (nn.Sequential(Stage(4)) for _ in range(4))
+        self.linear = nn.Linear(4, 10)
+
+    def forward(self, x):
+        x = self.layer4(self.layer3(self.layer2(self.layer1(self.conv1(x)))))
+        return self.linear(x.mean((2, 3)))
+
+
+def test_layer_index_follows_depth_through_stages():
+    probes, _ = _probe_once(StagedNet(), torch.randn(2, 3, 8, 8))
+    lay = probes.layout
+    assert lay["conv1"][:2] == (0, "input")
+    assert [lay[f"layer{i}.0.conv"][0] for i in range(1, 5)] == [1, 2, 3, 4]
+    assert lay["linear"][:2] == (5, "output")
+
+
+def test_layer_index_follows_blocks_in_a_module_dict():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 8)
+            self.layers = nn.ModuleDict({str(i): nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for i in range(3)})
+            self.out = nn.Linear(8, 10)
+
+        def forward(self, idx):
+            x = self.emb(idx)
+            for layer in self.layers.values():
+                x = x + layer(x)
+            return self.out(x)
+
+    probes, _ = _probe_once(Net(), torch.randint(0, 10, (2, 5)))
+    lay = probes.layout
+    assert [lay[f"layers.{i}.0"][0] for i in range(3)] == [1, 2, 3]
+    assert lay["emb"][0] == 0 and lay["out"][0] == 4

@@ -133,3 +133,72 @@ def test_overall_is_worst_configuration():
     v = judge(pd.concat([a, b], ignore_index=True))
     assert v.status == "fail" and v.reason.startswith("sp:")
     assert dict(zip(v.configs["parametrization"], v.configs["status"])) == {"mup": "pass", "sp": "fail"}
+
+
+# -- rule 4: a violation after updates must persist (or be gross) -------------------------------------
+
+
+def _with_slope(frame, module, tensor, steps, slope):
+    """``frame`` with ``module``'s ``tensor`` set to 2 * width**slope at ``steps``."""
+    f = frame.copy()
+    rows = (f["module"] == module) & (f["tensor"] == tensor) & f["step"].isin(steps)
+    f.loc[rows, "value"] = 2.0 * f.loc[rows, "width"].astype(float) ** slope * (1 + 0.05 * (f.loc[rows, "seed"] - 0.5))
+    return f
+
+
+def test_one_step_blip_is_a_transient_not_a_failure():
+    frame = _with_slope(make_frame(HEALTHY, noise=0.02, steps=range(8)), "h1", "delta", [3], 0.45)
+    v = judge(frame)
+    assert v.status == "pass", v.reason
+    s = v.series.set_index(["module", "tensor", "step", "stat"])
+    assert s.loc[("h1", "delta", 3, "std"), "status"] == "transient"
+    assert "one-step transient" in s.loc[("h1", "delta", 3, "std"), "diagnosis"]
+    assert v.modules.set_index("module").loc["h1", "transient_steps"] == 1
+    assert judge(frame, rules=Rules(persist=1)).status == "fail"  # without the rule the blip would fail
+
+
+def test_violation_over_two_consecutive_steps_fails():
+    frame = _with_slope(make_frame(HEALTHY, noise=0.02, steps=range(8)), "h1", "delta", [3, 4], 0.45)
+    v = judge(frame)
+    assert v.status == "fail" and "h1 delta" in v.reason
+
+
+def test_two_separate_blips_stay_transients():
+    frame = _with_slope(make_frame(HEALTHY, noise=0.02, steps=range(8)), "h1", "delta", [2, 5], 0.45)
+    assert judge(frame).status == "pass"
+
+
+def test_gross_one_step_violation_fails_on_its_own():
+    frame = _with_slope(make_frame(HEALTHY, noise=0.02, steps=range(8)), "head", "out", [1], 1.0)
+    v = judge(frame)
+    assert v.status == "fail" and "head" in v.reason
+
+
+def test_blip_at_the_last_judged_step_is_inconclusive():
+    frame = _with_slope(make_frame(HEALTHY, noise=0.02, steps=range(8)), "h1", "delta", [7], 0.45)
+    v = judge(frame)
+    assert v.status == "inconclusive" and "last judged step" in v.reason
+
+
+def test_step0_violation_needs_no_persistence():
+    frame = _with_slope(make_frame(HEALTHY, noise=0.02, steps=range(8)), "h1", "out", [0], 0.45)
+    assert judge(frame).status == "fail"
+
+
+def test_passing_modules_show_their_worst_slope_and_margin():
+    v = judge(make_frame(HEALTHY, noise=0.02))
+    m = v.modules.set_index("module")
+    assert m["slope"].notna().all() and m["margin"].notna().all() and (m["margin"] > 0).all()
+    assert m.loc["h1", "margin"] == pytest.approx(min(0.2 - m.loc["h1", "slope"], m.loc["h1", "slope"] + 0.35), abs=1e-9)
+
+
+@pytest.mark.parametrize("parametrization,absent,present", [
+    ("none", "MuAdam", "parameter groups"),
+    ("sp", "not a MuReadout", "standard parametrization"),
+])
+def test_diagnoses_fit_the_setup(parametrization, absent, present):
+    from coordcheck.verdict import diagnose
+
+    texts = [diagnose(role, "delta", 3, "grows", parametrization) for role in ("hidden", "output")]
+    assert not any(absent in t for t in texts) and any(present in t for t in texts)
+    assert "embedding learning rate is scaled like a hidden matrix" in diagnose("input", "delta", 3, "shrinks", "mup")

@@ -1,0 +1,6 @@
+"""Models whose muP answer is known, shared by the tests and ``experiments/``.
+
+``coordcheck.testing.public_models``: muP models written the way public repositories write
+them (config objects, ``(logits, loss)`` outputs, fused and functional attention, stages,
+``nn.ModuleDict`` blocks), each correct by default with planted bugs one keyword away.
+"""
