@@ -1,6 +1,7 @@
 import pandas as pd
 import pytest
 import torch
+from torch import nn
 from mup import set_base_shapes
 
 from coordcheck import coord_check
@@ -135,3 +136,83 @@ def test_recording_only_out_l1_matches_the_default_l1():
     pd.testing.assert_series_equal(acts["value"].reset_index(drop=True), ref["value"], rtol=1e-6)
     with pytest.raises(CoordCheckError, match="unknown statistic"):
         coord_check(mlp, [16], seeds=1, steps=1, progress=False, stats=("l3",))
+
+
+# -- your model as it is: tuple/dict outputs, targets in forward, base_width, grad_clip; errors blamed right --
+
+
+class DictLM(nn.Module):
+    """Returns a dict, takes targets by keyword and reads base_width, as HF-style code does."""
+
+    def __init__(self, width: int, base_width: int):
+        super().__init__()
+        self.base_width = base_width
+        self.fc, self.head = nn.Linear(32, width), nn.Linear(width, 10)
+
+    def forward(self, x, labels=None):
+        logits = self.head(torch.relu(self.fc(x))) * (self.base_width / self.fc.out_features)
+        loss = None if labels is None else torch.nn.functional.cross_entropy(logits, labels)
+        return {"loss": loss, "logits": logits}
+
+
+def build_dict_lm(width: int, base_width: int = 1) -> DictLM:
+    return DictLM(width, base_width)
+
+
+def test_dict_output_targets_by_keyword_model_loss_and_base_width():
+    run = dict(steps=2, seeds=1, progress=False, parametrization="none", data="gaussian", base_width=16)
+    r = coord_check(build_dict_lm, [16, 32], output="logits", forward_targets="labels", loss="model", **run)
+    root = r.frame[(r.frame["module"] == "(root)") & (r.frame["tensor"] == "out") & (r.frame["stat"] == "std")]
+    assert len(root) and root["role"].eq("output").all()  # the selected logits, not the loss
+    model = build_dict_lm(32, 16)
+    assert model.base_width == 16  # what call_builder passes when the signature has it
+    from coordcheck.parametrization import call_builder
+
+    assert call_builder(build_dict_lm, 32, base_width=16).base_width == 16
+    with pytest.raises(CoordCheckError, match="output='logit' selects nothing"):
+        coord_check(build_dict_lm, [16], output="logit", forward_targets="labels", loss="model", **run)
+    with pytest.raises(CoordCheckError, match="loss=model, but the model returned no scalar loss"):
+        coord_check(build_dict_lm, [16], output="logits", loss="model", **run)
+
+
+def test_grad_clip_clips_the_global_norm():
+    seen = []
+
+    def factory(model, lr):
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        opt.register_step_pre_hook(lambda o, a, k: seen.append(
+            torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item()))
+        return opt
+
+    coord_check(mlp, [16], optimizer=factory, grad_clip=1e-3, steps=2, seeds=1, progress=False)
+    assert seen and max(seen) <= 1e-3 * (1 + 1e-4)
+    with pytest.raises(CoordCheckError, match="grad_clip must be a positive number"):
+        coord_check(mlp, [16], grad_clip=-1.0, steps=1, seeds=1, progress=False)
+
+
+class Broken(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(32, width))
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x):
+        h = self.inner(x)
+        return self.head(torch.nn.functional.gelu(h, approximation="tanh"))  # not a keyword gelu takes
+
+
+def test_error_inside_the_model_is_a_model_error_not_bad_data():
+    with pytest.raises(CoordCheckError) as e:
+        coord_check(lambda width: Broken(width), [16], parametrization="none", data="gaussian", steps=1, seeds=1,
+                    progress=False)
+    msg = str(e.value)
+    assert "the model raised an error in (root)" in msg and "TypeError" in msg and "data does not fit" not in msg
+    assert "\n" not in msg
+
+
+def test_tokens_batch_is_contiguous():
+    from coordcheck.data import text, tokens
+
+    for b in (tokens(), text()):
+        assert b.inputs.is_contiguous() and b.targets.is_contiguous()
+        b.targets.view(-1)  # models that flatten their targets with .view work on the built-in batches
