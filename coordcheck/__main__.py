@@ -37,15 +37,21 @@ def check_choices(argv: list[str]) -> None:
 
 
 def cli() -> None:
+    """Exit status: 2 for a user mistake (one line, before any job runs), 1 when a job failed or the sweep has no
+    report; with ``report.strict=true`` the verdict's: 0 pass, 1 fail, 2 inconclusive."""
+    outcome = app.OUTCOME = app.Outcome()
     try:
         check_choices(sys.argv[1:])
+        app.check_command_line(sys.argv[1:])
     except CoordCheckError as e:
         print(f"coordcheck: error: {e}", file=sys.stderr)
         sys.exit(2)
     hydra.main(version_base="1.3", config_path=app.CONF_DIR, config_name="config")(app.main)()
-    if app.FAILED_JOBS:
-        print(f"coordcheck: {len(app.FAILED_JOBS)} job(s) failed (see job.json in their directories)", file=sys.stderr)
-        sys.exit(1)
+    if outcome.failed:
+        print(f"coordcheck: {len(outcome.failed)} job(s) failed (see job.json in their directories)", file=sys.stderr)
+    elif outcome.strict and outcome.exit_code and outcome.error is None:
+        print(f"coordcheck: report.strict=true: {outcome.status.upper()} exits {outcome.exit_code}", file=sys.stderr)
+    sys.exit(outcome.exit_code)
 
 
 if __name__ == "__main__":

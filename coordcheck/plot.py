@@ -1,4 +1,4 @@
-"""Figures: the coordinate-check grid, the slope heatmap and the loss curves.
+"""Figures: the coordinate-check figure (grid or guide layout), the slope heatmap and the loss curves.
 
 Stage: figures (analysis side; never imports torch). Input: a tidy frame in the schema
 of :mod:`coordcheck.frame` (one row per measurement) or a slopes table (one row per
@@ -7,6 +7,26 @@ against log2(width)). Output: a matplotlib Figure, and, when a path is given, th
 figure as ``<path>.pdf`` and ``<path>.png`` written atomically next to each other.
 Seed spread is drawn as a min-max band (``errorbar=("pi", 100)``), never bootstrapped,
 so that sweeps of tens of thousands of rows plot in about a second.
+
+:func:`plot_coords` has two layouts. ``"grid"``: one panel per step, one line per module
+(colour = layer index, marker and dashes = role, the ``highlight`` modules thick and in a
+legend of their own). ``"guide"``, the layout of published muP guides: one panel per kind
+of activation, one line per step. The kind of a module (:func:`activation_kind`):
+
+* role ``input`` -> "embedding"; role ``attention`` -> "attention logits"; role
+  ``output`` -> "output logits", of which only the model's output (the output module with
+  the largest ``call_order``) is drawn; role ``norm`` -> left out.
+* role ``hidden``, by the parts of the dotted module name, deepest first, each split at
+  ``_`` and without trailing digits: ``attn``/``attention``/``self_attn`` -> "attention
+  output"; ``mlp``/``ffn``/``feed_forward``/``fc``/``w1``/``w2``/``w3`` -> "MLP output";
+  anything else -> "hidden".
+* Per model: when some hidden module is attention output (a transformer), the other
+  "hidden" modules (block outputs) are left out; when none is (an MLP, a ResNet), every
+  hidden module, ``fc`` layers included, forms one "hidden" panel.
+
+Within a kind, the modules are pooled by the geometric mean of the statistic over the
+kind's modules at each (width, seed, step) (values that are not finite and positive left
+out), then the seeds are averaged in log space like the grid's lines.
 """
 
 from __future__ import annotations
@@ -20,10 +40,11 @@ from typing import TYPE_CHECKING, Literal
 import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps, rcsetup
+from matplotlib import colormaps, patheffects, rcsetup
 from matplotlib.font_manager import FontProperties
+from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FixedFormatter, FixedLocator, LogFormatter, MaxNLocator, NullLocator
+from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
 
 from coordcheck.frame import LOSS_MODULE, FrameError, atomic_write, conform
 from coordcheck.slopes import CONFIG_COLUMNS, SERIES_COLUMNS
@@ -31,9 +52,11 @@ from coordcheck.slopes import CONFIG_COLUMNS, SERIES_COLUMNS
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["plot_coords", "plot_slopes", "plot_loss", "figure_style", "save_figure", "seaborn_modules", "FIGURE_WIDTH"]
+__all__ = ["plot_coords", "plot_slopes", "plot_loss", "activation_kind", "figure_style", "save_figure",
+           "seaborn_modules", "FIGURE_WIDTH", "KINDS", "Layout"]
 
 Size = Literal["paper", "slides"]
+Layout = Literal["grid", "guide"]
 
 # Total figure widths in inches, and the seaborn plotting context used at that size.
 # "paper" spans a two-column page (~7 in); "slides" fills a 16:9 slide (12 x 6.75 in).
@@ -55,6 +78,31 @@ MAX_ANNOTATED = 150  # heatmap panels with at most this many cells show the numb
 MAX_ANNOTATED_ACROSS = {"paper": 10, "slides": 18}  # ... and at most this many across the page
 PNG_DPI = 200
 
+# layout="grid": a module's role gives its marker and dash pattern ("" = solid), its layer its colour
+ROLE_STYLE = {
+    "input": ("s", ""),
+    "hidden": ("o", ""),
+    "attention": ("^", (4, 1.5)),
+    "norm": ("D", (1, 1.5)),
+    "output": ("*", (6, 1.5, 1.5, 1.5)),
+}
+HIGHLIGHT_COLOURS = ("#d62728", "#ff7f0e", "#000000", "#e377c2", "#8c564b", "#17becf")  # off viridis
+HIGHLIGHT_WIDTH = 2.2
+
+# layout="guide": panels in this order (see activation_kind), one line per step
+KINDS = ("embedding", "attention logits", "attention output", "MLP output", "hidden", "output logits")
+_ROLE_KIND = {"input": "embedding", "attention": "attention logits", "output": "output logits"}
+_ATTENTION_PARTS = frozenset({"attn", "attention", "self_attn"})
+_MLP_PARTS = frozenset({"mlp", "ffn", "feed_forward", "fc", "w1", "w2", "w3"})
+STEP_PALETTE = "flare"  # light = early, dark = late
+MAX_GUIDE_STEPS = 11  # default number of step lines in the guide layout
+
+_STEP_LEGEND_W = {"paper": 0.7, "slides": 1.2}  # a step legend is narrow: wider panels
+_GUIDE_MIN_HEIGHT = {"paper": 2.2, "slides": 0.0}  # five narrow panels on a page still get a y scale
+_LOG_MANTISSAS = ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7))  # round values on a log y axis, sparse first
+
+MIN_LABEL_PT = 4.0  # module names in the slope heatmap shrink to this, then every k-th is shown
+
 
 def plot_coords(
     frame: pd.DataFrame,
@@ -65,24 +113,45 @@ def plot_coords(
     steps: Sequence[int] | None = None,
     row: str = "parametrization",
     size: Size = "paper",
+    layout: Layout = "grid",
+    title: str | None = None,
+    highlight: Sequence[str] = (),
 ) -> Figure:
-    """The coordinate-check grid: ``stat`` of each module against width, one panel per step.
+    """The coordinate-check figure: ``stat`` of the activations against width.
 
     Reads the columns ``width``, ``step``, ``seed``, ``module``, ``layer_index``,
-    ``tensor``, ``stat``, ``value`` and ``row`` of a tidy frame. Panels: rows are the
-    levels of ``row`` (``parametrization`` by default; ``tensor`` shows every tensor and
-    ignores the ``tensor`` argument), columns are ``steps`` (default: up to four steps
-    spread over the recorded ones, always the first and the last). In each panel, x is
-    ``width`` on a log2 axis labelled with the widths present, y is ``value`` on a log
-    axis, averaged over seeds in log space (a geometric mean) with the seed min-max as a
-    band, one line per module coloured by ``layer_index``. Values that are not finite and
-    positive are left out (a panel with none stays empty, marked "no values > 0"); for
-    ``stat="mean"`` the magnitude |mean| is drawn. Under muP the lines are flat in width;
-    a line that rises with width is a module whose coordinates blow up.
+    ``role``, ``call_order``, ``tensor``, ``stat``, ``value`` and ``row`` of a tidy frame.
+    Rows of panels are the levels of ``row`` (``parametrization`` by default; ``tensor``
+    shows every tensor and ignores the ``tensor`` argument). In every panel x is ``width``
+    on a log2 axis labelled with the widths present and y is ``value`` on a log axis,
+    averaged over seeds in log space (a geometric mean) with the seed min-max as a band.
+    Values that are not finite and positive are left out (a panel with none stays empty,
+    marked "no values > 0"); for ``stat="mean"`` the magnitude |mean| is drawn. Under muP
+    every line is flat in width; a line that rises with width is a blow-up.
 
-    Each row level must hold one configuration (one ``config_id``); filter the frame or
-    facet by the varying column otherwise. Loss rows are ignored.
+    ``layout="grid"``: columns are ``steps`` (default: up to four steps spread over the
+    recorded ones, always the first and the last), one line per module, coloured by
+    ``layer_index`` (dark = shallow), with the marker and dash pattern of its ``role``
+    (:data:`ROLE_STYLE`: input squares, hidden circles, attention triangles dashed, norm
+    diamonds dotted, output stars dash-dotted). The modules named in ``highlight`` (e.g.
+    the verdict's worst offenders; names not in the frame are ignored) are drawn thick,
+    on top, in colours of their own, and listed in a legend below the panels; the other
+    lines are then faded.
+
+    ``layout="guide"``, as in published muP guides: columns are kinds of activation
+    (:func:`activation_kind`), in the order embedding, attention logits, attention
+    output, MLP output (or hidden), output logits, each only when present; one line per
+    step (default: every recorded step, at most 11 spread evenly) from light (early) to
+    dark (late), with a step legend. Within a kind, the modules are combined by the
+    geometric mean of ``value`` for each (width, seed, step), then the seeds are averaged
+    in log space as in the grid. ``highlight`` does not apply.
+
+    ``title`` (e.g. "muP coordinate check — PASS") becomes the figure's suptitle, above
+    the panels. Each row level must hold one configuration (one ``config_id``); filter
+    the frame or facet by the varying column otherwise. Loss rows are ignored.
     """
+    if layout not in ("grid", "guide"):
+        raise ValueError(f"layout must be 'grid' or 'guide', got {layout!r}")
     frame = conform(frame)
     frame = frame[frame["tensor"] != "loss"]
     _check_column(frame, row, "row")
@@ -94,50 +163,191 @@ def plot_coords(
     _check_one_config(data, by=[row], what=f"row={row!r}")
 
     recorded = np.sort(data["step"].unique())
-    steps = _pick_steps(recorded) if steps is None else _check_steps(steps, recorded)
+    n_steps = MAX_COLUMNS if layout == "grid" else MAX_GUIDE_STEPS
+    steps = _pick_steps(recorded, n_steps) if steps is None else _check_steps(steps, recorded)
     data = data[data["step"].isin(steps)]
-    widths = np.sort(data["width"].unique())
     row_order = sorted(data[row].unique(), key=_tensor_rank if row == "tensor" else None)
-    modules = _module_order(data)
-
     data = data.assign(value=data["value"].abs()) if stat == "mean" else data
+    magnitude = "|mean|" if stat == "mean" else stat
+    ylabels = [f"{magnitude} of {level if row == 'tensor' else tensor}" for level in row_order]
+    if row != "tensor" and len(row_order) > 1:
+        ylabels = [f"{level}\n{label}" for level, label in zip(row_order, ylabels)]
+    draw = _coord_grid if layout == "grid" else _coord_guide
+    fig = draw(data, steps=list(steps), row=row, row_order=row_order, size=size, ylabels=ylabels,
+               highlight=list(highlight), title=title)
+    save_figure(fig, path)
+    return fig
+
+
+def activation_kind(module: str, role: str) -> str | None:
+    """The kind of activation a module produces: the panel it joins in the guide layout.
+
+    By ``role`` first: ``input`` -> "embedding", ``attention`` -> "attention logits",
+    ``output`` -> "output logits" (the guide keeps only the model's output: the output
+    module that runs last), ``norm`` and ``loss`` -> None (not shown). A ``hidden``
+    module is classified by the parts of its dotted name, deepest first, each split at
+    ``_`` and with trailing digits dropped: ``attn``/``attention``/``self_attn`` ->
+    "attention output"; ``mlp``/``ffn``/``feed_forward``/``fc``/``w1``/``w2``/``w3`` ->
+    "MLP output"; else "hidden". So ``model.layers.3.self_attn.o_proj`` and
+    ``h.3.attn.c_attn`` are attention output, ``model.layers.3.mlp.down_proj`` and
+    ``layers.3.feed_forward.w2`` are MLP output, ``blocks.3`` is hidden.
+    """
+    if role in _ROLE_KIND:
+        return _ROLE_KIND[role]
+    if role != "hidden":
+        return None
+    for part in reversed(module.lower().split(".")):
+        tokens = {part, *part.split("_")}
+        tokens |= {t.rstrip("0123456789") for t in tokens}
+        if tokens & _ATTENTION_PARTS:
+            return "attention output"
+        if tokens & _MLP_PARTS:
+            return "MLP output"
+    return "hidden"
+
+
+def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: list, size: Size,
+                ylabels: list[str], highlight: list[str], title: str | None) -> Figure:
+    """Panels (row level, step); one line per module: colour = layer index, style = role."""
+    widths = np.sort(data["width"].unique())
+    modules = _module_order(data)
+    modules["role"] = modules["module"].map(data.drop_duplicates("module").set_index("module")["role"])
+    picked = [m for m in dict.fromkeys(highlight) if m in set(modules["module"])]
     positive = np.isfinite(data["value"]) & (data["value"] > 0)  # what a log axis can show
-    data = data.loc[positive, list(dict.fromkeys([row, "step", "module", "width", "value"]))]
+    data = data.loc[positive, list(dict.fromkeys([row, "step", "module", "role", "width", "value"]))]
     colours = _layer_colours(modules["layer_index"])
     palette = {m: colours[i] for m, i in zip(modules["module"], modules["layer_index"])}
+    hot = {m: HIGHLIGHT_COLOURS[k % len(HIGHLIGHT_COLOURS)] for k, m in enumerate(picked)}
+    role_order = [r for r in ROLE_STYLE if r in set(modules["role"])]
+    role_order += sorted(set(modules["role"]) - set(role_order))
+    markers = {r: ROLE_STYLE.get(r, ROLE_STYLE["hidden"])[0] for r in role_order}
+    dashes = {r: ROLE_STYLE.get(r, ROLE_STYLE["hidden"])[1] for r in role_order}
+    styled = {m: (markers[r], dashes[r]) for m, r in zip(modules["module"], modules["role"])}
+    many = len(modules) > MAX_MODULE_LEGEND
+    line_w, marker_s = (0.9, 3.0) if many else (1.2, 4.0)
+    common = dict(x="width", y="value", style="role", style_order=role_order, markers=markers, dashes=dashes,
+                  errorbar=("pi", 100),  # seed min-max; the bootstrap is slow on large sweeps
+                  markeredgewidth=0, legend=False)
 
     sns, _ = seaborn_modules()
-    n_rows, n_cols = len(row_order), len(steps)
-    facet_w, facet_h = _facet_size(size, n_rows, n_cols)
-    crowded = {"paper": (3, 6), "slides": (6, 10)}[size]  # widths beyond which: rotate, thin
-    rotate, thin = len(widths) > crowded[0], len(widths) > crowded[1]
+    facet_w, facet_h = _facet_size(size, len(row_order), len(steps))
     with figure_style(size):
-        g = sns.FacetGrid(data, row=row, row_order=row_order, col="step", col_order=list(steps),
+        g = sns.FacetGrid(data, row=row, row_order=row_order, col="step", col_order=steps,
                           sharey="row", margin_titles=True, height=facet_h, aspect=facet_w / facet_h)
         for ax in g.axes.flat:  # scales before plotting: seaborn then averages seeds in log space
-            _label_widths(ax, widths, rotate=rotate, every=2 if thin else 1)
+            _label_widths(ax, widths)
             ax.set_yscale("log")
-            _label_log_y(ax)
+        rest = [m for m in modules["module"] if m not in hot]
         g.map_dataframe(
-            sns.lineplot, x="width", y="value",
-            hue="module", hue_order=list(modules["module"]), palette=palette,
-            errorbar=("pi", 100),  # seed min-max; the bootstrap is slow on large sweeps
-            err_kws={"alpha": 0.15, "linewidth": 0}, linewidth=1.2,
-            marker="o", markersize=3, markeredgewidth=0, legend=False,
-        )  # ends with the grid's tight_layout, once the ticks are final
+            _lineplot_subset, keep=rest, **common, hue="module", hue_order=rest, palette=palette,
+            err_kws={"alpha": 0.08 if many else 0.15, "linewidth": 0}, linewidth=line_w,
+            markersize=marker_s, alpha=0.45 if hot else 1.0,  # faded behind the highlighted modules
+        )
+        if hot:  # thick, on top, with a white halo that lifts them off the others
+            halo = [patheffects.Stroke(linewidth=HIGHLIGHT_WIDTH + 1.6, foreground="white"), patheffects.Normal()]
+            g.map_dataframe(
+                _lineplot_subset, keep=picked, **common, hue="module", hue_order=picked, palette=hot,
+                err_kws={"alpha": 0.2, "linewidth": 0}, linewidth=HIGHLIGHT_WIDTH, markersize=marker_s + 2,
+                zorder=3, path_effects=halo,
+            )
         g.set_titles(col_template="step {col_name}", row_template="")  # the row is named in the y label
-        magnitude = "|mean|" if stat == "mean" else stat
-        for ax in g.axes.flat:
-            if not ax.lines:
-                ax.text(0.5, 0.5, "no values > 0", transform=ax.transAxes,
-                        ha="center", va="center", color="0.4", fontsize="small")
-        g.set_axis_labels("width", "")
-        for level, ax in zip(row_order, g.axes[:, 0]):
-            label = f"{magnitude} of {level if row == 'tensor' else tensor}"
-            ax.set_ylabel(f"{level}\n{label}" if row != "tensor" and len(row_order) > 1 else label)
-        _legend(g.figure, *_layer_legend(modules, colours))
-    save_figure(g.figure, path)
+        _finish_facets(g, widths, ylabels, title)
+        shown = modules if many else modules[~modules["module"].isin(picked)]  # highlighted: own legend
+        handles, legend_title = _layer_legend(shown, colours, styled)
+        legends = [_legend(g.figure, handles, legend_title)]
+        if many and len(role_order) > 1:  # the module legend above shows each module's style
+            legends.append(_legend(g.figure, {r: _line("0.35", markers[r], dashes[r]) for r in role_order}, "role"))
+        _stack_legends(g.figure, legends)
+        if hot:
+            _highlight_legend(g.figure, {f"L{i} {m}": _line(hot[m], *styled[m], linewidth=HIGHLIGHT_WIDTH)
+                                         for m, i in zip(modules["module"], modules["layer_index"]) if m in hot},
+                              size)
     return g.figure
+
+
+def _lineplot_subset(*args, keep: list[str], data: pd.DataFrame, **kwargs) -> None:
+    """``sns.lineplot`` on the rows of ``data`` whose module is in ``keep``."""
+    sns, _ = seaborn_modules()
+    subset = data[data["module"].isin(keep)]
+    if not subset.empty:
+        sns.lineplot(*args, data=subset, **kwargs)
+
+
+def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: list, size: Size,
+                 ylabels: list[str], highlight: list[str], title: str | None) -> Figure:
+    """Panels (row level, kind of activation); one line per step, modules pooled by geometric mean."""
+    widths = np.sort(data["width"].unique())
+    data = data.assign(kind=_kinds(data, row))
+    data = data[data["kind"].notna()]
+    if data.empty:
+        raise ValueError("no module has a kind of activation that layout='guide' shows "
+                         "(roles input, attention, hidden, output): use layout='grid'")
+    kinds = [k for k in KINDS if k in set(data["kind"])]
+    data = data[np.isfinite(data["value"]) & (data["value"] > 0)]
+    keys = list(dict.fromkeys([row, "kind", "step", "width", "seed"]))
+    pooled = (data.assign(value=np.log(data["value"]))  # geometric mean over the kind's modules
+              .groupby(keys, observed=True)["value"].mean().pipe(np.exp).reset_index())
+    sns, _ = seaborn_modules()
+    palette = dict(zip(steps, sns.color_palette(STEP_PALETTE, len(steps))))
+
+    facet_w, facet_h = _facet_size(size, len(row_order), len(kinds), legend_w=_STEP_LEGEND_W[size])
+    facet_h = max(facet_h, _GUIDE_MIN_HEIGHT[size])  # narrow panels, but tall enough for a scale
+    with figure_style(size):
+        g = sns.FacetGrid(pooled, row=row, row_order=row_order, col="kind", col_order=kinds,
+                          sharey="col", margin_titles=True, height=facet_h, aspect=facet_w / facet_h)
+        for ax in g.axes.flat:  # scales before plotting: seaborn then averages seeds in log space
+            _label_widths(ax, widths)
+            ax.set_yscale("log")
+        g.map_dataframe(
+            sns.lineplot, x="width", y="value", hue="step", hue_order=steps, palette=palette,
+            errorbar=("pi", 100), err_kws={"alpha": 0.12, "linewidth": 0}, linewidth=1.3,
+            marker="o", markersize=3.5, markeredgewidth=0, legend=False,
+        )
+        g.set_titles(col_template="{col_name}", row_template="")  # the row is named in the y label
+        _finish_facets(g, widths, ylabels, title)
+        drawn = set(pooled["step"]) or set(steps)  # no delta at step 0: no legend entry either
+        _legend(g.figure, {str(s): _line(palette[s], "o") for s in steps if s in drawn}, "step")
+    return g.figure
+
+
+def _kinds(data: pd.DataFrame, row: str) -> pd.Series:
+    """:func:`activation_kind` of every row of ``data``, with the rules that need the whole
+    model: only the last output module to run (per ``row`` level) is the output logits;
+    hidden modules are split into attention output and MLP output only when some are
+    attention output (a transformer), and the others are then left out; otherwise (an
+    MLP, a ResNet, whatever their layers are called) they all are "hidden"."""
+    pairs = data[["module", "role"]].drop_duplicates()
+    kind = {(m, r): activation_kind(m, r) for m, r in pairs.itertuples(index=False)}
+    kinds = pd.Series([kind[mr] for mr in zip(data["module"], data["role"])], index=data.index, dtype=object)
+    if (kinds == "attention output").any():
+        kinds[kinds == "hidden"] = None
+    else:
+        kinds[kinds.isin(["attention output", "MLP output"])] = "hidden"
+    output = data["role"] == "output"
+    last = data.loc[output].groupby(row, observed=True)["call_order"].transform("max")
+    kinds[output & (data["call_order"] != last.reindex(data.index))] = None
+    return kinds
+
+
+def _finish_facets(g, widths: np.ndarray, ylabels: list[str], title: str | None) -> None:
+    """Labels, empty-panel notes, the suptitle, y ticks that fit each panel and width labels
+    that never touch; the tight layout is redone once the tick labels are final."""
+    fig = g.figure
+    for ax in g.axes.flat:
+        if not ax.lines:
+            ax.text(0.5, 0.5, "no values > 0", transform=ax.transAxes,
+                    ha="center", va="center", color="0.4", fontsize="small")
+    g.set_axis_labels("width", "")
+    for label, ax in zip(ylabels, g.axes[:, 0]):
+        ax.set_ylabel(label)
+    if title:
+        fig.suptitle(title, fontweight="bold")
+        g.tight_layout()  # room for the title before the panel heights are read
+    for ax in g.axes.flat:
+        _label_log_y(ax)
+    g.tight_layout()
+    _fit_width_labels(g.axes.flat, widths)
+    _fit_titles(g.axes[0])
 
 
 def plot_slopes(
@@ -148,6 +358,7 @@ def plot_slopes(
     tensor: str | None = None,
     size: Size = "paper",
     window_end: dict[str, int] | None = None,
+    title: str | None = None,
 ) -> Figure:
     """The verdict at a glance: the width exponent of every module at every step.
 
@@ -163,6 +374,11 @@ def plot_slopes(
     Each parametrization must hold one configuration (one ``config_id``).
     ``window_end`` maps a parametrization to the last step the verdict judged (training
     turned unstable after it); later steps are hatched and labelled "not judged".
+    ``title`` (e.g. "muP coordinate check — FAIL") becomes the figure's suptitle.
+
+    Labels never overlap: the figure grows with the number of modules (up to 9 in on
+    paper), module names shrink to fit their rows (down to 4 pt, then only every k-th is
+    written) and step numbers are thinned to every k-th column.
     """
     _check_columns(slopes, [*CONFIG_COLUMNS, *SERIES_COLUMNS, "slope"], "slopes table")
     data = slopes[(slopes["stat"] == stat) & (slopes["tensor"] != "loss")]
@@ -226,6 +442,9 @@ def plot_slopes(
         mappable = axes.flat[0].collections[0]
         fig.colorbar(mappable, ax=axes, extend="both", shrink=0.8, aspect=30,
                      label=f"slope of log2 {stat} vs log2 width\n(colour clipped at ±{SLOPE_CLIP:g})")
+        if title:
+            fig.suptitle(title, fontweight="bold")
+        _fit_heatmap_labels(fig, axes, labels, steps)
     save_figure(fig, path)
     return fig
 
@@ -306,9 +525,11 @@ def figure_style(size: Size, grid: bool = True) -> ExitStack:
     return stack
 
 
-def _facet_size(size: Size, n_rows: int, n_cols: int, max_cols: int | None = None) -> tuple[float, float]:
-    """(width, height) of one facet in inches, so the whole grid fits the chosen size."""
-    room = FIGURE_WIDTH[size] - _LEGEND_W[size]
+def _facet_size(size: Size, n_rows: int, n_cols: int, max_cols: int | None = None,
+                legend_w: float | None = None) -> tuple[float, float]:
+    """(width, height) of one facet in inches, so the whole grid fits the chosen size
+    with ``legend_w`` inches (default: :data:`_LEGEND_W`) kept for the legend."""
+    room = FIGURE_WIDTH[size] - (_LEGEND_W[size] if legend_w is None else legend_w)
     facet_w = room / max(n_cols, 1)
     if max_cols is not None and n_cols < max_cols:  # a lone panel need not span the page
         facet_w = room / max_cols * 1.4
@@ -344,6 +565,42 @@ def _module_order(data: pd.DataFrame) -> pd.DataFrame:
     return pairs.sort_values(["layer_index", "module"], ignore_index=True)
 
 
+def _fit_heatmap_labels(fig: Figure, axes: np.ndarray, labels: list[str], steps: np.ndarray) -> None:
+    """Shrink the module names until each fits its row (then write every k-th), and write
+    every k-th step so that step numbers leave a gap, also across neighbouring panels."""
+    fig.draw_without_rendering()  # the layout engine places the panels
+    renderer = fig.canvas.get_renderer()
+    ax = axes.flat[0]
+    origin, corner = ax.transData.transform([(0, 0), (1, 1)])
+    row_px, col_px = abs(corner[1] - origin[1]), abs(corner[0] - origin[0])
+
+    label_pt = ax.yaxis.get_major_ticks()[0].label1.get_fontsize()
+    tallest = max(labels, key=len)
+    height = renderer.get_text_width_height_descent(tallest, FontProperties(size=label_pt), ismath=False)[1]
+    fit_pt = max(MIN_LABEL_PT, min(label_pt, label_pt * row_px / (1.15 * height)))
+    every = max(1, math.ceil(1.15 * height * fit_pt / label_pt / row_px))  # text height scales with its size
+    ticks = np.arange(len(labels))[::every]
+    for ax in axes.flat:
+        ax.set_yticks(ticks + 0.5, [labels[i] for i in ticks])
+        ax.tick_params(axis="y", labelsize=fit_pt, rotation=0)
+
+    step_pt = axes.flat[0].xaxis.get_major_ticks()[0].label1.get_fontsize()
+    font = FontProperties(size=step_pt)
+    wide = renderer.get_text_width_height_descent(str(int(steps.max())), font, ismath=False)[0]
+    need = wide + 0.5 * step_pt / 72 * fig.dpi  # a label and half a character of gap
+    gap = min((b.get_position().x0 - a.get_position().x1) * fig.get_figwidth() * fig.dpi
+              for a, b in zip(axes.flat[:-1], axes.flat[1:])) if axes.shape[1] > 1 else np.inf
+    n = len(steps)
+    for every in range(1, n + 1):
+        kept = np.arange(n)[::every]
+        across = (n - kept[-1]) * col_px + gap  # last label of a panel to the first of the next
+        if every * col_px >= need and across >= need:
+            break
+    for ax in axes.flat:
+        ax.set_xticks(kept + 0.5, [str(steps[i]) for i in kept])
+        ax.tick_params(axis="x", rotation=0)
+
+
 def _layer_colours(layer_index: pd.Series) -> dict[int, tuple]:
     """One colour per layer index, shallow = dark purple, deep = green."""
     cmap = colormaps[LAYER_CMAP]
@@ -353,10 +610,13 @@ def _layer_colours(layer_index: pd.Series) -> dict[int, tuple]:
     return {int(i): cmap(x) for i, x in zip(levels, spread)}
 
 
-def _layer_legend(modules: pd.DataFrame, colours: dict[int, tuple]) -> tuple[dict, str]:
-    """Legend entries: per module when few, else per layer index (subsampled when many)."""
+def _layer_legend(modules: pd.DataFrame, colours: dict[int, tuple],
+                  styled: dict[str, tuple] | None = None) -> tuple[dict, str]:
+    """Legend entries: per module when few (with its role's marker and dashes from
+    ``styled``), else per layer index (subsampled when many)."""
     if len(modules) <= MAX_MODULE_LEGEND:
-        handles = {f"{i}: {m}": _line(colours[i]) for i, m in zip(modules["layer_index"], modules["module"])}
+        handles = {f"{i}: {m}": _line(colours[i], *(styled or {}).get(m, ()))
+                   for i, m in zip(modules["layer_index"], modules["module"])}
         return handles, "layer index: module"
     levels = sorted(colours)
     if len(levels) > MAX_LAYER_LEGEND:  # every k-th depth, and the readout
@@ -364,33 +624,100 @@ def _layer_legend(modules: pd.DataFrame, colours: dict[int, tuple]) -> tuple[dic
     return {str(i): _line(colours[i]) for i in levels}, "layer index"
 
 
-def _line(colour) -> Line2D:
-    return Line2D([], [], color=colour, linewidth=2)
+def _line(colour, marker: str | None = None, dashes="", linewidth: float = 2) -> Line2D:
+    line = Line2D([], [], color=colour, linewidth=linewidth, marker=marker, markersize=5, markeredgewidth=0)
+    if dashes:
+        line.set_dashes(dashes)
+    return line
 
 
-def _legend(fig: Figure, handles: dict, title: str) -> None:
+def _legend(fig: Figure, handles: dict, title: str) -> Legend:
     """Figure legend just right of the axes; ``bbox_inches="tight"`` keeps it in the files."""
-    fig.legend(list(handles.values()), list(handles), title=title, loc="center left",
-               bbox_to_anchor=(1.0, 0.5), frameon=False)
+    return fig.legend(list(handles.values()), list(handles), title=title, loc="center left",
+                      bbox_to_anchor=(1.0, 0.5), frameon=False)
+
+
+def _stack_legends(fig: Figure, legends: list[Legend], gap_pt: float = 8.0) -> None:
+    """Legends right of the axes one under the other, the stack centred on the figure's height."""
+    if len(legends) < 2:
+        return
+    renderer = fig.canvas.get_renderer()
+    fig_h = fig.get_figheight() * fig.dpi
+    heights = [lg.get_window_extent(renderer).height / fig_h for lg in legends]
+    gap = gap_pt / 72 * fig.dpi / fig_h
+    top = 0.5 + (sum(heights) + gap * (len(legends) - 1)) / 2
+    for legend, height in zip(legends, heights):
+        legend.set_loc("upper left")
+        legend.set_bbox_to_anchor((1.0, top), transform=fig.transFigure)
+        top -= height + gap
+
+
+def _highlight_legend(fig: Figure, handles: dict, size: Size) -> None:
+    """The highlighted modules below the panels, in as many columns as the page width holds."""
+    font_pt = _font_pt("legend.fontsize")
+    entry_in = (0.6 * max(map(len, handles)) * font_pt + 40) / 72  # label + handle + gaps
+    ncol = max(1, min(len(handles), int(FIGURE_WIDTH[size] // entry_in)))
+    fig.legend(list(handles.values()), list(handles), title="highlighted modules", loc="upper center",
+               bbox_to_anchor=(0.5, 0.0), ncol=ncol, frameon=False)
+
+
+def _font_pt(key: str) -> float:
+    """A font size from the current rcParams ("small", 9, ...) in points."""
+    return FontProperties(size=matplotlib.rcParams[key]).get_size_in_points()
 
 
 def _label_log_y(ax) -> None:
-    """Plain numbers on a log y axis (0.5, 2, 100 rather than 5x10^-1), minor ticks too
-    when the axis spans less than a decade, so a flat muP line still has a scale."""
-    ax.yaxis.set_major_formatter(_PlainLogFormatter())
-    ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
+    """A few round values labelled as plain numbers (0.5, 2, 100) on a log y axis, chosen
+    from the final limits and the panel's height: the sparsest of decades, 1-3, 1-2-5,
+    1-1.5-2-3-5-7 that gives three labels, never closer than 1.6 label heights (decades
+    are thinned, a narrow axis gets linear round values), so that a flat muP line still
+    has a scale and labels never touch."""
+    lo, hi = ax.get_ylim()
+    if not (0 < lo < hi):
+        return
+    span = math.log10(hi / lo)
+    height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
+    min_gap = 1.6 * _font_pt("ytick.labelsize") / height_pt * span  # in decades
+
+    def fits(ticks):
+        return len(ticks) < 2 or np.diff(np.log10(ticks)).min() >= min_gap
+
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    best: list[float] = []
+    for mantissas in _LOG_MANTISSAS:
+        ticks = [m * 10.0**k for k in decades for m in mantissas if lo <= m * 10.0**k <= hi]
+        if not fits(ticks):
+            break
+        best = ticks
+        if len(ticks) >= 3:
+            break
+    if not best:  # even decades are too close: every k-th decade
+        ticks = [10.0**k for k in decades if lo <= 10.0**k <= hi]
+        every = math.ceil(min_gap)
+        best = ticks[::-1][::every][::-1]
+    if len(best) < 2:  # less than a factor of ~1.5 in view: linear round values
+        n = max(2, min(4, int(span / min_gap) if min_gap > 0 else 4))
+        best = [t for t in MaxNLocator(nbins=n).tick_values(lo, hi) if lo <= t <= hi and t > 0]
+        while len(best) > 1 and not fits(best):
+            best = best[::2]
+    ax.yaxis.set_major_locator(FixedLocator(best))
+    digits = next(d for d in range(3, 10) if len({_plain_number(t, d) for t in best}) == len(best) or d == 9)
+    ax.yaxis.set_major_formatter(FixedFormatter([_plain_number(t, digits) for t in best]))
+    ax.yaxis.set_minor_locator(NullLocator())
 
 
-class _PlainLogFormatter(LogFormatter):
-    """matplotlib's choice of which log ticks to label, written as 0.06 rather than 6e-02."""
+def _plain_number(x: float, digits: int = 3) -> str:
+    """0.03, 1.5, 1000 as written by hand (``digits`` significant digits at most); 1e-05
+    and 2e+06 as 1e-5 and 2e6."""
+    if 1e-4 <= abs(x) < 1e6:
+        return np.format_float_positional(float(f"{x:.{digits}g}"), trim="-")
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
 
-    def __call__(self, x, pos=None):
-        return f"{x:.3g}" if super().__call__(x, pos) else ""
 
-
-def _label_widths(ax, widths: np.ndarray, rotate: bool = False, every: int = 1) -> None:
+def _label_widths(ax, widths: np.ndarray, every: int = 1) -> None:
     """log2 x axis ticked at the widths present, written out (256, not 2^8); with
-    ``every=2`` only every other tick is labelled (always the widest)."""
+    ``every=k`` only every k-th tick is labelled (always the widest)."""
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(widths))
     keep = (len(widths) - 1 - np.arange(len(widths))) % every == 0
@@ -399,8 +726,50 @@ def _label_widths(ax, widths: np.ndarray, rotate: bool = False, every: int = 1) 
     lo, hi = float(widths.min()), float(widths.max())
     pad = 2 ** (0.15 * max(math.log2(hi / lo), 1.0))  # keep end markers off the frame
     ax.set_xlim(lo / pad, hi * pad)
-    if rotate:
-        ax.tick_params(axis="x", labelrotation=45)
+
+
+def _fit_width_labels(axes: Sequence, widths: np.ndarray) -> None:
+    """Width labels that leave a gap between neighbours: every k-th width (always the
+    widest) for the smallest k that fits at the tick font size or down to 80% of it."""
+    ax = axes[0]
+    renderer = ax.figure.canvas.get_renderer()
+    full_pt = _font_pt("xtick.labelsize")
+    x = ax.transData.transform(np.c_[widths, np.ones(len(widths))])[:, 0]
+    labels = [str(int(w)) for w in widths]
+
+    def every(pt: float) -> int:
+        font = FontProperties(size=pt)
+        half = np.array([renderer.get_text_width_height_descent(t, font, ismath=False)[0] / 2 for t in labels])
+        pad = 0.3 * pt / 72 * ax.figure.dpi
+        for k in range(1, len(widths)):
+            kept = np.arange(len(widths))[::-1][::k][::-1]  # from the widest down
+            if (np.diff(x[kept]) >= half[kept][:-1] + half[kept][1:] + pad).all():
+                return k
+        return max(1, len(widths) - 1)
+
+    sizes = (full_pt, 0.9 * full_pt, 0.8 * full_pt)
+    k, pt = min(((every(pt), pt) for pt in sizes), key=lambda kp: (kp[0], -kp[1]))  # fewest dropped, then largest
+    for ax in axes:
+        _label_widths(ax, widths, every=k)
+        ax.tick_params(axis="x", labelsize=pt)
+
+
+def _fit_titles(axes: Sequence, min_pt: float = 7.0) -> None:
+    """Shrink the titles of a row of panels (all alike) until neighbours leave a gap."""
+    if len(axes) < 2:
+        return
+    fig = axes[0].figure
+    renderer = fig.canvas.get_renderer()
+    titles = [ax.title for ax in axes]
+    pt = titles[0].get_fontsize()
+    half = [renderer.get_text_width_height_descent(t.get_text(), t.get_fontproperties(), ismath=False)[0] / 2
+            for t in titles]
+    centres = [(ax.get_position().x0 + ax.get_position().x1) / 2 * fig.get_figwidth() * fig.dpi for ax in axes]
+    pad = 2.0 * pt / 72 * fig.dpi  # two characters between titles
+    scale = min((c1 - c0 - pad) / (h0 + h1) for c0, c1, h0, h1 in zip(centres, centres[1:], half, half[1:]))
+    if scale < 1:
+        for title in titles:
+            title.set_fontsize(max(min_pt, pt * scale))
 
 
 def _tensor_rank(name: str) -> tuple[int, str]:

@@ -12,14 +12,16 @@ Never imports torch.
     status          "pass" | "fail" | "inconclusive"
     passed          bool (status == "pass")
     reason          one line: why
-    rules           {stat, tol, shrink_tol, rise, rise_floor, min_widths, min_window}
+    rules           the fields of verdict.Rules {stat, tol, shrink_tol, rise, rise_floor, ...}
     widths          widths that have frames
     jobs            {"ok": [job dirs], "problems": [{job, status, error}]}
     divergence      ["diverged at step t, width w", ...]
     configurations  [{config_id, model, parametrization, optimizer, lr, data, data_policy,
                       status, reason, n_widths, window_end, first_unstable_step, instability}]
     modules         [{config_id, module, layer_index, role, status, tensor, step, slope,
-                      ci_low, ci_high, diagnosis}]   (worst judged series of each module)
+                      ci_low, ci_high, margin, transient_steps, diagnosis}]
+                    (worst judged series of each module: most severe status, then smallest
+                    margin = distance to the band's nearest edge, negative outside)
     worst           the worst offending series (same fields + stat, n_widths, expect)
     instability     [{config_id, width, seed, unstable_step, reason}]
     figures         {name: relative path}
@@ -27,7 +29,10 @@ Never imports torch.
     command, config the exact command line and resolved config, when known
 
 NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inconclusive
-(a CI gate); without it, 0 whenever a report was written. Bad input: one line, exit 2.
+(a CI gate); without it, 0 whenever a report was written. Bad input: one line, exit 2. The
+verdict's flags (``--stat``, ``--tol``, ``--min-widths``, ...) are generated from the fields of
+``verdict.Rules`` and checked as the sweep's ``report.*`` knobs are
+(``coordcheck.app.ReportOptions``); ``--layout grid|guide`` picks the coord-check figure.
 """
 
 from __future__ import annotations
@@ -37,13 +42,14 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import get_type_hints
 
 import pandas as pd
 
 from coordcheck.errors import CoordCheckError
-from coordcheck.frame import STATS, atomic_write
+from coordcheck.frame import atomic_write
 from coordcheck.slopes import fit_slopes
 from coordcheck.sweep import JobProblem, Sweep, aggregate
 from coordcheck.verdict import Rules, Verdict, judge
@@ -111,8 +117,8 @@ class Report:
     def payload(self) -> dict:
         v = self.verdict
         mod_cols = ["config_id", "module", "layer_index", "role", "status", "tensor", "step", "slope", "ci_low",
-                    "ci_high", "diagnosis"]
-        worst_cols = mod_cols + ["stat", "expect", "n_widths", "n_points"]
+                    "ci_high", "margin", "transient_steps", "diagnosis"]
+        worst_cols = [c for c in mod_cols if c != "transient_steps"] + ["stat", "expect", "n_widths", "n_points"]
         cfg_cols = list(v.configs.columns) if len(v.configs) else []
         return {
             "schema": SCHEMA,
@@ -186,17 +192,22 @@ class Report:
         if len(loss):
             steps = sorted(loss["step"].unique())
             shown = sorted({steps[0], steps[len(steps) // 2], steps[-1]})
-            table = loss[loss["step"].isin(shown)].pivot_table(index="width", columns="step", values="value",
+            table = loss[loss["step"].isin(shown)].pivot_table(index="width", columns="step", values="value", dropna=False,
                                                                  aggfunc="mean")
             lines += ["", "Loss by width (mean over seeds; under muP at a sound learning rate the curves coincide "
                       "and wider is not worse):", "", "| width | " + " | ".join(f"step {t}" for t in shown) + " |",
                       "|---|" + "---|" * len(shown)]
             lines += [f"| {w} | " + " | ".join(_num(row[t], "{:.3g}") for t in shown) + " |"
                       for w, row in table.iterrows()]
-        lines += ["", "## Modules", "", "| layer | module | role | status | worst slope | at |", "|---|---|---|---|---|---|"]
+        lines += ["", "## Modules", "",
+                  "Each module's worst judged series (the most severe status, then the smallest margin): its slope "
+                  "and its margin to the band (negative: outside). Transients: one-step excursions not counted "
+                  "(rule 4).", "",
+                  "| layer | module | role | status | worst slope | margin | at | transients |",
+                  "|---|---|---|---|---|---|---|---|"]
         for m in v.modules.itertuples():
             lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {_num(m.slope)} | "
-                         f"{m.tensor}, step {m.step} |")
+                         f"{_num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} |")
         if self.figures or self.notes:
             lines += ["", "## Figures", ""]
             lines += [f"- {md_escape(n)}" for n in self.notes]
@@ -229,7 +240,7 @@ def build_report(
 
 def write_report(
     report: Report, out_dir: str | Path, *, figures: bool = True, steps: list[int] | None = None,
-    size: str = "paper",
+    size: str = "paper", layout: str = "grid",
 ) -> Path:
     """Write every report file into ``out_dir``; return the path of ``report.md``."""
     out = Path(out_dir)
@@ -239,15 +250,18 @@ def write_report(
     atomic_write(out / "slopes.csv", lambda p: report.slopes.to_csv(p, index=False))
     atomic_write(out / "verdict.csv", lambda p: report.verdict.series.to_csv(p, index=False))
     if figures:
-        report.figures = _write_figures(report, out, steps, size)
+        report.figures = _write_figures(report, out, steps, size, layout)
     text = json.dumps(report.payload(), indent=2, allow_nan=False, default=str)
     atomic_write(out / "report.json", lambda p: p.write_text(text))
     md = report.markdown()
     return atomic_write(out / "report.md", lambda p: p.write_text(md))
 
 
-def _write_figures(report: Report, out: Path, steps: list[int] | None, size: str) -> dict[str, str]:
-    """Coord-check grid, slope heatmap and loss curves (PDF + PNG); a figure that cannot be drawn is noted."""
+def _write_figures(
+    report: Report, out: Path, steps: list[int] | None, size: str, layout: str = "grid",
+) -> dict[str, str]:
+    """Coord-check figure (``layout``: grid or guide), slope heatmap and loss curves (PDF + PNG); a figure that
+    cannot be drawn is noted."""
     import matplotlib.pyplot as plt
 
     from coordcheck import plot
@@ -257,8 +271,10 @@ def _write_figures(report: Report, out: Path, steps: list[int] | None, size: str
     row = varying[0] if len(varying) == 1 else ("parametrization" if not varying else "config_id")
     configs = report.verdict.configs
     ends = dict(zip(configs["parametrization"], configs["window_end"].astype(int))) if len(configs) else None
+    grid = {} if layout == "grid" else {"layout": layout}  # grid: plot_coords' default
     jobs = {
-        "coord_check": lambda: plot.plot_coords(frame, out / "coord_check", stat=stat, steps=steps, row=row, size=size),
+        "coord_check": lambda: plot.plot_coords(frame, out / "coord_check", stat=stat, steps=steps, row=row, size=size,
+                                                **grid),
         "slopes": lambda: plot.plot_slopes(report.slopes, out / "slopes", stat=stat, size=size, window_end=ends),
         "loss": lambda: plot.plot_loss(frame, out / "loss", size=size),
     }
@@ -295,7 +311,7 @@ def _sweep_config(sweep_dir: Path) -> tuple[str | None, str | None]:
 
 def report_sweep(
     sweep_dir: str | Path, *, rules: Rules = Rules(), figures: bool = True, steps: list[int] | None = None,
-    size: str = "paper",
+    size: str = "paper", layout: str = "grid",
 ) -> tuple[Report, Path]:
     """Aggregate a sweep directory from disk, judge it and write ``SWEEP_DIR/report/``."""
     sweep_dir = Path(sweep_dir)
@@ -308,7 +324,7 @@ def report_sweep(
         )
     report = build_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs, command=command,
                           config=config)
-    path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps, size=size)
+    path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps, size=size, layout=layout)
     return report, path
 
 
@@ -319,37 +335,49 @@ def _steps(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--steps takes comma-separated integers, got {text!r}") from None
 
 
+def _add_rule_flags(p: argparse.ArgumentParser, knob_help: dict[str, str], choices: dict) -> None:
+    """One flag per field of :class:`Rules` (``--shrink-tol`` for ``shrink_tol``): name, type, default and choices
+    come from the dataclass, the help line from ``knob_help``."""
+    defaults, hints = Rules(), get_type_hints(Rules)
+    for f in fields(Rules):
+        default, kind = getattr(defaults, f.name), hints[f.name]
+        if kind is bool:
+            flag = dict(action=argparse.BooleanOptionalAction)
+        else:
+            flag = dict(type=kind if kind in (int, float) else str)
+        if f.name in choices:
+            flag["choices"] = [c.value for c in choices[f.name]]
+        what = knob_help.get(f.name, "a rule of the verdict (coordcheck.verdict.Rules)")
+        p.add_argument("--" + f.name.replace("_", "-"), default=default, **flag, help=f"{what} (default {default})")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from coordcheck.app import CHOICES, ERROR_NAME, KNOB_HELP, LAYOUTS, SIZES, report_options, rules_of
+
     p = argparse.ArgumentParser(
         prog="python -m coordcheck.report",
         description="Aggregate a coordcheck sweep directory, judge muP compliance and write report/.",
     )
     p.add_argument("sweep_dir", type=Path, help="the multirun directory (outputs/multirun/DATE/TIME)")
-    p.add_argument("--strict", action="store_true", help="exit 1 on fail, 2 when inconclusive, 0 on pass (CI gate)")
-    d = Rules()
-    p.add_argument("--stat", default=d.stat, choices=list(STATS),
-                   help=f"statistic to judge (default {d.stat}; l1 matches the mup package)")
-    p.add_argument("--tol", type=float, default=d.tol, help=f"max growth slope (default {d.tol})")
-    p.add_argument("--shrink-tol", type=float, default=d.shrink_tol,
-                   help=f"max shrink slope for series that must not vanish (default {d.shrink_tol})")
-    p.add_argument("--rise", type=float, default=d.rise,
-                   help=f"instability: loss above (1 + rise) x its running minimum (default {d.rise})")
-    p.add_argument("--rise-floor", type=float, default=d.rise_floor,
-                   help=f"... and above it by more than this fraction of the step-0 loss (default {d.rise_floor})")
+    p.add_argument("--strict", action="store_true", help=KNOB_HELP["strict"])
+    _add_rule_flags(p, KNOB_HELP, CHOICES)
     p.add_argument("--steps", type=_steps, default=None, help="steps shown in the figure, e.g. 0,3,10")
-    p.add_argument("--size", default="paper", choices=["paper", "slides"],
-                   help="figure size: a paper column (default) or 16:9 slides")
+    p.add_argument("--size", default=SIZES[0], choices=SIZES, help=f"{KNOB_HELP['size']} (default {SIZES[0]})")
+    p.add_argument("--layout", default=LAYOUTS[0], choices=LAYOUTS,
+                   help=f"{KNOB_HELP['layout']} (default {LAYOUTS[0]})")
     p.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
+    knobs = {**{f.name: getattr(args, f.name) for f in fields(Rules)}, "figures": not args.no_figures,
+             "steps": args.steps, "size": args.size, "layout": args.layout, "strict": args.strict}
     try:
-        rules = Rules(stat=args.stat, tol=args.tol, shrink_tol=args.shrink_tol, rise=args.rise,
-                      rise_floor=args.rise_floor)
-        report, path = report_sweep(args.sweep_dir, rules=rules, figures=not args.no_figures, steps=args.steps,
-                                    size=args.size)
+        opts = report_options(knobs, flag=lambda k: "--" + k.replace("_", "-"))
+        report, path = report_sweep(args.sweep_dir, rules=rules_of(opts), figures=opts["figures"],
+                                    steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"])
     except CoordCheckError as e:
         print(f"coordcheck.report: error: {e}", file=sys.stderr)
         return 2
+    (path.parent / ERROR_NAME).unlink(missing_ok=True)  # left by a sweep whose end made no report
     print(*report.summary(path), sep="\n", end=f" ({time.perf_counter() - t0:.1f} s)\n")
     return EXIT[report.status] if args.strict else 0
 

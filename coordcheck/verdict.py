@@ -216,7 +216,7 @@ def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dic
     ``transient`` (reported, not counted) — unless the run holds a *gross* violation (a fail
     whose slope lies more than ``gross`` beyond the band: the standard-parametrization readout
     jumps like width^+1.0 after the first update, then oscillates; the largest one-step blips
-    measured on correct models were +0.44 to +0.62), or ends at the last
+    measured on correct models were +0.44 to +0.62), or is significant (a ``fail``) at the last
     judged step, where the next step could not confirm or clear it (then ``inconclusive``).
     Step 0 is judged on its own.
     """
@@ -236,7 +236,8 @@ def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dic
                 run.append(i)
                 continue
             if len(run) < persist and not gross_rows[idx[run]].any():
-                (unconfirmed if steps[run[-1]] >= window_end[cid] else transient).extend(idx[run])
+                significant = (g["status"].to_numpy()[run] == "fail").any()
+                (unconfirmed if significant and steps[run[-1]] >= window_end[cid] else transient).extend(idx[run])
             run = [i]
     series = series.copy()
     for rows, status, text in (
@@ -286,7 +287,8 @@ def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
     for key, g in judged.groupby(CONFIG_COLUMNS + ["module"], sort=False, dropna=False):
         ranks = g["status"].map(_RANK)
         worst = g.loc[ranks == ranks.max()]
-        scored = worst[worst["status"] != "skip"] if (worst["status"] != "skip").any() else worst
+        counted = ~worst["status"].isin(["skip", "transient"])  # a transient is reported in its own column
+        scored = worst[counted] if counted.any() else worst
         w = scored.loc[scored["margin"].fillna(np.inf).sort_values(kind="stable").index[0]]
         status = next((s for s in ("zero", "skip") if (g["status"] == s).all()), None) or (
             "pass" if ranks.max() == 0 else w["status"])

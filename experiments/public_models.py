@@ -10,12 +10,15 @@ its band when it passes). About 10 minutes on 2 cores:
 
     python experiments/public_models.py            # every case
     python experiments/public_models.py gpt        # cases whose name contains "gpt"
+    python experiments/public_models.py gpt DIR    # ... and keep each case's frame in DIR/<case>.parquet
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -68,7 +71,7 @@ def describe(result) -> str:
     return f"closest: {w['module']} {w['tensor']} step {w['step']} slope {w['slope']:+.2f} (margin {w['margin']:+.2f})"
 
 
-def main(pattern: str = "") -> int:
+def main(pattern: str = "", save: str | None = None) -> int:
     torch.set_num_threads(2)
     wrong = 0
     for name, (expect, run) in CASES.items():
@@ -76,6 +79,9 @@ def main(pattern: str = "") -> int:
             continue
         t0 = time.perf_counter()
         r = run()
+        if save:
+            Path(save).mkdir(parents=True, exist_ok=True)
+            r.frame.to_parquet(Path(save) / (re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") + ".parquet"))
         ok = r.verdict.status == expect
         wrong += not ok
         transients = int((r.verdict.series["status"] == "transient").sum())
@@ -87,4 +93,4 @@ def main(pattern: str = "") -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else ""))
+    sys.exit(main(*sys.argv[1:3]))

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from coordcheck.frame import COLUMNS, LOSS_MODULE, conform
-from coordcheck.plot import plot_coords, plot_loss, plot_slopes
+from coordcheck.plot import HIGHLIGHT_WIDTH, activation_kind, plot_coords, plot_loss, plot_slopes
 from coordcheck.slopes import fit_slopes
 
 WIDTHS = (64, 128, 256)
@@ -62,6 +62,58 @@ def _png_size_in(path, dpi=200):
 
 def _steps_shown(fig, n_cols):
     return [ax.get_title() for ax in fig.axes[:n_cols]]
+
+
+GPT_MODULES = [  # a transformer: the guide layout shows every kind of activation
+    ("wte", 0, "input"),
+    ("h.0.ln_1", 1, "norm"),
+    ("h.0.attn.scores", 1, "attention"),
+    ("h.0.attn.c_proj", 1, "hidden"),
+    ("h.0.mlp.c_fc", 1, "hidden"),
+    ("h.0.mlp.c_proj", 2, "hidden"),
+    ("h.0", 2, "hidden"),  # a block output: neither attention nor MLP, left out
+    ("ln_f", 3, "norm"),
+    ("head.pre", 3, "output"),  # runs before lm_head: not the model's output
+    ("lm_head", 4, "output"),
+]
+GUIDE_KINDS = ["embedding", "attention logits", "attention output", "MLP output", "output logits"]
+GUIDE_MODULES = {"embedding": ["wte"], "attention logits": ["h.0.attn.scores"], "attention output": ["h.0.attn.c_proj"],
+                 "MLP output": ["h.0.mlp.c_fc", "h.0.mlp.c_proj"], "output logits": ["lm_head"]}
+
+
+def sixty_modules():
+    """60 modules over 5 roles, with the long dotted names of a real checkpoint."""
+    modules = [("model.embed_tokens", 0, "input"), ("model.embed_positions", 0, "input")]
+    for i in range(14):
+        modules += [(f"model.layers.{i}.input_layernorm", i + 1, "norm"),
+                    (f"model.layers.{i}.self_attn.scores", i + 1, "attention"),
+                    (f"model.layers.{i}.self_attn.o_proj", i + 1, "hidden"),
+                    (f"model.layers.{i}.mlp.down_proj", i + 1, "hidden")]
+    return modules + [("model.norm", 15, "norm"), ("lm_head", 15, "output")]
+
+
+def _overlapping_tick_labels(fig):
+    """Pairs of visible, non-empty tick labels anywhere in the figure whose boxes intersect."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for ax in fig.axes
+             for t in [*ax.get_xticklabels(), *ax.get_yticklabels()] if t.get_visible() and t.get_text()]
+    assert boxes
+    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+
+
+def _visible_labels(labels):
+    return [t.get_text() for t in labels if t.get_visible() and t.get_text()]
+
+
+def _assert_title_above_panels(fig, title):
+    assert fig.get_suptitle() == title
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (suptitle,) = [t for t in fig.texts if t.get_text() == title]
+    box = suptitle.get_window_extent(renderer)
+    for ax in fig.axes:  # panels with their titles and tick labels
+        assert not box.overlaps(ax.get_tightbbox(renderer)), ax.get_title()
 
 
 # --- plot_coords ---------------------------------------------------------------------
@@ -184,6 +236,153 @@ def test_sizes_fit_a_page_or_a_slide(tmp_path, size, width_in):
     assert width_in[0] <= width <= width_in[1] and height < width
 
 
+def test_roles_get_their_own_marker_and_dashes():
+    fig = plot_coords(tidy(parametrizations=("mup",)), steps=[1])
+    (ax,) = fig.axes
+    markers = [line.get_marker() for line in ax.lines]  # lines by depth then name, as MODULES
+    roles = [role for _, _, role in MODULES]
+    assert len(set(markers)) == len(set(roles)) == 4  # input, attention, hidden, output
+    assert markers[2] == markers[3] and roles[2] == roles[3] == "hidden"
+    assert ax.lines[1].get_linestyle() != ax.lines[2].get_linestyle()  # attention dashed, hidden solid
+
+
+def test_highlighted_modules_are_thick_on_top_and_in_their_own_legend():
+    frame = tidy(parametrizations=("sp",))
+    fig = plot_coords(frame, steps=[2], highlight=["blocks.1.mlp", "not.a.module"])
+    (ax,) = fig.axes
+    assert len(ax.lines) == len(MODULES)
+    thick = [line for line in ax.lines if line.get_linewidth() == HIGHLIGHT_WIDTH]
+    assert len(thick) == 1 and thick[0].get_zorder() > max(line.get_zorder() for line in ax.lines if line not in thick)
+    sel = frame[(frame.tensor == "out") & (frame.stat == "std") & (frame.step == 2) & (frame.module == "blocks.1.mlp")]
+    np.testing.assert_allclose(thick[0].get_ydata(), np.exp(np.log(sel.value).groupby(sel.width).mean()), rtol=1e-9)
+    legends = {lg.get_title().get_text(): [t.get_text() for t in lg.get_texts()] for lg in fig.legends}
+    assert legends["highlighted modules"] == ["L2 blocks.1.mlp"]  # names not in the frame are ignored
+    assert "2: blocks.1.mlp" not in legends["layer index: module"]
+
+
+def test_sixty_modules_grid_has_role_legend_and_no_overlapping_labels():
+    frame = tidy(modules=sixty_modules(), steps=range(11), seeds=(0,))
+    fig = plot_coords(frame, highlight=["lm_head", "model.layers.9.self_attn.scores", "model.layers.3.mlp.down_proj"],
+                      title="muP coordinate check — FAIL")
+    assert all(len(ax.lines) == 60 for ax in fig.axes)
+    legends = {lg.get_title().get_text(): [t.get_text() for t in lg.get_texts()] for lg in fig.legends}
+    assert legends["role"] == ["input", "hidden", "attention", "norm", "output"]
+    assert len(legends["layer index"]) <= 9 and len(legends["highlighted modules"]) == 3
+    assert _overlapping_tick_labels(fig) == []
+    assert _visible_labels(fig.axes[-1].get_xticklabels()) == ["64", "128", "256"]  # every width still named
+    assert len(_visible_labels(fig.axes[0].get_yticklabels())) >= 2  # and a scale on y
+    _assert_title_above_panels(fig, "muP coordinate check — FAIL")
+
+
+@pytest.mark.parametrize("size", ["paper", "slides"])
+def test_many_widths_are_thinned_not_overlapping(size):
+    widths = tuple(2**k for k in range(5, 15))  # 32 .. 16384
+    fig = plot_coords(tidy(widths=widths, seeds=(0,), parametrizations=("mup",)), size=size)
+    assert _overlapping_tick_labels(fig) == []
+    shown = _visible_labels(fig.axes[-1].get_xticklabels())
+    assert shown[-1] == "16384" and 3 <= len(shown) <= len(widths)
+
+
+# --- plot_coords, layout="guide" ------------------------------------------------------
+
+
+@pytest.mark.parametrize("module, role, kind", [
+    ("model.layers.3.self_attn.o_proj", "hidden", "attention output"),
+    ("transformer.h.3.attn.c_attn", "hidden", "attention output"),
+    ("layers.3.attention.wo", "hidden", "attention output"),
+    ("model.layers.3.mlp.down_proj", "hidden", "MLP output"),
+    ("layers.3.feed_forward.w2", "hidden", "MLP output"),
+    ("blocks.3.ffn.fc1", "hidden", "MLP output"),
+    ("blocks.3.conv_fc2", "hidden", "MLP output"),
+    ("blocks.3", "hidden", "hidden"),
+    ("blocks.3.effc", "hidden", "hidden"),  # parts are matched whole, not as substrings
+    ("layers.3.w12", "hidden", "hidden"),
+    ("wte", "input", "embedding"),
+    ("h.0.attn.scores", "attention", "attention logits"),
+    ("blocks.0.attn.(softmax)", "attention", "attention logits"),
+    ("lm_head", "output", "output logits"),
+    ("model.layers.3.mlp_norm", "norm", None),
+    (LOSS_MODULE, "loss", None),
+])
+def test_activation_kind(module, role, kind):
+    assert activation_kind(module, role) == kind
+
+
+def test_guide_has_one_panel_per_kind_in_order_and_one_line_per_step():
+    frame = tidy(modules=GPT_MODULES, parametrizations=("sp",), steps=range(5))
+    fig = plot_coords(frame, layout="guide")
+    assert [ax.get_title() for ax in fig.axes] == GUIDE_KINDS
+    for ax in fig.axes:
+        assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2 and ax.get_yscale() == "log"
+        np.testing.assert_array_equal(ax.get_xticks(), WIDTHS)
+        assert len(ax.lines) == 5  # steps 0..4
+        colours = [matplotlib.colors.to_hex(line.get_color()) for line in ax.lines]
+        assert len(set(colours)) == 5  # hue differs between steps
+    (legend,) = fig.legends
+    assert legend.get_title().get_text() == "step"
+    assert [t.get_text() for t in legend.get_texts()] == ["0", "1", "2", "3", "4"]
+    assert fig.axes[0].get_ylabel() == "std of out" and fig.axes[-1].get_xlabel() == "width"
+    assert _visible_labels(fig.axes[-1].get_xticklabels())[-1] == "256"
+
+
+def test_guide_lines_are_geometric_means_over_modules_then_seeds():
+    frame = tidy(modules=GPT_MODULES, parametrizations=("sp",), seeds=(0, 1, 2))
+    sel = frame[(frame.tensor == "out") & (frame.stat == "std")]
+    sel = sel.assign(value=sel.value * (1 + sel.call_order))  # modules of one kind differ
+    frame.loc[sel.index, "value"] = sel.value
+    fig = plot_coords(frame, layout="guide", steps=[1, 3])
+    for ax, kind in zip(fig.axes, GUIDE_KINDS):
+        rows = sel[sel.module.isin(GUIDE_MODULES[kind])]
+        pooled = np.log(rows.value).groupby([rows.step, rows.width, rows.seed]).mean()  # modules
+        want = pooled.groupby(["step", "width"]).mean().pipe(np.exp)  # then seeds, in log space
+        for line, step in zip(ax.lines, [1, 3]):
+            np.testing.assert_allclose(line.get_xdata(), WIDTHS)
+            np.testing.assert_allclose(line.get_ydata(), want.loc[step].to_numpy(), rtol=1e-9)
+
+
+def test_guide_of_an_mlp_has_embedding_hidden_and_output_panels():
+    modules = [("input.fc", 0, "input"), ("blocks.0.fc", 1, "hidden"), ("blocks.0.act", 1, "hidden"),
+               ("blocks.1", 2, "hidden"), ("readout", 3, "output")]
+    frame = tidy(modules=modules, parametrizations=("mup", "sp"))
+    fig = plot_coords(frame, layout="guide", steps=[0, 2])
+    assert len(fig.axes) == 2 * 3  # rows mup, sp
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["embedding", "hidden", "output logits"]
+    assert [ax.get_ylabel() for ax in fig.axes[::3]] == ["mup\nstd of out", "sp\nstd of out"]
+    hidden = fig.axes[1]  # every hidden module, fc layers included: 2 * 2 * 3, geometric mean 6**(1/3)
+    np.testing.assert_allclose(hidden.lines[0].get_ydata(), np.exp(np.log([2, 2, 3]).mean()) * np.exp(
+        np.log([1.0, 1.1]).mean()), rtol=1e-9)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["0", "2"]
+
+
+def test_guide_defaults_to_every_step_up_to_eleven():
+    fig = plot_coords(tidy(modules=GPT_MODULES, parametrizations=("mup",), seeds=(0,), steps=range(8)), layout="guide")
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [str(s) for s in range(8)]
+    fig = plot_coords(tidy(modules=GPT_MODULES, parametrizations=("mup",), seeds=(0,), steps=range(30)),
+                      layout="guide")
+    shown = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(shown) == 11 and shown[0] == "0" and shown[-1] == "29"
+
+
+@pytest.mark.parametrize("parametrizations", [("mup",), ("mup", "sp")])
+def test_guide_sixty_modules_has_no_overlapping_labels_or_titles(tmp_path, parametrizations):
+    frame = tidy(modules=sixty_modules(), steps=range(11), seeds=(0,), parametrizations=parametrizations)
+    fig = plot_coords(frame, tmp_path / "guide", layout="guide", title="muP coordinate check — FAIL")
+    assert [ax.get_title() for ax in fig.axes[:5]] == GUIDE_KINDS
+    assert _overlapping_tick_labels(fig) == []
+    renderer = fig.canvas.get_renderer()
+    titles = [ax.title.get_window_extent(renderer) for ax in fig.axes[:5]]
+    assert not any(a.overlaps(b) for a, b in itertools.combinations(titles, 2))
+    _assert_title_above_panels(fig, "muP coordinate check — FAIL")
+    assert (tmp_path / "guide.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_guide_refuses_frames_without_any_kind():
+    with pytest.raises(ValueError, match="layout='grid'"):
+        plot_coords(tidy(modules=[("ln", 0, "norm")], parametrizations=("mup",)), layout="guide")
+    with pytest.raises(ValueError, match="layout must be"):
+        plot_coords(tidy(), layout="heatmap")
+
+
 # --- plot_slopes ---------------------------------------------------------------------
 
 
@@ -215,6 +414,28 @@ def test_slopes_all_nan_does_not_crash(tmp_path):
     slopes = fit_slopes(tidy(parametrizations=("mup",))).assign(slope=np.nan)
     plot_slopes(slopes, tmp_path / "nan")
     assert (tmp_path / "nan.pdf").stat().st_size > 0
+
+
+@pytest.mark.parametrize("size", ["paper", "slides"])
+def test_slopes_sixty_long_module_names_never_overlap(size):
+    slopes = fit_slopes(tidy(modules=sixty_modules(), steps=range(11), seeds=(0,)))
+    fig = plot_slopes(slopes, size=size, title="muP coordinate check — FAIL")
+    *panels, _ = fig.axes
+    assert len(panels) == 4  # mup/sp x out/delta, side by side
+    assert _overlapping_tick_labels(fig) == []
+    names = _visible_labels(panels[0].get_yticklabels())
+    assert len(names) == 60 and "L10 model.layers.9.self_attn.o_proj" in names  # every module named
+    assert len(_visible_labels(panels[0].get_xticklabels())) >= 3
+    _assert_title_above_panels(fig, "muP coordinate check — FAIL")
+
+
+def test_slopes_too_many_modules_for_the_page_shrink_then_thin():
+    modules = [(f"model.layers.{i}.mlp.down_proj", i, "hidden") for i in range(200)]
+    fig = plot_slopes(fit_slopes(tidy(modules=modules, parametrizations=("sp",), seeds=(0,))), tensor="out")
+    panel, _ = fig.axes
+    assert _overlapping_tick_labels(fig) == []
+    shown = _visible_labels(panel.get_yticklabels())
+    assert 20 < len(shown) < 200 and shown[0] == "L0 model.layers.0.mlp.down_proj"
 
 
 # --- plot_loss -----------------------------------------------------------------------
