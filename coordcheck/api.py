@@ -69,11 +69,19 @@ class CoordCheckResult:
         """The compliance report as markdown (verdict first)."""
         return self._report.markdown()
 
-    def plot(self, path: str | Path | None = None, **kwargs: object):
-        """The coord-check grid (``coordcheck.plot.plot_coords``); saved as PDF + PNG when ``path`` is given."""
+    def plot(self, path: str | Path | None = None, *, layout: Literal["grid", "guide"] = "grid", **kwargs: object):
+        """The coord-check figure (``coordcheck.plot.plot_coords``); saved as PDF + PNG when ``path`` is given.
+
+        ``layout="grid"``: a panel per step, a line per module (the worst offenders highlighted);
+        ``"guide"``: a panel per kind of activation, a line per step. The verdict is the title.
+        """
         from coordcheck.plot import plot_coords
 
-        return plot_coords(self.frame, path, **{"stat": self.rules.stat, **kwargs})
+        v = self.verdict
+        worst = list(dict.fromkeys(v.worst(20)["module"]))[:4]
+        defaults = {"stat": self.rules.stat, "title": f"muP coordinate check — {v.status.upper()}",
+                    **({"highlight": worst} if layout == "grid" else {})}
+        return plot_coords(self.frame, path, layout=layout, **{**defaults, **kwargs})
 
 
 def _default_data(build: Callable, build_kwargs: dict) -> Batch:

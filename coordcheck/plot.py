@@ -20,9 +20,11 @@ of activation, one line per step. The kind of a module (:func:`activation_kind`)
   ``_`` and without trailing digits: ``attn``/``attention``/``self_attn`` -> "attention
   output"; ``mlp``/``ffn``/``feed_forward``/``fc``/``w1``/``w2``/``w3`` -> "MLP output";
   anything else -> "hidden".
-* Per model: when some hidden module is attention output (a transformer), the other
-  "hidden" modules (block outputs) are left out; when none is (an MLP, a ResNet), every
-  hidden module, ``fc`` layers included, forms one "hidden" panel.
+* Per model: when some hidden module is attention output (a transformer), each attention
+  and MLP sub-block is represented by the last module to run in it (its output projection:
+  ``c_proj``, ``o_proj``, ``w2``; not q/k/v or the up-projection), and the other "hidden"
+  modules (block outputs) are left out; when none is (an MLP, a ResNet), every hidden
+  module, ``fc`` layers included, forms one "hidden" panel.
 
 Within a kind, the modules are pooled by the geometric mean of the statistic over the
 kind's modules at each (width, seed, step) (values that are not finite and positive left
@@ -196,14 +198,25 @@ def activation_kind(module: str, role: str) -> str | None:
         return _ROLE_KIND[role]
     if role != "hidden":
         return None
-    for part in reversed(module.lower().split(".")):
+    return _sub_block(module)[0]
+
+
+def _sub_block(module: str) -> tuple[str, str]:
+    """(kind, the attention / MLP sub-block it sits in) of a hidden module: the kind from the
+    deepest matching name part, the sub-block up to the outermost part of that kind
+    (``h.0.mlp.c_fc`` -> MLP output in ``h.0.mlp``)."""
+    parts = module.lower().split(".")
+    kinds = []
+    for part in parts:
         tokens = {part, *part.split("_")}
         tokens |= {t.rstrip("0123456789") for t in tokens}
-        if tokens & _ATTENTION_PARTS:
-            return "attention output"
-        if tokens & _MLP_PARTS:
-            return "MLP output"
-    return "hidden"
+        kinds.append("attention output" if tokens & _ATTENTION_PARTS else "MLP output" if tokens & _MLP_PARTS else None)
+    found = [i for i, k in enumerate(kinds) if k is not None]
+    if not found:
+        return "hidden", module
+    kind = kinds[found[-1]]
+    outer = next(i for i in found if kinds[i] == kind)
+    return kind, ".".join(parts[: outer + 1])
 
 
 def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: list, size: Size,
@@ -314,13 +327,19 @@ def _kinds(data: pd.DataFrame, row: str) -> pd.Series:
     """:func:`activation_kind` of every row of ``data``, with the rules that need the whole
     model: only the last output module to run (per ``row`` level) is the output logits;
     hidden modules are split into attention output and MLP output only when some are
-    attention output (a transformer), and the others are then left out; otherwise (an
+    attention output (a transformer) — each attention / MLP sub-block represented by the
+    last module to run in it (its output projection), the others then left out; otherwise (an
     MLP, a ResNet, whatever their layers are called) they all are "hidden"."""
     pairs = data[["module", "role"]].drop_duplicates()
     kind = {(m, r): activation_kind(m, r) for m, r in pairs.itertuples(index=False)}
     kinds = pd.Series([kind[mr] for mr in zip(data["module"], data["role"])], index=data.index, dtype=object)
     if (kinds == "attention output").any():
         kinds[kinds == "hidden"] = None
+        # a sub-block's output is what its last module to run returns (c_proj, o_proj, w2), not q/k/v
+        sub = kinds.isin(["attention output", "MLP output"])
+        block = data.loc[sub, "module"].map(lambda m: _sub_block(m)[1])
+        last = data.loc[sub].groupby([data.loc[sub, row], block], observed=True)["call_order"].transform("max")
+        kinds[sub & (data["call_order"] != last.reindex(data.index))] = None
     else:
         kinds[kinds.isin(["attention output", "MLP output"])] = "hidden"
     output = data["role"] == "output"

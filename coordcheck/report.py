@@ -271,11 +271,14 @@ def _write_figures(
     row = varying[0] if len(varying) == 1 else ("parametrization" if not varying else "config_id")
     configs = report.verdict.configs
     ends = dict(zip(configs["parametrization"], configs["window_end"].astype(int))) if len(configs) else None
-    grid = {} if layout == "grid" else {"layout": layout}  # grid: plot_coords' default
+    v = report.verdict
+    title = f"muP coordinate check — {v.status.upper()}"
+    worst = list(dict.fromkeys(v.worst(20)["module"]))[:4]  # drawn thick and named in the grid layout
     jobs = {
         "coord_check": lambda: plot.plot_coords(frame, out / "coord_check", stat=stat, steps=steps, row=row, size=size,
-                                                **grid),
-        "slopes": lambda: plot.plot_slopes(report.slopes, out / "slopes", stat=stat, size=size, window_end=ends),
+                                                layout=layout, title=title, highlight=worst),
+        "slopes": lambda: plot.plot_slopes(report.slopes, out / "slopes", stat=stat, size=size, window_end=ends,
+                                           title=title),
         "loss": lambda: plot.plot_loss(frame, out / "loss", size=size),
     }
     figures = {}

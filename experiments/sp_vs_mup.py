@@ -1,7 +1,9 @@
 """The README's figure: the built-in GPT in standard parametrization vs muP.
 
 Widths 128-1024, Adam lr 0.01, 3 seeds, 10 steps, the default fixed batch (4 x 32 random
-tokens). Writes docs/sp_vs_mup.{png,pdf} and prints both verdicts. About 2 minutes on 2 cores:
+tokens). Writes docs/sp_vs_mup.{png,pdf} (the guide layout: a panel per kind of activation, a
+line per step) and docs/sp_vs_mup_grid.{png,pdf} (a panel per step, a line per module), and
+prints both verdicts. About 2 minutes on 2 cores:
 
     python experiments/sp_vs_mup.py
 """
@@ -28,8 +30,12 @@ def main() -> None:
     for p, r in results.items():
         print(f"{p}: {r.verdict.status.upper()} — {r.verdict.reason}")
     frame = pd.concat([results["sp"].frame, results["mup"].frame], ignore_index=True)
-    plot_coords(frame, OUT, stat="std", steps=[0, 1, 4, 10], row="parametrization")
-    print(f"wrote {OUT}.png and {OUT}.pdf")
+    title = "built-in GPT, widths 128-1024: " + ", ".join(f"{p} {r.verdict.status.upper()}" for p, r in results.items())
+    plot_coords(frame, OUT, stat="std", row="parametrization", layout="guide", title=title)
+    worst = list(dict.fromkeys(results["sp"].verdict.worst(20)["module"]))[:4]
+    plot_coords(frame, f"{OUT}_grid", stat="std", steps=[0, 1, 4, 10], row="parametrization", title=title,
+                highlight=worst)
+    print(f"wrote {OUT}.png, {OUT}_grid.png and their PDFs")
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ GPT_MODULES = [  # a transformer: the guide layout shows every kind of activatio
 ]
 GUIDE_KINDS = ["embedding", "attention logits", "attention output", "MLP output", "output logits"]
 GUIDE_MODULES = {"embedding": ["wte"], "attention logits": ["h.0.attn.scores"], "attention output": ["h.0.attn.c_proj"],
-                 "MLP output": ["h.0.mlp.c_fc", "h.0.mlp.c_proj"], "output logits": ["lm_head"]}
+                 "MLP output": ["h.0.mlp.c_proj"], "output logits": ["lm_head"]}  # a sub-block: its last module
 
 
 def sixty_modules():
