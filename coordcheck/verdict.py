@@ -65,7 +65,7 @@ class Rules:
     min_widths: int = 3
     min_window: int = 2  # updated steps (>= 1) that the stable window must contain
     persist: int = 2  # a violation after updates must last this many consecutive judged steps ...
-    gross: float = 0.6  # ... unless it is significant and its slope lies more than this beyond the band
+    gross: float = 0.4  # ... unless its whole 95% interval lies more than this beyond the band
 
 
 # (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
@@ -213,17 +213,18 @@ def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dic
     Per (configuration, module, tensor), the judged updated steps whose slope is outside the
     band in the same direction (``fail``, or ``inconclusive`` with the estimate outside) form
     runs of consecutive steps. A shorter run is one noisy step, not a bug: its series become
-    ``transient`` (reported, not counted) — unless the run holds a *gross* violation (a fail
-    whose slope lies more than ``gross`` beyond the band: the standard-parametrization readout
-    jumps like width^+1.0 after the first update, then oscillates; the largest one-step blips
-    measured on correct models were +0.44 to +0.62), or is significant (a ``fail``) at the last
-    judged step, where the next step could not confirm or clear it (then ``inconclusive``).
+    ``transient`` (reported, not counted) — unless the run holds a *gross* violation (its whole
+    95% interval more than ``gross`` beyond the band: the standard-parametrization readout jumps
+    like width^+1.0 [+0.88, +1.14] right after the first update, then oscillates; one-step blips
+    of correct models reached +0.44 [+0.24, +0.64] to +0.83 [+0.31, +1.35]), or is significant
+    (a ``fail``) at the last judged step, where the next step could not confirm or clear it
+    (then ``inconclusive``).
     Step 0 is judged on its own.
     """
     if persist <= 1:
         return series
     lo_band = np.where(series["expect"] == "flat", -shrink_tol, -np.inf)
-    gross_rows = (series["status"] == "fail") & ((series["slope"] > tol + gross) | (series["slope"] < lo_band - gross))
+    gross_rows = (series["status"] == "fail") & ((series["ci_low"] > tol + gross) | (series["ci_high"] < lo_band - gross))
     outside = in_window & (series["step"] > 0) & series["direction"].isin(["grows", "shrinks"]) \
         & series["status"].isin(["fail", "inconclusive"])
     cand = series[outside].sort_values("step")
