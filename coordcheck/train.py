@@ -100,7 +100,7 @@ def _first_line(e: BaseException) -> str:
 
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
-_PROBES_FILE = probes_module.__file__
+_DISPATCH_FILES = (probes_module.__file__, torch.overrides.__file__)
 
 
 def _blame(model: nn.Module, e: BaseException) -> tuple[nn.Module | None, str | None, bool]:
@@ -114,7 +114,7 @@ def _blame(model: nn.Module, e: BaseException) -> tuple[nn.Module | None, str | 
         obj = frame.f_locals.get("self")
         if frame.f_code.co_name == "forward" and id(obj) in names:
             module, name = obj, names[id(obj)]
-        if frame.f_code.co_filename != _PROBES_FILE:  # the function probe calls torch functions for the model
+        if frame.f_code.co_filename not in _DISPATCH_FILES:  # the function probe's calls on the model's behalf
             last = frame.f_code.co_filename
         tb = tb.tb_next
     return module, name, str(Path(last).resolve()).startswith(_TORCH_DIR)

@@ -97,7 +97,7 @@ def diagnose(role: str, tensor: str, step: int, direction: str, parametrization:
                     "1/fan_in (mup.init or nn.init with std fan_in**-0.5)")
         if role == "input":
             return ("input-layer features grow with width after updates: the input layer's learning rate or init "
-                    "is scaled with width — keep them constant (vector-like in MuAdam)")
+                    "is scaled with width — keep them constant" + ("" if own else " (vector-like in MuAdam)"))
         if sp:
             return ("hidden features grow with width after updates: standard parametrization uses one learning "
                     "rate for every layer (expected for the SP control; parametrization=mup scales it)")

@@ -34,3 +34,16 @@ def not_a_module(width: int) -> str:
 
 def no_readout(width: int) -> nn.Module:
     return nn.Sequential(nn.Linear(32, width), nn.ReLU(), nn.Linear(width, 10))
+
+
+class _RaisesInForward(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.fc, self.head = nn.Linear(32, width), nn.Linear(width, 10)
+
+    def forward(self, x):
+        return self.head(self.fc(x).softmax(dim=-1, keepdims=True))  # an unexpected keyword argument
+
+
+def raises_in_forward(width: int) -> nn.Module:
+    return _RaisesInForward(width)
