@@ -51,6 +51,7 @@ from pathlib import Path
 import pandas as pd
 
 __all__ = [
+    "QK_LOGITS",
     "COLUMNS",
     "STATS",
     "TENSORS",
@@ -68,6 +69,9 @@ __all__ = [
 FRAME_NAME = "frame.parquet"  # fixed file name; what varies lives in directory names
 LOSS_MODULE = "(loss)"
 ROOT_MODULE = "(root)"
+# Suffixes of captured attention logits that are exactly q k^T * scale (no additive bias or mask folded in):
+# at initialisation, with independent q and k, they shrink like width^-0.5 under muP's 1/d_head scaling.
+QK_LOGITS = ("(sdpa)", "(mha)")
 
 STATS = ("std", "l1", "rms", "mean", "absmax")
 TENSORS = ("out", "delta", "loss")

@@ -23,9 +23,11 @@ plus a suffix, with role ``attention``:
 * ``F.scaled_dot_product_attention`` -> ``<module>.(sdpa)``: its implicit logits
   ``q @ k^T * scale`` (``scale`` as passed, default ``1/sqrt(d_head)``; grouped-query heads
   repeated), over the entries the kernel attends to (``is_causal`` and boolean masks
-  applied, a float mask added).
+  applied); with a float mask (which may carry a bias) it is added and the name is
+  ``<module>.(sdpa+mask)``.
 * ``nn.MultiheadAttention`` (``F.multi_head_attention_forward``) -> ``<module>.(mha)``:
-  ``q k^T / sqrt(d_head)`` from its own input projections (``key_padding_mask`` ignored).
+  ``q k^T / sqrt(d_head)`` from its own input projections (``key_padding_mask`` ignored;
+  ``(mha+mask)`` with a float ``attn_mask``).
 * Hand-written attention -> ``<module>.(softmax)``: the input of a ``softmax`` /
   ``log_softmax`` over the last dimension, unless that input is a module's output (then it
   is a readout's logits, already recorded) or a module inside the same parent already
@@ -257,17 +259,17 @@ def _on_sdpa(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
     if q.ndim >= 3 and k.shape[-3] != q.shape[-3] and q.shape[-3] % k.shape[-3] == 0:
         k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)  # grouped-query attention
     logits = (q @ k.transpose(-2, -1)) * scale  # (..., L, S)
-    keep = None
+    keep, suffix = None, "(sdpa)"
     if causal:
         L, S = logits.shape[-2:]
         keep = torch.ones(L, S, dtype=torch.bool, device=logits.device).tril()
     if isinstance(mask, torch.Tensor):
         if mask.dtype == torch.bool:
             keep = mask if keep is None else keep & mask
-        else:
-            logits = logits + mask
+        else:  # a float mask may carry a bias (ALiBi, relative positions): not pure q k^T any more
+            logits, suffix = logits + mask, "(sdpa+mask)"
             keep = (~(logits <= MASK_BELOW)) if keep is None else keep & ~(logits <= MASK_BELOW)
-    p.capture("(sdpa)", logits, keep)
+    p.capture(suffix, logits, keep)
 
 
 def _on_mha(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
@@ -286,14 +288,14 @@ def _on_mha(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
     q = F.linear(query, wq, bq).reshape(query.shape[0], -1, hd).transpose(0, 1)  # (N * h, L, hd)
     k = F.linear(key, wk, bk).reshape(key.shape[0], -1, hd).transpose(0, 1)  # (N * h, S, hd)
     logits = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-    mask, keep = a.get("attn_mask"), None
+    mask, keep, suffix = a.get("attn_mask"), None, "(mha)"
     if isinstance(mask, torch.Tensor):
         if mask.dtype == torch.bool:
             keep = ~mask  # True = not allowed, in nn.MultiheadAttention
         else:
-            logits = logits + mask
+            logits, suffix = logits + mask, "(mha+mask)"
             keep = ~(logits <= MASK_BELOW)
-    p.capture("(mha)", logits, keep)
+    p.capture(suffix, logits, keep)
 
 
 def _on_softmax(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
@@ -397,7 +399,8 @@ class Probes:
         role = getattr(module, "coordcheck_role", None)
         if role == "attention" or (role is None and ATTENTION_NAME.search(name.rsplit(".", 1)[-1])):
             self._attn_parents.add(self._stack[-1] if self._stack else ROOT_MODULE)
-        self._record(name, x.detach())
+        with torch._C.DisableTorchFunction():  # the probe's own reductions do not pass through the function probe
+            self._record(name, x.detach())
 
     # -- the function probe's side ------------------------------------------------------
     def _parent(self) -> str:

@@ -5,36 +5,39 @@ Stage: judge. Input: a tidy frame (and optionally its slopes table). Output: a
 (with its rule, status and diagnosis), one row per module, and the loss-stability facts.
 Never imports torch.
 
-The rules (the README states them; ``Rules`` holds the numbers):
+The rules, numbered as in the README (``Rules`` holds the numbers). A series = (configuration,
+module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(width)`` over every
+(width, seed) point and its 95% interval (``coordcheck.slopes``).
 
-1. **Series.** One series = (configuration, module, tensor, stat, step) with the slope of
-   ``log2|stat|`` against ``log2(width)`` over every (width, seed) point and its 95% interval
-   (``coordcheck.slopes``). Only ``Rules.stat`` is judged (default ``std``).
-2. **Expectations by role.** ``out`` of input / hidden / norm layers and ``delta`` (change since
-   step 0) of input / hidden / norm / output layers must be *flat*: slope in
-   ``[-shrink_tol, tol]`` — growing means not muP, shrinking ``delta`` means the features
-   barely learn (lazy regime). ``out`` of output layers and ``out``/``delta`` of attention
-   logits must *not grow*: slope <= ``tol``; they may shrink (the readout at initialisation
-   shrinks like 1/width, or is exactly zero with a zero-initialised readout). Output rules
-   apply to the model's output — the last output module to run; an output-role module that
-   runs before it (logits before a hand-written output multiplier) is ``skip``.
-3. **Significance.** A series fails only when its slope is outside the band *and* its whole
-   95% interval is outside it; an estimate outside the band with an interval that overlaps
-   it is ``inconclusive`` (add seeds or widths).
-4. **Zeros.** A series exactly zero at every point (zero-initialised readout or query at step
-   0, hidden ``delta`` after the first update when the readout starts at zero) is reported as
-   ``zero``, not as a failure. Zero at some widths only is ``inconclusive``. A hidden or output
-   module whose ``delta`` is zero at every judged step does not learn: ``inconclusive``.
-5. **Stability window.** Per (width, seed), training is unstable from the first step whose
-   loss is non-finite, or exceeds its running minimum by more than ``rise`` (50%) of it and
-   by more than ``rise_floor`` (10%) of the step-0 loss.
-   Only steps before the first instability at *any* width are judged. A violation inside the
-   window fails; a window with fewer than ``min_window`` updated steps and no violation is
-   ``inconclusive: training unstable at this learning rate — lower it``.
-6. **Divergence.** A non-finite value anywhere (loss or activation) fails: "diverged at step t,
+1. **Statistic.** Only ``Rules.stat`` is judged (default ``std``).
+2. **Flat.** ``out`` of input / hidden / norm layers and ``delta`` (change since step 0) of
+   input / hidden / norm / output layers: slope in ``[-shrink_tol, tol]`` — growing means not
+   muP, a shrinking ``delta`` means the features barely learn (lazy regime).
+3. **No growth.** ``out`` of output layers and ``out``/``delta`` of attention logits: slope <=
+   ``tol``; they may shrink (the readout at initialisation shrinks like 1/width, or is exactly
+   zero). Output rules apply to the model's output — the last output module to run; an
+   output-role module that runs before it (logits before a hand-written output multiplier) is
+   ``skip``. Captured pure ``q k^T * scale`` logits (``(sdpa)``, ``(mha)``) at step 0 must
+   shrink: slope <= ``-0.5 + tol`` (independent q and k give q.k ~ sqrt(d_head); 1/d_head
+   shrinks that like width^-0.5, 1/sqrt(d_head) leaves it flat).
+4. **Significance and transients.** A series fails only when its slope is outside the band
+   *and* its whole 95% interval is; an estimate outside with an overlapping interval is
+   ``inconclusive``. After updates a violation must persist over ``persist`` consecutive
+   judged steps, else it is a ``transient`` (:func:`_mark_transients`).
+5. **Zeros.** A series exactly zero at every point is ``zero``, not a failure; zero at some
+   widths only is ``inconclusive``; a hidden or output module whose ``delta`` is zero at every
+   judged step does not learn: ``inconclusive``.
+6. **Stability window.** Per (width, seed), training turns unstable at the first of ``persist``
+   consecutive steps whose loss exceeds its running minimum by more than ``rise`` of it and by
+   more than ``rise_floor`` of the step-0 loss, or at a non-finite loss. Only steps before the
+   first instability at *any* width are judged; a violation there fails; a window with fewer
+   than ``min_window`` updated steps and no violation is ``inconclusive: training unstable at
+   this learning rate — lower it``.
+7. **Divergence.** A non-finite value anywhere (loss or activation) fails: "diverged at step t,
    width w".
-7. **Widths.** Fewer than ``min_widths`` (3) widths is ``inconclusive``, never ``pass``.
-8. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
+8. **Widths.** Fewer than ``min_widths`` widths is ``inconclusive``, never ``pass`` (a job that
+   left no frame does the same, in ``coordcheck.report``).
+9. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
    ``pass``.
 """
 
@@ -45,6 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from coordcheck.frame import QK_LOGITS
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
 __all__ = ["Rules", "Verdict", "judge", "find_instability", "diagnose", "STATUSES"]
@@ -67,6 +71,12 @@ class Rules:
     persist: int = 2  # a violation after updates must last this many consecutive judged steps ...
     gross: float = 0.4  # ... unless its whole 95% interval lies more than this beyond the band
 
+
+# Captured q k^T * scale at step 0: independent q and k give q.k ~ sqrt(d_head), so muP's 1/d_head scale shrinks the
+# logits like width^-0.5 (measured: -0.50 and -0.51 on two public-style models); 1/sqrt(d_head) leaves them flat (-0.01).
+QK_INIT_SLOPE = -0.5
+QK_INIT_DIAGNOSIS = ("attention logits do not shrink at initialisation (independent q and k give q.k ~ sqrt(d_head), "
+                     "which q.k/d_head shrinks like width^-0.5): scores are scaled by 1/sqrt(d_head) instead of 1/d_head")
 
 # (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
 EXPECT = {
@@ -175,8 +185,11 @@ class Verdict:
 def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     s = s.copy()
     s["expect"] = [EXPECT.get((r, t), "flat") for r, t in zip(s["role"], s["tensor"])]
+    qk_init = (s["step"] == 0) & (s["tensor"] == "out") & (s["role"] == "attention") \
+        & s["module"].str.endswith(QK_LOGITS)  # pure q k^T * scale at initialisation: rule 3b
+    s.loc[qk_init, "expect"] = "qk_init"
     lo_band = np.where(s["expect"] == "flat", -rules.shrink_tol, -np.inf)
-    hi_band = rules.tol
+    hi_band = np.where(qk_init, QK_INIT_SLOPE + rules.tol, rules.tol)
     slope, ci_lo, ci_hi = s["slope"].to_numpy(), s["ci_low"].to_numpy(), s["ci_high"].to_numpy()
     grows = slope > hi_band
     shrinks = slope < lo_band
@@ -200,8 +213,9 @@ def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     s["status"] = status
     s["direction"] = direction
     s["diagnosis"] = [
-        diagnose(r, t, st, d, p) if d else n
-        for r, t, st, d, n, p in zip(s["role"], s["tensor"], s["step"], direction, note, s["parametrization"])
+        (QK_INIT_DIAGNOSIS if e == "qk_init" else diagnose(r, t, st, d, p)) if d else n
+        for r, t, st, d, n, p, e in zip(s["role"], s["tensor"], s["step"], direction, note, s["parametrization"],
+                                        s["expect"])
     ]
     return s
 

@@ -42,6 +42,9 @@ def torch_adam(model, lr):
 CASES = {
     "gpt (fused SDPA, config, (logits, loss)) 128-1024": ("pass", lambda: coord_check(pm.gpt_builder, W_LARGE, **GPT)),
     "gpt 64-512": ("pass", lambda: coord_check(pm.gpt_builder, W_SMALL, **GPT)),
+    "gpt lr 3e-3 128-1024": ("pass", lambda: coord_check(pm.gpt_builder, W_LARGE, **{**GPT, "lr": 3e-3})),
+    "gpt attention 1/sqrt(d) lr 3e-3 128-1024": ("fail", lambda: coord_check(pm.gpt_builder, W_LARGE, attn_scale="sqrt",
+                                                                             **{**GPT, "lr": 3e-3})),
     "gpt attention 1/sqrt(d) 128-1024": ("fail", lambda: coord_check(pm.gpt_builder, W_LARGE, attn_scale="sqrt", **GPT)),
     "gpt no output multiplier": ("fail", lambda: coord_check(pm.gpt_builder, W_SMALL, output_mult=False, **GPT)),
     "gpt hidden lr unscaled": ("fail", lambda: coord_check(pm.gpt_builder, W_SMALL, scale_hidden_lr=False, **GPT)),
@@ -55,6 +58,8 @@ CASES = {
     "resnet SP": ("fail", lambda: coord_check(pm.resnet_builder, [8, 16, 32, 64], parametrization="sp", **RESNET)),
     "llama (ModuleDict, SDPA)": ("pass", lambda: coord_check(pm.llama_builder, W_SMALL, **LLAMA)),
     "llama attention 1/sqrt(d)": ("fail", lambda: coord_check(pm.llama_builder, W_SMALL, attn_scale="sqrt", **LLAMA)),
+    "llama attention 1/sqrt(d), 30 steps": ("fail", lambda: coord_check(pm.llama_builder, W_SMALL, attn_scale="sqrt",
+                                                                        **{**LLAMA, "steps": 30})),
 }
 
 

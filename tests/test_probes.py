@@ -392,3 +392,16 @@ def test_layer_index_follows_blocks_in_a_module_dict():
     lay = probes.layout
     assert [lay[f"layers.{i}.0"][0] for i in range(3)] == [1, 2, 3]
     assert lay["emb"][0] == 0 and lay["out"][0] == 4
+
+
+def test_sdpa_with_a_float_mask_is_named_apart():
+    class Biased(FusedAttention):
+        def forward(self, x):
+            q, k, v = self.qk(x)
+            T = x.shape[1]
+            bias = -torch.arange(T).float().view(1, T).abs()  # an ALiBi-like additive bias
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias.expand(T, T))
+            return self.c_proj(y.transpose(1, 2).reshape(x.shape))
+
+    probes, _ = _probe_once(nn.Sequential(Biased(), nn.Linear(16, 4)), torch.randn(2, 5, 16))
+    assert probes.layout["0.(sdpa+mask)"][1] == "attention" and "0.(sdpa)" not in probes.layout

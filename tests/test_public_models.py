@@ -95,3 +95,25 @@ def test_resnet_with_stages_passes_under_mup_and_fails_in_sp():
     assert layer["linear"] == 5 and not any(m.endswith("shortcut") for m in layer.index)  # empty shortcut: no row
     sp = coord_check(pm.resnet_builder, [8, 16, 32], parametrization="sp", **RESNET)
     assert sp.verdict.status == "fail"
+
+
+LLAMA = dict(parametrization="mup", data=tokens(batch_size=4, seq_len=32), base_width=64, lr=1e-2, seeds=2,
+             progress=False)
+
+
+def test_llama_style_blocks_in_a_module_dict_pass():
+    r = coord_check(pm.llama_builder, [64, 128, 256], steps=6, **LLAMA)
+    assert r.passed, r.verdict.reason
+    layer = r.frame.drop_duplicates("module").set_index("module")["layer_index"]
+    assert layer["layers.0.attention.wq"] == 1 and layer["layers.1.feed_forward.w2"] == 2 and layer["output"] == 3
+
+
+def test_llama_style_sqrt_d_attention_fails_at_initialisation():
+    # with rotary q/k the logits barely correlate in 30 steps, so they never grow; but independent q and k make
+    # q.k/d shrink like width^-0.5 at step 0, and q.k/sqrt(d) stays flat (rule 3)
+    r = coord_check(pm.llama_builder, [64, 128, 256], attn_scale="sqrt", steps=2, **LLAMA)
+    assert r.verdict.status == "fail"
+    s = r.verdict.series
+    bad = s[(s["status"] == "fail") & (s["step"] == 0)]
+    assert set(bad["module"]) == {"layers.0.attention.(sdpa)", "layers.1.attention.(sdpa)"}
+    assert "do not shrink at initialisation" in r.verdict.reason

@@ -202,3 +202,15 @@ def test_diagnoses_fit_the_setup(parametrization, absent, present):
     texts = [diagnose(role, "delta", 3, "grows", parametrization) for role in ("hidden", "output")]
     assert not any(absent in t for t in texts) and any(present in t for t in texts)
     assert "embedding learning rate is scaled like a hidden matrix" in diagnose("input", "delta", 3, "shrinks", "mup")
+
+
+def test_pure_qk_logits_must_shrink_at_initialisation():
+    base = {**HEALTHY, ("h.0.attn.(sdpa)", "attention", "out"): -0.5, ("h.0.attn.(sdpa)", "attention", "delta"): -0.5}
+    assert judge(make_frame(base, noise=0.02)).status == "pass"
+    flat = _with_slope(make_frame(base, noise=0.02), "h.0.attn.(sdpa)", "out", [0], 0.0)
+    v = judge(flat)
+    assert v.status == "fail" and "do not shrink at initialisation" in v.reason
+    # a capture with a float mask (a possible bias) or hand-written logits are not held to it
+    other = make_frame({**HEALTHY, ("h.0.attn.(sdpa+mask)", "attention", "out"): 0.0,
+                        ("h.0.attn.(softmax)", "attention", "out"): 0.0}, noise=0.02)
+    assert judge(other).status == "pass"
