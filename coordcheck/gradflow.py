@@ -80,7 +80,7 @@ from coordcheck.gradflow_report import (
     exit_code,
     write_gradflow_report,
 )
-from coordcheck.probes import first_tensor, infer_layout, moments, pool_moments, stats_from_moments
+from coordcheck.probes import first_tensor, infer_layout, moment_rows, moments, pool_moments, stats_from_moments
 from coordcheck.train import LossFn, cross_entropy, forward_loss
 
 __all__ = ["GradFlowProbe", "gradflow_once", "probe_training", "SATURATING"]
@@ -91,10 +91,10 @@ SATURATING: dict[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = {
     nn.Tanh: lambda y: y.abs() > 0.99,
     nn.Sigmoid: lambda y: (y - 0.5).abs() > 0.49,  # outside [0.01, 0.99]
 }
-# Per call of a module, reduced on the device: mean, variance, max |x| (coordcheck.probes.moments),
+# Per call of a module, reduced on the device: shifted sums, max |x| (coordcheck.probes.moments),
 # exact zeros, saturated entries. On the host a count n is put in front: columns N .. SAT.
-MOMENTS = ("mean", "var", "absmax")
-N, MEAN, VAR, ABSMAX, ZEROS, SAT = range(6)
+MOMENTS = ("shift", "sum", "sumsq", "absmax")
+N, ZEROS, SAT = 0, 5, 6  # columns of the host rows: N, the four MOMENTS, zeros, saturated
 
 
 def _eager(model: nn.Module) -> nn.Module:
@@ -174,7 +174,7 @@ class GradFlowProbe:
             x = x.detach()
             zeros = x.numel() - torch.count_nonzero(x)
             counts = torch.stack([zeros, sat(x).sum() if sat else zeros]).float()
-            self._vals.append(torch.cat([moments(x, MOMENTS), counts]))  # (5,): SUM .. SAT
+            self._vals.append(torch.cat([moments(x, MOMENTS), counts]))  # (6,): MOMENTS, zeros, sat
         self._keys.append(name)
         self._n.append(x.numel())
 
@@ -253,11 +253,12 @@ class GradFlowProbe:
                 _scalar(None if loss is None else loss.detach(), device),
             ]
             host = torch.cat(parts).cpu().double().numpy()  # the one device-to-host transfer of the probe step
-        n_have, n_par, n_act = len(have), len(params), len(self._vals) * 5
+        width = len(MOMENTS) + 2  # per call: the moments, zeros, saturated
+        n_have, n_par, n_act = len(have), len(params), len(self._vals) * width
         gnorm = np.full(n_par, np.nan)
         gnorm[have] = host[:n_have]
         pnorm = host[n_have:n_have + n_par]
-        acts = host[n_have + n_par:n_have + n_par + n_act].reshape(-1, 5)
+        acts = host[n_have + n_par:n_have + n_par + n_act].reshape(-1, width)
         loss_scale, loss_value = host[-2], host[-1]
         if divide:
             gnorm = gnorm / loss_scale
@@ -333,8 +334,8 @@ class GradFlowProbe:
     def _activation_rows(self, acts: np.ndarray, layout: dict[str, tuple[int, str, int]]) -> list[tuple]:
         if not self._keys:
             return []
-        raw = np.column_stack([np.asarray(self._n, dtype=np.float64), acts])  # (calls, 6): N .. SAT
-        five = np.column_stack([raw[:, N], raw[:, MEAN], raw[:, VAR], np.full(len(raw), np.nan), raw[:, ABSMAX]])
+        raw = np.column_stack([np.asarray(self._n, dtype=np.float64), acts])  # (calls, 7): N, MOMENTS, zeros, sat
+        five = moment_rows(raw[:, N], raw[:, 1:5], MOMENTS)
         pooled: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # coordcheck.probes' layout, and zeros/saturated
         for name, row, counts in zip(self._keys, five, raw[:, [ZEROS, SAT]]):  # all calls of a module: one measurement
             if name in pooled:

@@ -6,7 +6,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from coordcheck.models import gpt, mlp
-from coordcheck.probes import Probes, StepRecord, first_tensor, moments, stats_from_moments
+from coordcheck.probes import Probes, StepRecord, first_tensor, moment_rows, moments, stats_from_moments
 
 STATS = ["std", "l1", "rms", "mean", "absmax"]
 
@@ -27,7 +27,7 @@ def _probe_once(model, x, step=0, probes=None):
 @pytest.mark.parametrize("shape,shift", [((3, 5, 7), 0.0), ((1000,), 3.0), ((64, 33), -0.5)])
 def test_moment_statistics_match_torch(shape, shift):
     x = torch.randn(shape) * 2 + shift
-    m = np.concatenate([[x.numel()], moments(x).double().numpy()])[None]
+    m = moment_rows(np.array([x.numel()]), moments(x).double().numpy())
     got = dict(zip(STATS, stats_from_moments(m, STATS)[0]))
     assert got["std"] == pytest.approx(x.std().item(), rel=1e-4)
     assert got["l1"] == pytest.approx(x.abs().mean().item(), rel=1e-5)
@@ -38,7 +38,7 @@ def test_moment_statistics_match_torch(shape, shift):
 
 def test_nonfinite_values_propagate():
     x = torch.tensor([1.0, float("nan"), 2.0])
-    m = np.concatenate([[3], moments(x).double().numpy()])[None]
+    m = moment_rows(np.array([3]), moments(x).double().numpy())
     assert np.isnan(stats_from_moments(m, ["std"])[0, 0])
 
 
@@ -339,7 +339,7 @@ def test_identity_like_modules_are_not_rows():
 def test_constant_tensor_has_exactly_zero_std():
     for c in (0.1, 3.7, -2.3e-3):
         x = torch.full((100_000,), c)
-        m = np.concatenate([[x.numel()], moments(x).double().numpy()])[None]
+        m = moment_rows(np.array([x.numel()]), moments(x).double().numpy())
         assert stats_from_moments(m, ["std"])[0, 0] == 0.0
 
 
