@@ -214,4 +214,4 @@ def test_layout_reaches_the_coord_check_figure(monkeypatch, sweep):
                "--multirun") == 0
     assert report.main([str(sweep), "--layout", "guide"]) == 0
     assert report.main([str(sweep)]) == 0
-    assert [layout for name, layout in seen if name == "plot_coords"] == ["guide", "guide", "default"]
+    assert [layout for name, layout in seen if name == "plot_coords"] == ["guide", "guide", "grid"]
