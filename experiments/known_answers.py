@@ -50,7 +50,7 @@ CASES = {
     "GPT, attention 1/sqrt(d) (10 steps, widths 64-512)": ("fail", lambda: coord_check(
         sqrt_d_attention, [64, 128, 256, 512], data=GPT_DATA, steps=10, seeds=2, progress=False)),
     "GPT, attention 1/sqrt(d) (4 steps, widths 128-1024)": ("fail (missed)", lambda: coord_check(
-        sqrt_d_attention, [128, 256, 512, 1024], steps=4, seeds=2, progress=False)),
+        sqrt_d_attention, [128, 256, 512, 1024], data="tokens", steps=4, seeds=2, progress=False)),
     "muP GPT at lr 5e-2 (unstable)": ("inconclusive", lambda: coord_check(gpt, GPT_W, data=GPT_DATA, lr=5e-2,
                                                                           steps=10, seeds=2, progress=False)),
 }
