@@ -238,9 +238,15 @@ def main(cfg: DictConfig) -> None:
 
 
 def safe_dirname(name: str) -> str:
-    """A job directory name that cannot leave the sweep directory (no separators, no '..')."""
+    """A job directory name that cannot leave the sweep directory (no separators, no '..').
+
+    Names over 200 characters (many long overrides) are cut and end in a hash of the whole
+    name, so two jobs never share a directory.
+    """
     cleaned = re.sub(r"[^A-Za-z0-9._,=+@%-]", "_", str(name)).replace("..", "__").strip(".")
-    return cleaned[:200] or "job"
+    if len(cleaned) > 200:
+        cleaned = f"{cleaned[:183]}-{digest(str(name), length=16)}"
+    return cleaned or "job"
 
 
 if not OmegaConf.has_resolver("coordcheck_dirname"):

@@ -179,6 +179,12 @@ def test_corrupt_and_foreign_files_in_a_sweep_are_listed(tmp_path):
     assert "job junk corrupt" in r.stdout and "job foreign corrupt" in r.stdout
 
 
+def test_long_job_directory_names_stay_distinct():
+    long = "model._target_=" + "my_pkg.models." * 15 + "build,optimizer._target_=" + "my_pkg.optim." * 10 + "make"
+    names = {safe_dirname(f"{long},width={w}") for w in (128, 256, 512)}
+    assert len(names) == 3 and all(len(n) <= 200 for n in names)
+
+
 def test_job_directory_names_cannot_escape():
     assert safe_dirname("data.path=../../etc,width=64") == "data.path=__/__/etc,width=64".replace("/", "_")
     for name in ["../..", "/abs/path", "a/../../b", "..", ""]:
