@@ -78,9 +78,8 @@ class CoordCheckResult:
         from coordcheck.plot import plot_coords
 
         v = self.verdict
-        worst = list(dict.fromkeys(v.worst(20)["module"]))[:4]
-        defaults = {"stat": self.rules.stat, "title": f"muP coordinate check — {v.status.upper()}",
-                    **({"highlight": worst} if layout == "grid" else {})}
+        defaults = {"stat": self.rules.stat, "title": v.title,
+                    **({"highlight": v.worst_modules()} if layout == "grid" else {})}
         return plot_coords(self.frame, path, layout=layout, **{**defaults, **kwargs})
 
 

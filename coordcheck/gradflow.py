@@ -395,7 +395,7 @@ def probe_training(model: nn.Module, batch: Batch | tuple[torch.Tensor, torch.Te
     with GradFlowProbe(model, optimizer, labels=labels) as probe:
         for t in range(steps):
             model.zero_grad(set_to_none=True)
-            loss = forward_loss(model, inputs, targets, loss_fn, first=t == 0)
+            loss = forward_loss(model, inputs, targets, loss_fn)
             if loss.requires_grad:  # a loss cut from the graph is what the probe diagnoses (no_gradients)
                 loss.backward()
             probe.step(t, loss=loss)

@@ -245,11 +245,8 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
     sns, _ = seaborn_modules()
     facet_w, facet_h = _facet_size(size, len(row_order), len(steps))
     with figure_style(size):
-        g = sns.FacetGrid(data, row=row, row_order=row_order, col="step", col_order=steps,
-                          sharey="row", margin_titles=True, height=facet_h, aspect=facet_w / facet_h)
-        for ax in g.axes.flat:  # scales before plotting: seaborn then averages seeds in log space
-            _label_widths(ax, widths)
-            ax.set_yscale("log")
+        g = _log_width_facets(data, widths, row=row, row_order=row_order, col="step", col_order=steps, sharey="row",
+                              facet=(facet_w, facet_h))
         rest = [m for m in modules["module"] if m not in hot]
         g.map_dataframe(
             _lineplot_subset, keep=rest, **common, hue="module", hue_order=rest, palette=palette,
@@ -276,6 +273,19 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
                                          for m, i in zip(modules["module"], modules["layer_index"]) if m in hot},
                               size)
     return g.figure
+
+
+def _log_width_facets(data: pd.DataFrame, widths: np.ndarray, *, row: str, row_order: list, col: str,
+                      col_order: list, sharey: str, facet: tuple[float, float]):
+    """A FacetGrid whose panels have width on a log2 axis (labelled with ``widths``) and a log y axis."""
+    sns, _ = seaborn_modules()
+    facet_w, facet_h = facet
+    g = sns.FacetGrid(data, row=row, row_order=row_order, col=col, col_order=col_order, sharey=sharey,
+                      margin_titles=True, height=facet_h, aspect=facet_w / facet_h)
+    for ax in g.axes.flat:  # scales before plotting: seaborn then averages seeds in log space
+        _label_widths(ax, widths)
+        ax.set_yscale("log")
+    return g
 
 
 def _lineplot_subset(*args, keep: list[str], data: pd.DataFrame, **kwargs) -> None:
@@ -306,11 +316,8 @@ def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: l
     facet_w, facet_h = _facet_size(size, len(row_order), len(kinds), legend_w=_STEP_LEGEND_W[size])
     facet_h = max(facet_h, _GUIDE_MIN_HEIGHT[size])  # narrow panels, but tall enough for a scale
     with figure_style(size):
-        g = sns.FacetGrid(pooled, row=row, row_order=row_order, col="kind", col_order=kinds,
-                          sharey="col", margin_titles=True, height=facet_h, aspect=facet_w / facet_h)
-        for ax in g.axes.flat:  # scales before plotting: seaborn then averages seeds in log space
-            _label_widths(ax, widths)
-            ax.set_yscale("log")
+        g = _log_width_facets(pooled, widths, row=row, row_order=row_order, col="kind", col_order=kinds, sharey="col",
+                              facet=(facet_w, facet_h))
         g.map_dataframe(
             sns.lineplot, x="width", y="value", hue="step", hue_order=steps, palette=palette,
             errorbar=("pi", 100), err_kws={"alpha": 0.12, "linewidth": 0}, linewidth=1.3,

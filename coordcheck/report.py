@@ -272,8 +272,7 @@ def _write_figures(
     configs = report.verdict.configs
     ends = dict(zip(configs["parametrization"], configs["window_end"].astype(int))) if len(configs) else None
     v = report.verdict
-    title = f"muP coordinate check — {v.status.upper()}"
-    worst = list(dict.fromkeys(v.worst(20)["module"]))[:4]  # drawn thick and named in the grid layout
+    title, worst = v.title, v.worst_modules()  # the worst are drawn thick and named in the grid layout
     jobs = {
         "coord_check": lambda: plot.plot_coords(frame, out / "coord_check", stat=stat, steps=steps, row=row, size=size,
                                                 layout=layout, title=title, highlight=worst),

@@ -130,7 +130,7 @@ def call_model(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, fo
 
 
 def forward_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFn | str, *,
-                 first: bool = False, output: int | str | None = None, forward_targets: bool | str = False,
+                 output: int | str | None = None, forward_targets: bool | str = False,
                  probes: Probes | None = None) -> torch.Tensor:
     """The loss of one forward, with errors blamed on the right party (one line each).
 
@@ -196,7 +196,7 @@ def train_with_probes(
     with Probes(model, tensors=tensors, stats=stats, output=output) as probes:
         for step in range(steps + 1):
             probes.begin_step(step)
-            loss = forward_loss(model, inputs, targets, loss_fn, first=step == 0, output=output,
+            loss = forward_loss(model, inputs, targets, loss_fn, output=output,
                                 forward_targets=forward_targets, probes=probes)
             rec = probes.end_step(loss)
             records.append(rec)

@@ -164,7 +164,7 @@ class Verdict:
     status: str
     reason: str
     rules: Rules
-    series: pd.DataFrame  # slopes + expect, status, direction, diagnosis, in_window
+    series: pd.DataFrame  # slopes + expect, band_low, band_high, margin, status, direction, diagnosis, in_window
     modules: pd.DataFrame  # one row per (configuration, module)
     configs: pd.DataFrame  # one row per configuration: status, reason, window
     instability: pd.DataFrame
@@ -173,6 +173,15 @@ class Verdict:
     @property
     def passed(self) -> bool:
         return self.status == "pass"
+
+    @property
+    def title(self) -> str:
+        """The figures' title: the verdict at a glance."""
+        return f"muP coordinate check — {self.status.upper()}"
+
+    def worst_modules(self, n: int = 4) -> list[str]:
+        """The ``n`` modules of the worst offending series (highlighted in the figures)."""
+        return list(dict.fromkeys(self.worst(5 * n)["module"]))[:n]
 
     def worst(self, n: int = 10) -> pd.DataFrame:
         """The worst offending series (failures first, then inconclusive), largest |slope| first."""
@@ -190,6 +199,7 @@ def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     s.loc[qk_init, "expect"] = "qk_init"
     lo_band = np.where(s["expect"] == "flat", -rules.shrink_tol, -np.inf)
     hi_band = np.where(qk_init, QK_INIT_SLOPE + rules.tol, rules.tol)
+    s["band_low"], s["band_high"] = lo_band, hi_band
     slope, ci_lo, ci_hi = s["slope"].to_numpy(), s["ci_low"].to_numpy(), s["ci_high"].to_numpy()
     grows = slope > hi_band
     shrinks = slope < lo_band
@@ -221,7 +231,7 @@ def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
 
 
 def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dict[str, int], *,
-                     persist: int, gross: float, tol: float, shrink_tol: float) -> pd.DataFrame:
+                     persist: int, gross: float) -> pd.DataFrame:
     """Rule 4: after updates, a violation must persist over ``persist`` consecutive judged steps.
 
     Per (configuration, module, tensor), the judged updated steps whose slope is outside the
@@ -237,8 +247,8 @@ def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dic
     """
     if persist <= 1:
         return series
-    lo_band = np.where(series["expect"] == "flat", -shrink_tol, -np.inf)
-    gross_rows = (series["status"] == "fail") & ((series["ci_low"] > tol + gross) | (series["ci_high"] < lo_band - gross))
+    gross_rows = (series["status"] == "fail") & ((series["ci_low"] > series["band_high"] + gross)
+                                                 | (series["ci_high"] < series["band_low"] - gross))
     outside = in_window & (series["step"] > 0) & series["direction"].isin(["grows", "shrinks"]) \
         & series["status"].isin(["fail", "inconclusive"])
     cand = series[outside].sort_values("step")
@@ -339,7 +349,7 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
         ends[cid] = (first, first - 1 if first is not None else int(cs["step"].max()))
         in_window[cs.index] = cs["step"] <= ends[cid][1]
     series = _mark_transients(series, in_window, {c: e[1] for c, e in ends.items()}, persist=rules.persist,
-                              gross=rules.gross, tol=rules.tol, shrink_tol=rules.shrink_tol)
+                              gross=rules.gross)
     for cid, cs in series.groupby("config_id", sort=False):
         ci = inst[inst["config_id"] == cid]
         n_widths = int(frame.loc[frame["config_id"] == cid, "width"].nunique())

@@ -32,7 +32,7 @@ def main() -> None:
     frame = pd.concat([results["sp"].frame, results["mup"].frame], ignore_index=True)
     title = "built-in GPT, widths 128-1024: " + ", ".join(f"{p} {r.verdict.status.upper()}" for p, r in results.items())
     plot_coords(frame, OUT, stat="std", row="parametrization", layout="guide", title=title)
-    worst = list(dict.fromkeys(results["sp"].verdict.worst(20)["module"]))[:4]
+    worst = results["sp"].verdict.worst_modules()
     plot_coords(frame, f"{OUT}_grid", stat="std", steps=[0, 1, 4, 10], row="parametrization", title=title,
                 highlight=worst)
     print(f"wrote {OUT}.png, {OUT}_grid.png and their PDFs")
