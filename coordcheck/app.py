@@ -153,9 +153,28 @@ def job_hash(cfg: DictConfig) -> str:
     return digest(_resolved(cfg, NOT_IN_JOB), length=16)
 
 
+def _read_transfer_frame(path: Path):
+    from coordcheck.transfer.frame import read_frame
+
+    return read_frame(path)
+
+
+def _read_coord_frame(path: Path):
+    from coordcheck.frame import read_frame
+
+    return read_frame(path)
+
+
+FRAME_FILES: dict[str, tuple[str, Callable]] = {  # the frame each kind of job writes, and its reader
+    "coordcheck": (FRAME_NAME, _read_coord_frame),
+    "transfer": ("transfer.parquet", _read_transfer_frame),
+}
+
+
 def finished(output_dir: Path, key: str) -> dict | None:
-    """The job.json of a complete job with the same configuration in ``output_dir``, if any."""
-    from coordcheck.frame import FrameError, read_frame
+    """The job.json of a complete job with the same configuration in ``output_dir``, if any (its ``kind``,
+    ``coordcheck`` or ``transfer``, says which frame it wrote)."""
+    from coordcheck.frame import FrameError
 
     try:
         meta = json.loads((output_dir / JOB_NAME).read_text())
@@ -163,8 +182,9 @@ def finished(output_dir: Path, key: str) -> dict | None:
         return None
     if meta.get("status") != "ok" or meta.get("job_hash") != key:
         return None
+    name, read = FRAME_FILES.get(meta.get("kind", "coordcheck"), FRAME_FILES["coordcheck"])
     try:
-        rows = len(read_frame(output_dir / FRAME_NAME))
+        rows = len(read(output_dir / name))
     except (FrameError, OSError):
         return None
     return meta if rows == meta.get("rows") else None
@@ -196,24 +216,33 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main(cfg: DictConfig) -> None:
     """Hydra task function (registered in ``coordcheck.__main__``)."""
+    execute(cfg, run_job, lambda c: f"width={c.get('width')}")
+
+
+def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Callable[[DictConfig], str]) -> None:
+    """One Hydra job of any sweep: resume it if done, else ``run(cfg, output_dir)`` and record ``job.json``.
+
+    ``run`` returns facts about the job (with ``rows``, the frame's length, for resume) after writing its frame;
+    ``label(cfg)`` names the job in the log (``width=256``). Failures are recorded, never lost (module docstring).
+    """
     hc = HydraConfig.get()
     output_dir = Path(hc.runtime.output_dir)
     key = job_hash(cfg)
     if hc.mode == RunMode.MULTIRUN and (done := finished(output_dir, key)) is not None:
-        log.info("width=%s already done with the same configuration (%d rows): skipped", cfg.get("width"),
-                 done["rows"])
+        log.info("%s already done with the same configuration (%d rows): skipped", label(cfg), done["rows"])
         return
     job = {"width": cfg.get("width"), "overrides": list(hc.overrides.task), "job_hash": key, "started": time.time()}
     write_json(output_dir / JOB_NAME, {**job, "status": "running"})
-    (output_dir / FRAME_NAME).unlink(missing_ok=True)  # a stale frame from another config must not survive
+    for stale in FRAME_FILES.values():  # a stale frame from another config must not survive
+        (output_dir / stale[0]).unlink(missing_ok=True)
     restore = None
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         restore = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         job["threads"] = set_threads(cfg, hc)
-        facts = run_job(cfg, output_dir)
+        facts = run(cfg, output_dir)
         write_json(output_dir / JOB_NAME, {**job, "status": "ok", **facts})
-        if hc.mode == RunMode.RUN:
+        if hc.mode == RunMode.RUN and run is run_job:
             log.info("one width only: sweep widths for a verdict, e.g. width=256,512,1024 --multirun")
     except (Exception, KeyboardInterrupt) as e:
         user = isinstance(e, CoordCheckError)
@@ -223,7 +252,7 @@ def main(cfg: DictConfig) -> None:
             **job, "status": status, "error": error,
             **({} if user or status == "interrupted" else {"traceback": traceback.format_exc()}),
         })
-        log.error("width=%s %s: %s", cfg.get("width"), status, error)
+        log.error("%s %s: %s", label(cfg), status, error)
         if isinstance(e, KeyboardInterrupt):
             raise
         if hc.mode == RunMode.RUN:
@@ -243,7 +272,7 @@ def safe_dirname(name: str) -> str:
     Names over 200 characters (many long overrides) are cut and end in a hash of the whole
     name, so two jobs never share a directory.
     """
-    cleaned = re.sub(r"[^A-Za-z0-9._,=+@%-]", "_", str(name)).replace("..", "__").strip(".")
+    cleaned = re.sub(r"[^A-Za-z0-9._,=+@%^-]", "_", str(name)).replace("..", "__").strip(".")
     if len(cleaned) > 200:
         cleaned = f"{cleaned[:183]}-{digest(str(name), length=16)}"
     return cleaned or "job"

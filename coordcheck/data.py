@@ -13,13 +13,18 @@ the MLP). A user callable returning a ``Batch`` or an ``(inputs, targets)`` pair
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from coordcheck.errors import CoordCheckError
 
-__all__ = ["Batch", "tokens", "text", "gaussian", "as_batch"]
+__all__ = ["Batch", "tokens", "text", "gaussian", "as_batch", "text_stream", "SPLITS", "HELDOUT_FRACTION"]
+
+SPLITS = ("train", "heldout")
+HELDOUT_FRACTION = 0.1  # text_stream: the corpus' last 10% is held out
 
 
 @dataclass(frozen=True)
@@ -60,16 +65,47 @@ def tokens(batch_size: int = 4, seq_len: int = 32, vocab_size: int = 256, seed: 
     return Batch(seq[:, :-1].contiguous(), seq[:, 1:].contiguous(), name="tokens")  # .view(-1) works on both
 
 
+@functools.lru_cache(maxsize=1)
+def _corpus() -> torch.Tensor:
+    from pydoc_data.topics import topics
+
+    corpus = "\n".join(topics[k] for k in sorted(topics)).encode("utf-8")
+    return torch.frombuffer(bytearray(corpus), dtype=torch.uint8).long()
+
+
 def text(batch_size: int = 4, seq_len: int = 32, vocab_size: int = 256, seed: int = 0) -> Batch:
     """Byte-level windows of Python's own help text (``pydoc_data.topics``), no download."""
     if vocab_size < 256:
         raise CoordCheckError(f"data=text is byte-level and needs model.vocab_size >= 256, got {vocab_size}")
-    from pydoc_data.topics import topics
-
-    corpus = "\n".join(topics[k] for k in sorted(topics)).encode("utf-8")
-    seq = torch.frombuffer(bytearray(corpus), dtype=torch.uint8).long()
-    inputs, targets = _windows(seq, batch_size, seq_len, _generator(seed))
+    inputs, targets = _windows(_corpus(), batch_size, seq_len, _generator(seed))
     return Batch(inputs, targets, name="text")
+
+
+def text_stream(split: str = "train", seed: int = 0, *, batch_size: int = 8, seq_len: int = 32,
+                vocab_size: int = 256) -> Iterator[Batch]:
+    """Fresh byte-level batches of Python's help text, forever: the learning-rate sweep's data.
+
+    ``split="train"`` draws random windows from the first 90% of the corpus, ``"heldout"``
+    from the last 10% (never trained on). The same ``seed`` gives the same batches in the
+    same order, so every (width, learning rate) of a sweep sees identical data. Checked when called,
+    before the first batch is drawn.
+    """
+    if vocab_size < 256:
+        raise CoordCheckError(f"data=text is byte-level and needs model.vocab_size >= 256, got {vocab_size}")
+    if split not in SPLITS:
+        raise CoordCheckError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return _text_stream(split, seed, batch_size, seq_len)
+
+
+def _text_stream(split: str, seed: int, batch_size: int, seq_len: int) -> Iterator[Batch]:
+    """The batches of :func:`text_stream` (a generator: its body runs at the first ``next``)."""
+    seq = _corpus()
+    cut = int(len(seq) * (1 - HELDOUT_FRACTION))
+    seq = seq[:cut] if split == "train" else seq[cut:]
+    g = _generator(seed)
+    while True:
+        inputs, targets = _windows(seq, batch_size, seq_len, g)
+        yield Batch(inputs, targets, name="text", policy="fresh")
 
 
 def gaussian(batch_size: int = 64, dim: int = 32, n_classes: int = 10, seed: int = 0) -> Batch:

@@ -9,6 +9,7 @@ never silently ignored. Never imports torch; never unpickles (parquet and JSON o
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,12 +44,12 @@ class Sweep:
         return sorted(self.frame["width"].unique().tolist())
 
 
-def _job_dirs(sweep_dir: Path) -> list[Path]:
+def _job_dirs(sweep_dir: Path, frame_name: str = FRAME_NAME) -> list[Path]:
     """Directories holding a frame, a job.json, or Hydra's per-job record (a job that never finished)."""
-    found = {p.parent for p in sweep_dir.rglob(FRAME_NAME)} | {p.parent for p in sweep_dir.rglob(JOB_NAME)}
+    found = {p.parent for p in sweep_dir.rglob(frame_name)} | {p.parent for p in sweep_dir.rglob(JOB_NAME)}
     found |= {p.parent.parent for p in sweep_dir.rglob(".hydra/config.yaml")}
     found.discard(sweep_dir / "report")
-    return sorted(d for d in found if d != sweep_dir or (d / FRAME_NAME).exists() or (d / JOB_NAME).exists())
+    return sorted(d for d in found if d != sweep_dir or (d / frame_name).exists() or (d / JOB_NAME).exists())
 
 
 def _read_job(path: Path) -> dict | None:
@@ -58,27 +59,32 @@ def _read_job(path: Path) -> dict | None:
         return None
 
 
-def aggregate(sweep_dir: str | Path) -> Sweep:
-    """Read every job under ``sweep_dir``; raise CoordCheckError if there is nothing to read."""
+def aggregate(sweep_dir: str | Path, *, frame_name: str = FRAME_NAME, read: Callable = read_frame,
+              concat: Callable = concat_frames, what: str = "coordcheck frames") -> Sweep:
+    """Read every job under ``sweep_dir``; raise CoordCheckError if there is nothing to read.
+
+    ``frame_name``, ``read`` and ``concat``: the job file and its reader (the learning-rate sweep
+    passes its own: ``coordcheck.transfer_frame``)."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise CoordCheckError(f"sweep directory {sweep_dir} does not exist: pass the directory of a multirun")
     frames, jobs, problems = [], [], []
-    for job_dir in _job_dirs(sweep_dir):
+    for job_dir in _job_dirs(sweep_dir, frame_name):
         rel = str(job_dir.relative_to(sweep_dir)) or "."
         meta = _read_job(job_dir)
         status = meta.get("status") if meta else None
         if status in ("failed", "interrupted"):
             problems.append(JobProblem(rel, status, str(meta.get("error", "unknown error"))))
             continue
-        if status == "running" or not (job_dir / FRAME_NAME).exists():
-            problems.append(JobProblem(rel, "missing", "no frame.parquet: the job did not finish (killed, or still running)"))
+        if status == "running" or not (job_dir / frame_name).exists():
+            problems.append(JobProblem(rel, "missing", f"no {frame_name}: the job did not finish (killed, or still "
+                                                       f"running)"))
             continue
         try:
-            frames.append(read_frame(job_dir / FRAME_NAME))
+            frames.append(read(job_dir / frame_name))
             jobs.append(rel)
         except FrameError as e:
             problems.append(JobProblem(rel, "corrupt", str(e)))
     if not frames and not problems:
-        raise CoordCheckError(f"no coordcheck frames under {sweep_dir}: is this a sweep directory?")
-    return Sweep(sweep_dir, concat_frames(frames), jobs, problems)
+        raise CoordCheckError(f"no {what} under {sweep_dir}: is this a sweep directory?")
+    return Sweep(sweep_dir, concat(frames), jobs, problems)

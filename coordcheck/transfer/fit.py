@@ -1,0 +1,317 @@
+"""Does the learning rate transfer? The optimum per width, its shift per width doubling, and the verdict.
+
+Stage: analysis (the μTransfer twin of ``coordcheck.slopes`` + ``coordcheck.verdict``). Input: the
+tidy loss frame (``coordcheck.transfer.frame``). Output: an optima table, a shift table and a
+:class:`TransferVerdict`. Never imports torch.
+
+The numbers, in order:
+
+1. **Curve.** Per (configuration, parametrization, width): the held-out loss against log2(lr),
+   the mean over seeds. A learning rate at which any seed diverged has no value (NaN).
+2. **Optimum.** The vertex of the parabola through the lowest point and its two neighbours in
+   log2(lr) (plain argmins are noisy: curves are flat near their minimum). Its standard error:
+   from the spread of the seeds' own optima when two or more seeds have one, else from the fit
+   (the residuals of a quadratic least-squares fit to the lowest point and up to two neighbours
+   on each side, through the delta method).
+3. **No optimum** (inconclusive): fewer than ``min_points`` finite points; the lowest point on
+   the grid's edge (extend the grid that way); the lowest point next to a diverged learning rate
+   (the optimum is at the edge of stability: refine the grid there).
+4. **Shift.** The weighted least-squares slope of the optimum log2(lr) against log2(width)
+   (weights 1/SE²): octaves the optimum moves per width doubling, with a ``level`` interval.
+   muP's optimum stays put (shift 0); a learning rate that is not scaled with width moves like
+   width^-1 (shift -1, standard parametrization with Adam); one scaled twice like width^+1.
+5. **Verdict** per parametrization: ``transfers`` when the shift's interval lies within
+   ±``tol``; ``does not transfer`` when it lies outside; ``inconclusive`` when it straddles
+   ±``tol`` (add seeds or steps), when an optimum is missing (rule 3) or when fewer than
+   ``min_widths`` widths have one. The sweep's verdict is that of the parametrizations under
+   test; standard parametrization (``sp``), when swept beside them, is the control and is
+   expected not to transfer.
+6. **Wider is not worse.** The held-out loss of every width at the narrowest width's optimum
+   (interpolated in log2(lr)): under muP it should not rise with width. Reported, not judged.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from coordcheck.errors import CoordCheckError
+
+__all__ = ["TransferRules", "TransferVerdict", "curves", "fit_optima", "fit_shifts", "judge_transfer",
+           "wider_not_worse", "parabola_vertex", "TRANSFERS", "DOES_NOT", "INCONCLUSIVE", "STATUSES", "CONTROL"]
+
+TRANSFERS, DOES_NOT, INCONCLUSIVE = "transfers", "does not transfer", "inconclusive"
+STATUSES = (TRANSFERS, DOES_NOT, INCONCLUSIVE)
+CONTROL = "sp"  # swept beside another parametrization, standard parametrization is the control
+KEYS = ["config_id", "parametrization"]
+
+
+@dataclass(frozen=True)
+class TransferRules:
+    """The verdict's numbers.
+
+    ``tol``: the largest shift of the optimum, in octaves of learning rate per width doubling,
+    that still transfers. Set from the ground truth in the README: a muP GPT shifts +0.14, the
+    same model in standard parametrization -1.04; half an octave per doubling sits between them
+    with room for noise either way, and a 4x wider model then moves its optimum by at most one
+    octave (one grid step).
+    """
+
+    tol: float = 0.5
+    min_points: int = 3  # finite (width, lr) points a width needs for an optimum
+    min_widths: int = 2  # widths with an optimum the shift needs
+    level: float = 0.95  # interval of the optimum and of the shift
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.tol, (int, float)) and self.tol > 0):
+            raise CoordCheckError(f"tol must be a number > 0 (octaves per width doubling), got {self.tol!r}")
+        if not (isinstance(self.min_points, int) and self.min_points >= 3):
+            raise CoordCheckError(f"min_points must be an integer >= 3 (a parabola needs 3), got {self.min_points!r}")
+        if not (isinstance(self.min_widths, int) and self.min_widths >= 2):
+            raise CoordCheckError(f"min_widths must be an integer >= 2, got {self.min_widths!r}")
+        if not (isinstance(self.level, float) and 0 < self.level < 1):
+            raise CoordCheckError(f"level must be a number between 0 and 1, got {self.level!r}")
+
+    @property
+    def z(self) -> float:
+        return NormalDist().inv_cdf(0.5 + self.level / 2)
+
+
+def curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """Held-out loss per (config_id, parametrization, width, lr): mean over seeds, NaN if any seed diverged."""
+    held = frame[frame["split"] == "heldout"].copy()
+    if held.empty:
+        raise CoordCheckError("the frame has no held-out losses: is it a transfer sweep's frame?")
+    held["log2_lr"] = np.log2(held["lr"])
+    grouped = held.groupby([*KEYS, "width", "lr", "log2_lr"], sort=True)
+    out = grouped.agg(loss=("loss", lambda s: s.mean() if s.notna().all() else np.nan),
+                      n_seeds=("seed", "nunique"),
+                      diverged=("status", lambda s: int((s != "ok").sum()))).reset_index()
+    return out
+
+
+def parabola_vertex(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(x, y) of the vertex of the parabola through three points; NaN when it opens downward."""
+    coef = np.polyfit(x, y, 2)
+    if not coef[0] > 0:
+        return math.nan, math.nan
+    xv = float(-coef[1] / (2 * coef[0]))
+    return xv, float(np.polyval(coef, xv))
+
+
+def _fit_se(x: np.ndarray, y: np.ndarray) -> float:
+    """Standard error of the vertex of a least-squares parabola (delta method); NaN without residual freedom."""
+    if len(x) < 4:
+        return math.nan
+    coef, cov = np.polyfit(x, y, 2, cov="unscaled")
+    a, b, _ = coef
+    if not a > 0:
+        return math.inf
+    resid = y - np.polyval(coef, x)
+    sigma2 = float(resid @ resid) / (len(x) - 3)
+    grad = np.array([b / (2 * a * a), -1 / (2 * a), 0.0])  # d(-b/2a)/d(a, b, c)
+    return float(math.sqrt(max(sigma2 * grad @ cov @ grad, 0.0)))
+
+
+def _one_optimum(x: np.ndarray, y: np.ndarray, grid: np.ndarray, rules: TransferRules) -> dict:
+    """Optimum of one curve (``x`` sorted log2 lr, ``y`` loss, NaN = diverged) on the full ``grid``."""
+    finite = np.isfinite(y)
+    out = {"optimum": math.nan, "optimum_loss": math.nan, "fit_se": math.nan, "argmin": math.nan, "n_finite": int(finite.sum()), "edge": ""}
+    if finite.sum() < rules.min_points:
+        out["edge"] = "few"
+        return out
+    i = int(np.nanargmin(np.where(finite, y, np.inf)))
+    out["argmin"] = float(x[i])
+    if x[i] == grid.min():
+        out["edge"] = "low"
+        return out
+    if x[i] == grid.max():
+        out["edge"] = "high"
+        return out
+    if i == 0 or i == len(x) - 1 or not (finite[i - 1] and finite[i + 1]):
+        out["edge"] = "unstable"  # a neighbour diverged (or is missing)
+        return out
+    out["optimum"], out["optimum_loss"] = parabola_vertex(x[i - 1 : i + 2], y[i - 1 : i + 2])
+    lo, hi = i, i
+    while lo > 0 and i - lo < 2 and finite[lo - 1]:
+        lo -= 1
+    while hi < len(x) - 1 and hi - i < 2 and finite[hi + 1]:
+        hi += 1
+    out["fit_se"] = _fit_se(x[lo : hi + 1], y[lo : hi + 1])
+    return out
+
+
+def fit_optima(frame: pd.DataFrame, rules: TransferRules | None = None) -> pd.DataFrame:
+    """One row per (config_id, parametrization, width): the optimum log2 lr, its SE and interval, and why not."""
+    rules = rules or TransferRules()
+    held = frame[frame["split"] == "heldout"].assign(log2_lr=lambda d: np.log2(d["lr"]))
+    curve = curves(frame)
+    rows = []
+    for (cid, par), part in curve.groupby(KEYS, sort=True):
+        grid = np.sort(held.loc[(held.config_id == cid) & (held.parametrization == par), "log2_lr"].unique())
+        for width, c in part.groupby("width", sort=True):
+            c = c.sort_values("log2_lr")
+            best = _one_optimum(c["log2_lr"].to_numpy(), c["loss"].to_numpy(), grid, rules)
+            seeds = held[(held.config_id == cid) & (held.parametrization == par) & (held.width == width)]
+            per_seed = []
+            for _, s in seeds.groupby("seed"):
+                s = s.sort_values("log2_lr")
+                per_seed.append(_one_optimum(s["log2_lr"].to_numpy(), s["loss"].to_numpy(), grid, rules)["optimum"])
+            per_seed = np.array([o for o in per_seed if math.isfinite(o)])
+            if len(per_seed) >= 2:
+                se, source = float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))), "seeds"
+            else:
+                se, source = best["fit_se"], "fit"
+            opt = best["optimum"]
+            finite_lr = c.loc[np.isfinite(c["loss"]), "log2_lr"]
+            rows.append({
+                "config_id": cid, "parametrization": par, "width": int(width), "optimum": opt,
+                "optimum_loss": best["optimum_loss"],
+                "se": se if math.isfinite(opt) else math.nan, "se_source": source,
+                "ci_low": opt - rules.z * se, "ci_high": opt + rules.z * se,
+                "best_lr": 2.0 ** best["argmin"] if math.isfinite(best["argmin"]) else math.nan,
+                "best_loss": float(np.nanmin(c["loss"])) if finite_lr.size else math.nan,
+                "n_lrs": len(c), "n_finite": best["n_finite"], "n_seeds": int(c["n_seeds"].max()),
+                "n_seed_optima": len(per_seed), "edge": best["edge"],
+                "grid_low": float(grid.min()), "grid_high": float(grid.max()),
+                "max_stable": float(finite_lr.max()) if finite_lr.size else math.nan,
+            })
+    return pd.DataFrame(rows)
+
+
+def fit_shifts(optima: pd.DataFrame, rules: TransferRules | None = None) -> pd.DataFrame:
+    """One row per (config_id, parametrization): the optimum's shift per width doubling and its interval."""
+    rules = rules or TransferRules()
+    rows = []
+    for (cid, par), o in optima.groupby(KEYS, sort=True):
+        ok = o[np.isfinite(o["optimum"])]
+        row = {"config_id": cid, "parametrization": par, "n_widths": int(len(o)), "n_optima": int(len(ok)),
+               "shift": math.nan, "se": math.nan, "ci_low": math.nan, "ci_high": math.nan}
+        if len(ok) >= 2:
+            x = np.log2(ok["width"].to_numpy(float))
+            y = ok["optimum"].to_numpy(float)
+            se = ok["se"].to_numpy(float)
+            if np.all(np.isfinite(se)) and np.all(se > 0):
+                w = 1 / se**2
+            else:
+                w = np.ones_like(x)
+            xm = np.sum(w * x) / np.sum(w)
+            sxx = np.sum(w * (x - xm) ** 2)
+            slope = float(np.sum(w * (x - xm) * (y - np.sum(w * y) / np.sum(w))) / sxx)
+            slope_se = float(math.sqrt(1 / sxx)) if np.all(np.isfinite(se)) and np.all(se > 0) else math.nan
+            row.update(shift=slope, se=slope_se, ci_low=slope - rules.z * slope_se, ci_high=slope + rules.z * slope_se)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def wider_not_worse(frame: pd.DataFrame, optima: pd.DataFrame) -> pd.DataFrame:
+    """Per (config_id, parametrization, width): held-out loss at the narrowest width's optimum learning rate."""
+    curve = curves(frame)
+    rows = []
+    for (cid, par), o in optima.groupby(KEYS, sort=True):
+        o = o.sort_values("width")
+        ref = o[np.isfinite(o["optimum"])]
+        if ref.empty:
+            continue
+        x0 = float(ref["optimum"].iloc[0])
+        for width, c in curve[(curve.config_id == cid) & (curve.parametrization == par)].groupby("width"):
+            c = c[np.isfinite(c["loss"])].sort_values("log2_lr")
+            inside = len(c) >= 2 and c["log2_lr"].min() <= x0 <= c["log2_lr"].max()
+            loss = float(np.interp(x0, c["log2_lr"], c["loss"])) if inside else math.nan
+            rows.append({"config_id": cid, "parametrization": par, "width": int(width),
+                         "reference_width": int(ref["width"].iloc[0]), "log2_lr": x0, "loss": loss})
+    return pd.DataFrame(rows)
+
+
+def _octaves(x: float) -> str:
+    return f"{x:+.2f}"
+
+
+def _why_no_optimum(o: pd.Series) -> str:
+    w = int(o["width"])
+    if o["edge"] == "few":
+        return (f"width {w} has {int(o['n_finite'])} finite points (fewer than 3 learning rates trained without "
+                f"diverging): widen the grid towards smaller learning rates")
+    if o["edge"] == "low":
+        return (f"width {w}'s best learning rate 2^{o['argmin']:g} is the grid's smallest: extend the grid to smaller "
+                f"learning rates (e.g. lr=2^{o['argmin'] - 2:g})")
+    if o["edge"] == "high":
+        return (f"width {w}'s best learning rate 2^{o['argmin']:g} is the grid's largest: extend the grid to larger "
+                f"learning rates (e.g. lr=2^{o['argmin'] + 2:g})")
+    return (f"width {w}'s best learning rate 2^{o['argmin']:g} is next to one that diverged (or is missing): the "
+            f"optimum is at the edge of stability, refine the grid around it")
+
+
+@dataclass
+class TransferVerdict:
+    """The verdict: ``status`` (transfers / does not transfer / inconclusive), a one-line ``reason``, and per
+    parametrization the shift table (``shifts``, with ``status`` and ``reason`` columns)."""
+
+    status: str
+    reason: str
+    shifts: pd.DataFrame
+    rules: TransferRules = field(default_factory=TransferRules)
+
+    @property
+    def transfers(self) -> bool:
+        return self.status == TRANSFERS
+
+    @property
+    def title(self) -> str:
+        parts = []
+        for _, s in self.shifts.iterrows():
+            shift = f" (shift {s['shift']:+.2f}/doubling)" if math.isfinite(s["shift"]) else ""
+            parts.append(f"{s['parametrization']}: {s['status']}{shift}")
+        return f"μTransfer {self.status.upper()} — " + "; ".join(parts)
+
+
+def _judge_one(s: pd.Series, o: pd.DataFrame, rules: TransferRules) -> tuple[str, str]:
+    missing = o[~np.isfinite(o["optimum"])]
+    if len(missing):
+        return INCONCLUSIVE, "; ".join(_why_no_optimum(r) for _, r in missing.iterrows())
+    if s["n_optima"] < rules.min_widths:
+        return INCONCLUSIVE, f"{int(s['n_optima'])} width(s) with an optimum: sweep at least {rules.min_widths} widths"
+    shift, lo, hi = s["shift"], s["ci_low"], s["ci_high"]
+    interval = f"{_octaves(shift)} [{_octaves(lo)}, {_octaves(hi)}] octaves of lr per width doubling"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return INCONCLUSIVE, (f"optimum shift {_octaves(shift)} per width doubling has no interval (one seed and too "
+                              f"few learning rates around an optimum): add seeds or learning rates")
+    if -rules.tol <= lo and hi <= rules.tol:
+        return TRANSFERS, f"the optimum stays put: shift {interval}, within ±{rules.tol:g}"
+    if hi < -rules.tol:
+        return DOES_NOT, (f"the optimum moves to smaller learning rates as width grows: shift {interval} (about "
+                          f"width^{shift:+.1f}): the learning rate is not scaled with width (standard "
+                          f"parametrization's -1: use muP's per-layer scaling, e.g. mup.MuAdam)")
+    if lo > rules.tol:
+        return DOES_NOT, (f"the optimum moves to larger learning rates as width grows: shift {interval} (about "
+                          f"width^{shift:+.1f}): the learning rate is scaled with width twice (e.g. a hand-scaled "
+                          f"lr inside a Mu* optimizer)")
+    return INCONCLUSIVE, f"shift {interval} straddles ±{rules.tol:g}: add seeds or steps"
+
+
+def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRules | None = None) -> TransferVerdict:
+    """The sweep's verdict: each parametrization's status, and the sweep's from those under test."""
+    rules = rules or TransferRules()
+    if shifts.empty:
+        raise CoordCheckError("nothing to judge: the frame has no held-out losses")
+    shifts = shifts.copy()
+    judged = [_judge_one(s, optima[(optima.config_id == s.config_id) & (optima.parametrization == s.parametrization)],
+                         rules) for _, s in shifts.iterrows()]
+    shifts["status"] = [j[0] for j in judged]
+    shifts["reason"] = [j[1] for j in judged]
+    shifts["control"] = (shifts["parametrization"] == CONTROL) & (shifts["parametrization"].nunique() > 1)
+    tested = shifts[~shifts["control"]]
+    order = {DOES_NOT: 0, INCONCLUSIVE: 1, TRANSFERS: 2}
+    worst = tested.iloc[int(np.argmin([order[s] for s in tested["status"]]))]
+    status = str(worst["status"])
+    reason = f"{worst['parametrization']}: {worst['reason']}"
+    control = shifts[shifts["control"]]
+    for _, c in control.iterrows():
+        if c["status"] == TRANSFERS:
+            reason += f" (note: the sp control transfers too, shift {_octaves(c['shift'])}: the grid may be too " \
+                      f"coarse or the run too short to tell them apart)"
+    return TransferVerdict(status, reason, shifts, rules)

@@ -1,0 +1,107 @@
+"""The learning-rate sweep's tidy loss frame: its schema, and reading and writing it safely.
+
+Stage: storage (the μTransfer twin of ``coordcheck.frame``). One row per (run, step, split):
+
+==================  =======  ====================================================
+column              dtype    meaning
+==================  =======  ====================================================
+``config_id``       str      hash of the resolved configuration minus width, lr
+                             and parametrization: the same for a whole grid
+``model``           str      builder name (``gpt`` or its dotted path)
+``parametrization`` str      ``mup`` / ``sp`` / ``none``
+``optimizer``       str      ``adam`` / ``adamw`` / ``sgd`` or a factory's path
+``data``            str      data name (``text``, or the callable's dotted path)
+``width``           int64    model width
+``lr``              float64  base learning rate of the run
+``seed``            int64    ``torch.manual_seed`` before building; also the
+                             training batches' seed
+``step``            int64    train rows: the update (0 = the first batch); the
+                             held-out row: ``steps`` (after the last update)
+``split``           str      ``train`` (the loss of that step's fresh batch,
+                             before its update) or ``heldout`` (mean loss of the
+                             held-out batches after training)
+``loss``            float64  the loss; NaN on the held-out row of a diverged run
+``status``          str      ``ok`` or ``diverged`` (the run stopped early: its
+                             train loss turned non-finite or rose above
+                             ``diverge`` times its first value)
+==================  =======  ====================================================
+
+Files are parquet (``transfer.parquet`` in each job directory), written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from coordcheck.frame import FrameError, atomic_write
+
+__all__ = ["COLUMNS", "FRAME_NAME", "OK", "DIVERGED", "TransferIdentity", "conform", "write_frame", "read_frame",
+           "concat_frames", "empty_frame"]
+
+FRAME_NAME = "transfer.parquet"
+OK, DIVERGED = "ok", "diverged"
+
+COLUMNS: dict[str, str] = {
+    "config_id": "str",
+    "model": "str",
+    "parametrization": "str",
+    "optimizer": "str",
+    "data": "str",
+    "width": "int64",
+    "lr": "float64",
+    "seed": "int64",
+    "step": "int64",
+    "split": "str",
+    "loss": "float64",
+    "status": "str",
+}
+
+
+@dataclass(frozen=True)
+class TransferIdentity:
+    """The identity columns of a loss frame, apart from width and lr."""
+
+    config_id: str
+    model: str
+    parametrization: str
+    optimizer: str
+    data: str
+
+
+def empty_frame() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()})
+
+
+def conform(df: pd.DataFrame, source: str = "frame") -> pd.DataFrame:
+    """Check the loss-frame schema and cast to its dtypes; raise FrameError naming what is wrong."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise FrameError(f"{source}: not a coordcheck transfer frame, missing columns {missing}")
+    try:
+        return df.astype(COLUMNS)[list(COLUMNS)]
+    except (TypeError, ValueError) as e:
+        raise FrameError(f"{source}: column types do not match the transfer schema ({e})") from None
+
+
+def write_frame(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    df = conform(df)
+    return atomic_write(Path(path), lambda p: df.to_parquet(p, index=False))
+
+
+def read_frame(path: str | os.PathLike) -> pd.DataFrame:
+    path = Path(path)
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:  # pyarrow raises several types for corrupt files
+        raise FrameError(f"{path}: unreadable parquet ({type(e).__name__}: {e})") from None
+    return conform(df, str(path))
+
+
+def concat_frames(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    return conform(pd.concat(frames, ignore_index=True)) if frames else empty_frame()

@@ -1,0 +1,315 @@
+"""The μTransfer report: ``python -m coordcheck.transfer.report SWEEP_DIR [--strict]``.
+
+Stage: report (the learning-rate sweep's twin of ``coordcheck.report``). Input: a transfer sweep
+directory (each job's ``transfer.parquet``, any launcher) or a loss frame (Python API). Output,
+in ``SWEEP_DIR/report/``: ``losses.parquet`` (every job's frame), ``curves.csv`` (held-out loss
+per width and lr), ``optima.csv``, ``shifts.csv``, the figures ``transfer`` (loss against log2
+lr, a line per width, a panel per parametrization, the fitted optima marked) and ``optimum``
+(optimum against width), PDF + PNG, ``transfer.md`` (verdict first) and ``transfer.json``.
+Every file is written atomically. Never imports torch.
+
+``transfer.json`` (``"schema": "coordcheck.transfer/1"``)::
+
+    status          "transfers" | "does not transfer" | "inconclusive"
+    transfers       bool (status == "transfers")
+    reason          one line: why
+    rules           {tol, min_points, min_widths, level} (coordcheck.transfer.fit.TransferRules)
+    widths, lrs     what was swept (lrs ascending)
+    parametrizations [{config_id, parametrization, control, status, reason, shift, se, ci_low,
+                      ci_high, n_widths, n_optima}]   (shift: octaves of lr per width doubling)
+    optima          [{config_id, parametrization, width, optimum (log2 lr), optimum_loss, se,
+                      se_source ("seeds" | "fit"), ci_low, ci_high, best_lr, best_loss, n_lrs,
+                      n_finite, n_seeds, edge ("" | "low" | "high" | "unstable" | "few"),
+                      max_stable (log2 of the largest lr that did not diverge)}]
+    wider_not_worse [{config_id, parametrization, width, reference_width, log2_lr, loss}]
+    diverged        [{parametrization, width, lr, seeds}]: runs that stopped early
+    jobs            {"ok": [job dirs], "problems": [{job, status, error}]}
+    figures         {name: relative path}
+    notes           [figures that could not be drawn, and why]
+    command, config the exact command line and resolved config, when known
+
+NaN is written as ``null``. Exit status with ``--strict``: 0 transfers, 1 does not transfer,
+2 inconclusive (a CI gate); without it, 0 whenever a report was written. Bad input: one line,
+exit 2. A job that left no frame turns ``transfers`` into ``inconclusive`` (a missing point can
+hide an optimum).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from coordcheck.errors import CoordCheckError
+from coordcheck.frame import atomic_write
+from coordcheck.report import REPORT_DIR, _num, _records, _sweep_config, md_escape
+from coordcheck.sweep import JobProblem, aggregate
+from coordcheck.transfer.fit import (DOES_NOT, INCONCLUSIVE, TRANSFERS, TransferRules, TransferVerdict, curves,
+                                     fit_optima, fit_shifts, judge_transfer, wider_not_worse)
+from coordcheck.transfer import frame as transfer_frame
+
+__all__ = ["TransferReport", "build_transfer_report", "write_transfer_report", "report_transfer_sweep", "main",
+           "EXIT", "SCHEMA"]
+
+SCHEMA = "coordcheck.transfer/1"
+EXIT = {TRANSFERS: 0, DOES_NOT: 1, INCONCLUSIVE: 2}
+SIZES = ("paper", "slides")
+
+
+def _lr(log2_lr: float) -> str:
+    return "—" if not math.isfinite(log2_lr) else f"2^{log2_lr:.2f} ({2 ** log2_lr:.2g})"
+
+
+@dataclass
+class TransferReport:
+    """A judged learning-rate sweep: the verdict plus what the report files are made of."""
+
+    frame: pd.DataFrame
+    curves: pd.DataFrame
+    optima: pd.DataFrame
+    verdict: TransferVerdict
+    wider: pd.DataFrame
+    problems: list[JobProblem] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+    command: str | None = None
+    config: str | None = None
+    figures: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.verdict.status
+
+    @property
+    def shifts(self) -> pd.DataFrame:
+        return self.verdict.shifts
+
+    def summary(self, path: Path) -> list[str]:
+        """What the command line prints: the verdict, jobs that left no frame, where the report is."""
+        return [f"coordcheck: μTransfer {self.status.upper()} — {self.verdict.reason}",
+                *(f"coordcheck: job {p.job} {p.status}: {p.error}" for p in self.problems),
+                f"coordcheck: report {path}"]
+
+    def diverged(self) -> pd.DataFrame:
+        held = self.frame[(self.frame["split"] == "heldout") & (self.frame["status"] != "ok")]
+        return (held.groupby(["parametrization", "width", "lr"])["seed"].apply(sorted).reset_index(name="seeds")
+                if len(held) else pd.DataFrame(columns=["parametrization", "width", "lr", "seeds"]))
+
+    def payload(self) -> dict:
+        v = self.verdict
+        return {
+            "schema": SCHEMA,
+            "status": v.status,
+            "transfers": v.transfers,
+            "reason": v.reason,
+            "rules": asdict(v.rules),
+            "widths": sorted(int(w) for w in self.frame["width"].unique()),
+            "lrs": sorted(float(x) for x in self.frame["lr"].unique()),
+            "parametrizations": _records(v.shifts, ["config_id", "parametrization", "control", "status", "reason",
+                                                    "shift", "se", "ci_low", "ci_high", "n_widths", "n_optima"]),
+            "optima": _records(self.optima, list(self.optima.columns)),
+            "wider_not_worse": _records(self.wider, list(self.wider.columns)),
+            "diverged": _records(self.diverged(), ["parametrization", "width", "lr", "seeds"]),
+            "jobs": {"ok": self.jobs, "problems": [asdict(p) for p in self.problems]},
+            "figures": self.figures,
+            "notes": self.notes,
+            "command": self.command,
+            "config": self.config,
+        }
+
+    def markdown(self) -> str:
+        v, r = self.verdict, self.verdict.rules
+        widths = sorted(int(w) for w in self.frame["width"].unique())
+        lrs = np.log2(sorted(self.frame["lr"].unique()))
+        steps = int(self.frame.loc[self.frame["split"] == "heldout", "step"].max())
+        seeds = int(self.frame["seed"].nunique())
+        lines = [
+            "# Does the learning rate transfer across width?",
+            "",
+            f"**Verdict: {v.status.upper()}** — {md_escape(v.reason)}",
+            "",
+            f"Widths {widths}; learning rates 2^{lrs.min():g} … 2^{lrs.max():g} ({len(lrs)} values); {steps} steps on "
+            f"fresh batches; {seeds} seed(s); held-out loss after training. The optimum is the vertex of a parabola "
+            f"in log2(lr) through the best learning rate and its neighbours; the shift is its slope against "
+            f"log2(width) (octaves of learning rate per width doubling), with a {r.level:.0%} interval. It transfers "
+            f"when the interval lies within ±{r.tol:g}.",
+            "",
+            "## Shift of the optimum per width doubling",
+            "",
+            "| parametrization | status | shift | interval | reason |",
+            "|---|---|---|---|---|",
+        ]
+        for s in v.shifts.itertuples():
+            name = f"{s.parametrization} (control)" if s.control else s.parametrization
+            lines.append(f"| {md_escape(name)} | {s.status} | {_num(s.shift)} | [{_num(s.ci_low)}, {_num(s.ci_high)}] "
+                         f"| {md_escape(s.reason)} |")
+        lines += ["", "## Optimum per width", "",
+                  "| parametrization | width | optimum lr | interval (log2) | from | best grid lr | held-out loss | "
+                  "largest stable lr |", "|---|---|---|---|---|---|---|---|"]
+        for o in self.optima.itertuples():
+            lines.append(f"| {md_escape(o.parametrization)} | {o.width} | {_lr(o.optimum)} | "
+                         f"[{_num(o.ci_low)}, {_num(o.ci_high)}] | {o.se_source if math.isfinite(o.optimum) else o.edge} "
+                         f"| {o.best_lr:.3g} | {_num(o.best_loss, '{:.4f}')} | {_lr(o.max_stable)} |")
+        if len(self.wider):
+            lines += ["", "## Wider is not worse", "",
+                      "Held-out loss of every width at the narrowest width's optimum learning rate (interpolated): "
+                      "under muP it should not rise with width.", "",
+                      "| parametrization | lr | " + " | ".join(f"width {w}" for w in widths) + " |",
+                      "|---|---|" + "---|" * len(widths)]
+            for (_, par), part in self.wider.groupby(["config_id", "parametrization"]):
+                by = dict(zip(part["width"], part["loss"]))
+                lines.append(f"| {md_escape(par)} | {_lr(part['log2_lr'].iloc[0])} | "
+                             + " | ".join(_num(by.get(w, math.nan), "{:.4f}") for w in widths) + " |")
+        div = self.diverged()
+        lines += ["", "## Diverged runs", ""]
+        if len(div):
+            lines += ["Stopped early (loss non-finite or above its limit); no held-out loss.", "",
+                      "| parametrization | width | lr | seeds |", "|---|---|---|---|"]
+            lines += [f"| {md_escape(d.parametrization)} | {d.width} | {d.lr:.3g} | {d.seeds} |" for d in div.itertuples()]
+        else:
+            lines.append("None.")
+        if self.problems:
+            lines += ["", "## Jobs that left no frame", "", "| job | status | error |", "|---|---|---|"]
+            lines += [f"| {md_escape(p.job)} | {p.status} | {md_escape(p.error)} |" for p in self.problems]
+        if self.figures or self.notes:
+            lines += ["", "## Figures", ""]
+            lines += [f"- {md_escape(n)}" for n in self.notes]
+            lines += [f"![{name}]({path})\n" for name, path in self.figures.items() if path.endswith(".png")]
+        lines += ["", "## How this was run", ""]
+        if self.command:
+            lines += ["```", self.command, "```", ""]
+        if self.config:
+            lines += ["```yaml", self.config.rstrip(), "```", ""]
+        return "\n".join(lines) + "\n"
+
+
+def build_transfer_report(
+    frame: pd.DataFrame, *, rules: TransferRules | None = None, problems: list[JobProblem] | None = None,
+    jobs: list[str] | None = None, command: str | None = None, config: str | None = None,
+) -> TransferReport:
+    """Fit optima and shifts and judge a loss frame; failed jobs turn ``transfers`` into ``inconclusive``."""
+    rules = rules or TransferRules()
+    if frame.empty:
+        raise CoordCheckError("no losses to report: every job failed or the frame is empty")
+    frame = transfer_frame.conform(frame)
+    optima = fit_optima(frame, rules)
+    verdict = judge_transfer(optima, fit_shifts(optima, rules), rules)
+    problems = list(problems or [])
+    if problems and verdict.status == TRANSFERS:
+        verdict.status = INCONCLUSIVE
+        verdict.reason = (f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error}): a missing "
+                          f"point can hide the optimum; re-run the sweep (finished jobs are skipped)")
+    return TransferReport(frame, curves(frame), optima, verdict, wider_not_worse(frame, optima), problems,
+                          list(jobs or []), command, config)
+
+
+def write_transfer_report(report: TransferReport, out_dir: str | Path, *, figures: bool = True,
+                          size: str = "paper") -> Path:
+    """Write every report file into ``out_dir``; return the path of ``transfer.md``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "losses.parquet", lambda p: report.frame.to_parquet(p, index=False))
+    atomic_write(out / "curves.csv", lambda p: report.curves.to_csv(p, index=False))
+    atomic_write(out / "optima.csv", lambda p: report.optima.to_csv(p, index=False))
+    atomic_write(out / "shifts.csv", lambda p: report.shifts.to_csv(p, index=False))
+    if figures:
+        report.figures = _write_figures(report, out, size)
+    text = json.dumps(report.payload(), indent=2, allow_nan=False, default=str)
+    atomic_write(out / "transfer.json", lambda p: p.write_text(text))
+    md = report.markdown()
+    return atomic_write(out / "transfer.md", lambda p: p.write_text(md))
+
+
+def _write_figures(report: TransferReport, out: Path, size: str) -> dict[str, str]:
+    import matplotlib.pyplot as plt
+
+    from coordcheck.transfer.plot import plot_optima, plot_transfer
+
+    title = report.verdict.title
+    jobs = {
+        "transfer": lambda: plot_transfer(report.curves, report.optima, out / "transfer", title=title, size=size),
+        "optimum": lambda: plot_optima(report.optima, out / "optimum", shifts=report.shifts, size=size),
+    }
+    figures = {}
+    for name, draw in jobs.items():
+        try:
+            plt.close(draw())
+        except ValueError as e:
+            report.notes.append(f"figure {name} skipped: {e}")
+            continue
+        figures.update({f"{name} ({ext})": f"{name}.{ext}" for ext in ("png", "pdf")})
+    return figures
+
+
+def report_transfer_sweep(sweep_dir: str | Path, *, rules: TransferRules | None = None, figures: bool = True,
+                          size: str = "paper") -> tuple[TransferReport, Path]:
+    """Aggregate a transfer sweep directory from disk, judge it and write ``SWEEP_DIR/report/``."""
+    sweep_dir = Path(sweep_dir)
+    sweep = aggregate(sweep_dir, frame_name=transfer_frame.FRAME_NAME, read=transfer_frame.read_frame,
+                      concat=transfer_frame.concat_frames, what="transfer frames")
+    if sweep.frame.empty:
+        first = sweep.problems[0]
+        raise CoordCheckError(f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; "
+                              f"first: {first.job}: {first.error})")
+    command, config = _sweep_config(sweep_dir)
+    if command:
+        command = command.replace("python -m coordcheck ", "python -m coordcheck.transfer ", 1)
+    report = build_transfer_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs,
+                                   command=command, config=config)
+    path = write_transfer_report(report, sweep_dir / REPORT_DIR, figures=figures, size=size)
+    return report, path
+
+
+def rule_flags(p: argparse.ArgumentParser) -> None:
+    """``--tol``, ``--min-points``, ``--min-widths``, ``--level``: the fields of :class:`TransferRules`."""
+    from dataclasses import fields
+
+    defaults = TransferRules()
+    help_ = {"tol": "largest |shift| of the optimum that transfers, octaves of lr per width doubling",
+             "min_points": "finite learning rates a width needs for an optimum",
+             "min_widths": "widths with an optimum the shift needs",
+             "level": "confidence level of the intervals"}
+    for f in fields(TransferRules):
+        default = getattr(defaults, f.name)
+        p.add_argument("--" + f.name.replace("_", "-"), type=type(default), default=default,
+                       help=f"{help_[f.name]} (default {default})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m coordcheck.transfer.report",
+        description="Aggregate a learning-rate (μTransfer) sweep directory, fit the optimum per width and judge "
+                    "whether it transfers; writes report/transfer.md and transfer.json.",
+    )
+    p.add_argument("sweep_dir", type=Path, help="the multirun directory of python -m coordcheck.transfer")
+    p.add_argument("--strict", action="store_true", help="exit 1 when it does not transfer, 2 when inconclusive, "
+                                                         "0 when it transfers (a CI gate)")
+    rule_flags(p)
+    p.add_argument("--size", default=SIZES[0], choices=SIZES, help="figure size: a paper column or 16:9 slides")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        rules = TransferRules(tol=args.tol, min_points=args.min_points, min_widths=args.min_widths, level=args.level)
+        report, path = report_transfer_sweep(args.sweep_dir, rules=rules, figures=not args.no_figures, size=args.size)
+    except CoordCheckError as e:
+        print(f"coordcheck.transfer.report: error: {e}", file=sys.stderr)
+        return 2
+    print(*report.summary(path), sep="\n", end=f" ({time.perf_counter() - t0:.1f} s)\n")
+    return EXIT[report.status] if args.strict else 0
+
+
+def cli() -> None:
+    """Console-script entry point (``coordcheck-transfer-report``)."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
