@@ -10,7 +10,8 @@ from importlib import import_module
 
 from coordcheck.errors import CoordCheckError
 
-__all__ = ["coord_check", "CoordCheckResult", "CoordCheckError", "GradFlowProbe", "gradflow_once", "diagnose"]
+__all__ = ["coord_check", "CoordCheckResult", "CoordCheckError", "GradFlowProbe", "gradflow_once", "diagnose",
+           "transfer", "TransferResult"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -19,6 +20,8 @@ _LAZY = {
     "GradFlowProbe": "coordcheck.gradflow",
     "gradflow_once": "coordcheck.gradflow",
     "diagnose": "coordcheck.gradflow_report",
+    "transfer": "coordcheck.transfer.api",  # the subpackage coordcheck.transfer is callable too: the same function
+    "TransferResult": "coordcheck.transfer.api",
 }
 
 

@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-import re
 import sys
-from importlib import resources
-from pathlib import Path
 
 import hydra
 
 from coordcheck import app
 from coordcheck.errors import CoordCheckError
 
-GROUPS = ("model", "data", "parametrization", "optimizer")
-
-
-def options(group: str) -> list[str]:
-    """The options of a config group (``conf/<group>/*.yaml``), from the checkout or the wheel."""
-    if app.CONF_DIR.startswith("pkg://"):
-        folder = resources.files("coordcheck.conf").joinpath(group)
-        return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
-    return sorted(p.stem for p in (Path(app.CONF_DIR) / group).glob("*.yaml"))
-
-
-def check_choices(argv: list[str]) -> None:
-    """One line for an unknown group option (``model=foo``), before Hydra's multi-line message."""
-    for arg in argv:
-        m = re.fullmatch(rf"({'|'.join(GROUPS)})=([\w.,-]+)", arg)
-        if not m:
-            continue
-        group, value = m.groups()
-        known = options(group)
-        for choice in value.split(","):
-            if choice and choice not in known:
-                raise CoordCheckError(f"unknown {group} {choice!r}: choose one of {', '.join(known)} (conf/{group}/)")
+from coordcheck.app import GROUPS, check_choices, options  # noqa: F401  (re-exported: coordcheck.gradflow uses them)
 
 
 def cli() -> None:

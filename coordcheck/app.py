@@ -398,15 +398,41 @@ if not OmegaConf.has_resolver("coordcheck_not_in_dirname"):
 
 # -- the command line: checked once before Hydra runs anything -------------------------------------------------------
 
+GROUPS = ("model", "data", "parametrization", "optimizer")
 
-def compose_config(overrides: list[str]) -> DictConfig:
-    """``conf/config.yaml`` composed with ``overrides`` (no sweeps), as ``python -m coordcheck`` composes it."""
+
+def options(group: str) -> list[str]:
+    """The options of a config group (``conf/<group>/*.yaml``), from the checkout or the wheel."""
+    if CONF_DIR.startswith("pkg://"):
+        from importlib import resources
+
+        folder = resources.files("coordcheck.conf").joinpath(group)
+        return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+
+
+def check_choices(argv: list[str], groups: tuple[str, ...] = GROUPS) -> None:
+    """One line for an unknown group option (``model=foo``), before Hydra's multi-line message."""
+    for arg in argv:
+        m = re.fullmatch(rf"({'|'.join(groups)})=([\w.,-]+)", arg)
+        if not m:
+            continue
+        group, value = m.groups()
+        known = options(group)
+        for choice in value.split(","):
+            if choice and choice not in known:
+                raise CoordCheckError(f"unknown {group} {choice!r}: choose one of {', '.join(known)} (conf/{group}/)")
+
+
+
+def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
+    """``conf/<config_name>.yaml`` composed with ``overrides`` (no sweeps), as ``python -m coordcheck`` composes it."""
     from hydra import compose, initialize_config_dir, initialize_config_module
 
     init = (initialize_config_module(CONF_DIR.removeprefix("pkg://"), version_base="1.3")
             if CONF_DIR.startswith("pkg://") else initialize_config_dir(CONF_DIR, version_base="1.3"))
     with init:
-        return compose("config", overrides=overrides)
+        return compose(config_name, overrides=overrides)
 
 
 def _one_line(e: BaseException) -> str:
@@ -423,7 +449,9 @@ _FLAGS = {"-m": 0, "--multirun": 0, "-r": 0, "--run": 0, "--resolve": 0, "-c": 1
           "--package": 1}  # Hydra's flags that keep the usual config, and how many values each takes
 
 
-def check_command_line(argv: list[str]) -> None:
+def check_command_line(argv: list[str], *, config_name: str = "config",
+                       check: Callable[[DictConfig, list], None] | None = None,
+                       report_error: Callable[..., str] | None = knob_error) -> None:
     """Compose the config of ``python -m coordcheck ARGV`` once, so that a bad override is one line, not a traceback.
 
     Raises :class:`CoordCheckError` for a report knob of the wrong type, out of its range or unknown, a sweep over a
@@ -431,6 +459,9 @@ def check_command_line(argv: list[str]) -> None:
     values are Hydra's to check, job by job. Hydra's flags other than ``--multirun``, ``--run``, ``--cfg``,
     ``--package`` and ``--resolve`` (``-cd``, ``--help``, ...) leave the command line to Hydra, which types the
     report knobs against the same schema.
+
+    ``config_name``, ``check(cfg, overrides)`` and ``report_error(key, value)``: another experiment's config
+    (``transfer``), its own checks of the composed config and the parsed overrides, and its knob messages.
     """
     args, values = [], 0  # values: how many of the next arguments are the last flag's value
     for a in argv:
@@ -452,16 +483,19 @@ def check_command_line(argv: list[str]) -> None:
             raise CoordCheckError(f"{o.key_or_group}: one value per sweep, its report is made once at the end "
                                   f"(got {o.get_value_string()!r}){hint}")
     try:
-        cfg = compose_config([o.input_line for o in overrides if not o.is_sweep_override()])
+        cfg = compose_config([o.input_line for o in overrides if not o.is_sweep_override()], config_name)
     except (HydraException, OmegaConfBaseException) as e:
         cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else e
         key = str(getattr(cause, "full_key", "") or "")
-        if not _is_report(key):
+        if not _is_report(key) or report_error is None:
             raise CoordCheckError(_one_line(e)) from None
         typed = {o.key_or_group: o.get_value_string() for o in overrides if "=" in (o.input_line or "")}
         value = typed.get(key, getattr(cause, "value", None))
-        raise CoordCheckError(knob_error(key.removeprefix("report."), value)) from None
-    report_options(cfg.report)
+        raise CoordCheckError(report_error(key.removeprefix("report."), value)) from None
+    if check is None:
+        report_options(cfg.report)
+    else:
+        check(cfg, overrides)
 
 
 # -- what the command exits with --------------------------------------------------------------------------------------
@@ -478,6 +512,7 @@ class Outcome:
     strict: bool = False  # report.strict: the verdict decides the exit status
     error: str | None = None  # why the sweep has no report
     user_error: bool = False  # ... a user mistake (a report knob)
+    exit_table: dict[str, int] = field(default_factory=lambda: dict(EXIT))  # verdict -> exit status, with strict
 
     @property
     def exit_code(self) -> int:
@@ -486,7 +521,7 @@ class Outcome:
             return 2
         if self.failed or self.error is not None:
             return 1
-        return EXIT[self.status] if self.strict and self.status else 0
+        return self.exit_table[self.status] if self.strict and self.status else 0
 
 
 OUTCOME = Outcome()  # the CLI starts each command with a fresh one
@@ -504,7 +539,7 @@ def _no_report(sweep_dir: Path | None, e: BaseException, *, user: bool = False) 
     out = sweep_dir / REPORT_DIR
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for stale in ("report.json", "report.md"):
+        for stale in ("report.json", "report.md", "transfer.json", "transfer.md"):
             (out / stale).unlink(missing_ok=True)
         text = error + "\n" + ("" if user else "\n" + "".join(traceback.format_exception(e)))
         atomic_write(out / ERROR_NAME, lambda p: p.write_text(text))

@@ -481,7 +481,7 @@ def main(cfg) -> None:
 def cli() -> None:
     import hydra
 
-    from coordcheck.__main__ import check_choices
+    from coordcheck.app import check_choices
     from coordcheck.app import CONF_DIR
 
     try:

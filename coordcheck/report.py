@@ -353,14 +353,34 @@ def _add_rule_flags(p: argparse.ArgumentParser, knob_help: dict[str, str], choic
         p.add_argument("--" + f.name.replace("_", "-"), default=default, **flag, help=f"{what} (default {default})")
 
 
+def _transfer_sweep(argv: list[str]) -> bool:
+    """Whether the directory on the command line holds a learning-rate sweep (``transfer.parquet`` job frames)."""
+    from coordcheck.frame import FRAME_NAME
+    from coordcheck.transfer.frame import FRAME_NAME as TRANSFER_FRAME
+
+    for arg in argv:
+        d = Path(arg)
+        if not arg.startswith("-") and d.is_dir():
+            return next(d.rglob(TRANSFER_FRAME), None) is not None and next(d.rglob(FRAME_NAME), None) is None
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
+    """One report command for both experiments: a learning-rate sweep's directory is handed to
+    ``coordcheck.transfer.report`` (its flags: ``--tol``, ``--min-points``, ...; see its ``--help``)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if _transfer_sweep(argv):
+        from coordcheck.transfer.report import main as transfer_main
+
+        return transfer_main(argv)
     from coordcheck.app import CHOICES, ERROR_NAME, KNOB_HELP, LAYOUTS, SIZES, report_options, rules_of
 
     p = argparse.ArgumentParser(
         prog="python -m coordcheck.report",
         description="Aggregate a coordcheck sweep directory, judge muP compliance and write report/.",
     )
-    p.add_argument("sweep_dir", type=Path, help="the multirun directory (outputs/multirun/DATE/TIME)")
+    p.add_argument("sweep_dir", type=Path, help="the multirun directory (outputs/multirun/DATE/TIME); a learning-rate "
+                                                "sweep's (outputs/transfer/...) gets the transfer report")
     p.add_argument("--strict", action="store_true", help=KNOB_HELP["strict"])
     _add_rule_flags(p, KNOB_HELP, CHOICES)
     p.add_argument("--steps", type=_steps, default=None, help="steps shown in the figure, e.g. 0,3,10")

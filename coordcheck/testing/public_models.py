@@ -14,7 +14,8 @@ will meet. Every model is muP-correct by default; each bug is one keyword away.
   targets it returns the last position's logits, unscaled, as nanoGPT does), and the loss
   uses ``targets.view(-1)`` (contiguous targets needed).
   Bugs: ``attn_scale="sqrt"`` (1/sqrt(d_head) attention), ``output_mult=False`` (no output
-  multiplier), ``scale_hidden_lr=False`` (hidden lr not scaled).
+  multiplier), ``scale_hidden_lr=False`` (hidden lr not scaled), ``lr_scaled_twice=True``
+  (hidden lr scaled by ``(base / width)^2``: the learning rate's optimum moves up with width).
   Run with ``parametrization="none", optimizer=configure_optimizers, forward_targets=True,
   loss="model", output=0, data="tokens"``.
 * ``encoder_builder(width, n_layer=2, n_head=4, ntoken=256, attn_scale="mup", **kw)`` ->
@@ -75,6 +76,7 @@ class GPTConfig:
     attn_scale: str = "mup"  # "mup": 1/d_head, "sqrt": 1/sqrt(d_head) (the planted bug)
     output_mult: bool = True  # False = planted bug: logits not multiplied by base / width
     scale_hidden_lr: bool = True  # False = planted bug: hidden matrices keep the full Adam lr
+    lr_scaled_twice: bool = False  # True = planted bug: hidden matrices get lr * (base / width)^2
 
     @property
     def width_mult(self) -> float:
@@ -218,7 +220,7 @@ def configure_optimizers(model: GPT, lr: float) -> torch.optim.AdamW:
     in forward, that is muP).
     """
     cfg = model.config
-    hidden_lr = lr / cfg.width_mult if cfg.scale_hidden_lr else lr
+    hidden_lr = lr / cfg.width_mult ** (2 if cfg.lr_scaled_twice else 1) if cfg.scale_hidden_lr else lr
     param_dict = {pn: p for pn, p in model.named_parameters() if p.requires_grad}
     hidden = [p for n, p in param_dict.items() if p.dim() >= 2 and n.startswith("transformer.h.")]
     decay = [p for n, p in param_dict.items() if p.dim() >= 2 and not n.startswith("transformer.h.")]

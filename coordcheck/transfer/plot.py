@@ -58,9 +58,9 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
         g.set_titles(col_template="{col_name}")
         g.set_axis_labels("log2 learning rate", "held-out loss")
         handles = {str(w): _line(palette[w], marker="o") for w in widths}
-        handles["optimum (fit)"] = _line("0.3", marker="*", dashes=(0, 1))
+        handles["optimum (fit)"] = _line("0.3", marker="*", linewidth=0)
         if (~np.isfinite(curves["loss"])).any():
-            handles["diverged"] = _line("0.3", marker="x", dashes=(0, 1))
+            handles["diverged"] = _line("0.3", marker="x", linewidth=0)
         _legend(g.figure, handles, "width")
         if title:
             g.figure.suptitle(title, fontsize="medium", y=1.02)

@@ -1,0 +1,59 @@
+"""``python -m coordcheck.transfer [overrides] --multirun``: the learning-rate sweep (see ``coordcheck.transfer.app``)."""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from coordcheck import app
+from coordcheck.errors import CoordCheckError
+from coordcheck.transfer import app as transfer_app
+
+GROUPS = ("model", "parametrization", "optimizer")
+
+
+def _check(cfg: DictConfig, overrides: list) -> None:
+    """The composed config and every swept value of width and lr, before any job runs."""
+    from coordcheck.models import check_width
+    from coordcheck.train import resolve_seeds
+
+    transfer_app.transfer_options(cfg.report)
+    for key in ("steps", "eval_batches"):
+        value = cfg.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CoordCheckError(f"{key} must be an integer >= 1, got {value!r}")
+    if not transfer_app.positive_number(cfg.diverge, "diverge") > 1:
+        raise CoordCheckError(f"diverge must be a number > 1 (a multiple of the first loss), got {cfg.diverge!r}")
+    resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
+    swept = {o.key_or_group: list(o.sweep_string_iterator()) for o in overrides if o.is_sweep_override()}
+    for key, check in (("lr", lambda v: transfer_app.positive_number(v, "lr")), ("width", check_width)):
+        for v in swept.get(key) or [cfg.get(key)]:
+            try:
+                check(float(v) if key == "width" else v)
+            except ValueError:
+                raise CoordCheckError(f"{key} must be a positive {'integer' if key == 'width' else 'number'}, "
+                                      f"got {v!r}") from None
+
+
+def cli() -> None:
+    """Exit status: 2 for a user mistake (one line, before any job runs), 1 when a job failed or the sweep has no
+    report; with ``report.strict=true`` the verdict's: 0 transfers, 1 does not transfer, 2 inconclusive."""
+    outcome = app.OUTCOME = app.Outcome()
+    try:
+        app.check_choices(sys.argv[1:], GROUPS)
+        app.check_command_line(sys.argv[1:], config_name="transfer", check=_check, report_error=None)
+    except CoordCheckError as e:
+        print(f"coordcheck: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    hydra.main(version_base="1.3", config_path=app.CONF_DIR, config_name="transfer")(transfer_app.main)()
+    if outcome.failed:
+        print(f"coordcheck: {len(outcome.failed)} job(s) failed (see job.json in their directories)", file=sys.stderr)
+    elif outcome.strict and outcome.exit_code and outcome.error is None:
+        print(f"coordcheck: report.strict=true: {outcome.status.upper()} exits {outcome.exit_code}", file=sys.stderr)
+    sys.exit(outcome.exit_code)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,220 @@
+"""The μTransfer Hydra app: one job = one (width, learning rate, parametrization) of the grid.
+
+Stage: orchestration (the learning-rate sweep's twin of ``coordcheck.app``, sharing its job
+machinery: resume by config hash, atomic ``transfer.parquet`` then ``job.json``, failures recorded
+per job, SIGTERM unwound). At the end of a multirun :class:`TransferCallback` aggregates the job
+frames on disk, whatever launcher ran them, and writes ``SWEEP_DIR/report/`` (transfer.md,
+transfer.json, the figures). Exit status as the coordinate check: 2 for a user mistake (one line,
+before any job runs), 1 when a job failed or no report could be made, and with
+``report.strict=true`` the verdict's (0 transfers, 1 does not transfer, 2 inconclusive).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from coordcheck import app
+from coordcheck.errors import CoordCheckError
+from coordcheck.frame import digest
+
+__all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "rules_of", "grid_size", "resolve_device",
+           "NOT_IN_ID"]
+
+log = logging.getLogger("coordcheck")
+
+NOT_IN_ID = ("width", "lr", "device", *app.NOT_IN_JOB)  # a grid's config_id: the same for every (width, lr)
+REPORT_ONLY = {"figures": True, "size": "paper", "strict": False}
+SIZES = ("paper", "slides")
+
+
+def transfer_options(node: Mapping | None) -> dict[str, Any]:
+    """The ``report`` knobs of a transfer sweep, checked: the fields of ``TransferRules`` and the report's own."""
+    from dataclasses import asdict
+
+    from coordcheck.transfer.fit import TransferRules
+
+    given = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node or {})
+    defaults = {**asdict(TransferRules()), **REPORT_ONLY}
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise CoordCheckError(f"report.{unknown[0]}: unknown knob: choose one of {', '.join(defaults)}")
+    values = {**defaults, **given}
+    for key, default in defaults.items():
+        value = values[key]
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise CoordCheckError(f"report.{key}: must be true or false (got {value!r})")
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            values[key] = value = float(value)
+        if type(default) in (int, float) and (isinstance(value, bool) or not isinstance(value, type(default))):
+            raise CoordCheckError(f"report.{key}: must be {'an integer' if type(default) is int else 'a number'} "
+                                  f"(got {value!r})")
+    if values["size"] not in SIZES:
+        raise CoordCheckError(f"report.size: must be one of {', '.join(SIZES)} (got {values['size']!r})")
+    try:
+        rules_of(values)
+    except CoordCheckError as e:
+        raise CoordCheckError(f"report.{e}") from None
+    return values
+
+
+def rules_of(options: Mapping[str, Any]):
+    """:class:`TransferRules` from the report knobs."""
+    from dataclasses import fields
+
+    from coordcheck.transfer.fit import TransferRules
+
+    return TransferRules(**{f.name: options[f.name] for f in fields(TransferRules) if f.name in options})
+
+
+def resolve_device(device: object) -> str:
+    """``auto`` -> ``cuda`` when available else ``cpu``; ``cpu``, ``cuda``, ``cuda:N`` checked, one line if not."""
+    import torch
+
+    name = str(device)
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return name
+    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise CoordCheckError(f"device={name}, but torch sees no CUDA device here: use device=cpu (or auto)")
+        if ":" in name and int(name[5:]) >= torch.cuda.device_count():
+            raise CoordCheckError(f"device={name}, but there are {torch.cuda.device_count()} CUDA device(s): "
+                                  f"use cuda:0 .. cuda:{torch.cuda.device_count() - 1}")
+        return name
+    raise CoordCheckError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}")
+
+
+def positive_number(value: object, key: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise CoordCheckError(f"{key} must be a positive number, got {value!r}") from None
+    if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
+        raise CoordCheckError(f"{key} must be a positive number, got {value!r}")
+    return number
+
+
+def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
+    """Train ``cfg.width`` at ``cfg.lr`` for every seed; write ``transfer.parquet`` (``job.json`` is the caller's)."""
+    from coordcheck.models import check_width
+    from coordcheck.parametrization import short_name
+    from coordcheck.train import cross_entropy, resolve_seeds
+    from coordcheck.transfer.frame import FRAME_NAME, TransferIdentity, write_frame
+    from coordcheck.transfer.train import check_data_source, run_cell
+
+    width = check_width(cfg.width)
+    lr = positive_number(cfg.lr, "lr")
+    diverge = positive_number(cfg.diverge, "diverge")
+    device = resolve_device(cfg.get("device", "auto"))
+    seeds = resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
+    build = app._instantiate(cfg.model, "model")
+    parametrization = app._instantiate(cfg.parametrization, "parametrization")
+    optimizer = app._instantiate(cfg.optimizer, "optimizer")
+    data = check_data_source(app._instantiate(cfg.data, "data"))
+    loss = cfg.get("loss")
+    if loss not in (None, "model"):
+        raise CoordCheckError(f"loss must be null (cross-entropy) or model (the loss the model returns), got {loss!r}")
+    identity = TransferIdentity(
+        config_id=digest(app._resolved(cfg, NOT_IN_ID)),
+        model=short_name(cfg.model._target_, "coordcheck.models"),
+        parametrization=parametrization.name,
+        optimizer=short_name(cfg.optimizer._target_, "coordcheck.optim"),
+        data=short_name(cfg.data.get("_target_", "custom"), "coordcheck.data").removesuffix("_stream"),
+    )
+    log.info("width=%d lr=%g (2^%.2f) parametrization=%s steps=%s seeds=%s device=%s", width, lr, math.log2(lr),
+             identity.parametrization, cfg.steps, seeds, device)
+    frame, facts = run_cell(
+        build, width, lr, seeds=seeds, parametrization=parametrization, optimizer=optimizer, data=data,
+        steps=cfg.steps, eval_batches=cfg.eval_batches, identity=identity, base_width=cfg.base_width,
+        loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
+        grad_clip=cfg.get("grad_clip"), diverge=diverge, device=device,
+        progress=bool(cfg.progress) and TransferCallback.bar is None,  # under the grid's bar: no bar per job
+    )
+    write_frame(frame, output_dir / FRAME_NAME)
+    held = frame[frame["split"] == "heldout"]["loss"]
+    log.info("width=%d lr=%g done: held-out loss %s, %.1f s%s", width, lr,
+             ", ".join(f"{x:.4f}" for x in held), facts["seconds"],
+             f", diverged: {facts['diverged']}" if facts["diverged"] else "")
+    return {"kind": "transfer", "lr": lr, "config_id": identity.config_id, "rows": len(frame), "device": device,
+            **facts}
+
+
+def main(cfg: DictConfig) -> None:
+    """Hydra task function (registered in ``coordcheck.transfer.__main__``)."""
+    app.execute(cfg, run_transfer_job, lambda c: f"width={c.get('width')} lr={c.get('lr')}")
+
+
+def grid_size(config: DictConfig) -> int | None:
+    """Jobs in this multirun: the sweeper's params overridden by the command line (as Hydra's basic sweeper does)."""
+    try:
+        params = {str(k): str(v) for k, v in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items()}
+        for line in OmegaConf.select(config, "hydra.overrides.task") or []:
+            key, _, value = str(line).partition("=")
+            params[key] = value
+        n = 1
+        for o in OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()]):
+            if o.is_sweep_override():
+                n *= len(list(o.sweep_string_iterator()))
+        return n
+    except (HydraException, ValueError, TypeError):
+        return None
+
+
+class TransferCallback(Callback):
+    """Checks the report knobs before the first job, shows a bar over the grid (jobs run in this process), and
+    judges the job directories on disk at the end of the multirun."""
+
+    bar = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            transfer_options(config.get("report"))
+        except CoordCheckError as e:
+            print(f"coordcheck: error: {e}", file=sys.stderr)
+            sys.exit(2)
+        if config.get("progress", True):
+            from tqdm.auto import tqdm
+
+            TransferCallback.bar = tqdm(total=grid_size(config), desc="μTransfer grid", unit="job")
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if TransferCallback.bar is not None:
+            TransferCallback.bar.update(1)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if TransferCallback.bar is not None:
+            TransferCallback.bar.close()
+            TransferCallback.bar = None
+        sweep_dir = None
+        try:
+            sweep_dir = Path(config.hydra.sweep.dir)
+            opts = transfer_options(config.get("report"))
+        except CoordCheckError as e:
+            return app._no_report(sweep_dir, e, user=True)
+        except Exception as e:
+            return app._no_report(sweep_dir, e)
+        app.OUTCOME.strict = opts["strict"]
+        try:
+            from coordcheck.transfer.report import EXIT, report_transfer_sweep
+
+            report, path = report_transfer_sweep(sweep_dir, rules=rules_of(opts), figures=opts["figures"],
+                                                 size=opts["size"])
+            (path.parent / app.ERROR_NAME).unlink(missing_ok=True)
+            summary = report.summary(path)
+        except Exception as e:
+            return app._no_report(sweep_dir, e)
+        app.OUTCOME.status = report.status
+        app.OUTCOME.exit_table = EXIT
+        app.OUTCOME.failed.extend(p.error for p in report.problems if p.error not in app.OUTCOME.failed)
+        print(*summary, sep="\n")
