@@ -47,6 +47,7 @@ __all__ = ["TransferRules", "TransferVerdict", "curves", "fit_optima", "fit_shif
 TRANSFERS, DOES_NOT, INCONCLUSIVE = "transfers", "does not transfer", "inconclusive"
 STATUSES = (TRANSFERS, DOES_NOT, INCONCLUSIVE)
 CONTROL = "sp"  # swept beside another parametrization, standard parametrization is the control
+PAR_ORDER = ("mup", "none", CONTROL)  # reports and figures: muP first, the control last
 KEYS = ["config_id", "parametrization"]
 
 
@@ -232,17 +233,17 @@ def _octaves(x: float) -> str:
 
 
 def _why_no_optimum(o: pd.Series) -> str:
-    w = int(o["width"])
+    w, best = int(o["width"]), math.log2(o["best_lr"]) if o["best_lr"] > 0 else math.nan
     if o["edge"] == "few":
         return (f"width {w} has {int(o['n_finite'])} finite points (fewer than 3 learning rates trained without "
                 f"diverging): widen the grid towards smaller learning rates")
     if o["edge"] == "low":
-        return (f"width {w}'s best learning rate 2^{o['argmin']:g} is the grid's smallest: extend the grid to smaller "
-                f"learning rates (e.g. lr=2^{o['argmin'] - 2:g})")
+        return (f"width {w}'s best learning rate 2^{best:g} is the grid's smallest: extend the grid to smaller "
+                f"learning rates (add {2 ** (best - 1):.3g}, {2 ** (best - 2):.3g})")
     if o["edge"] == "high":
-        return (f"width {w}'s best learning rate 2^{o['argmin']:g} is the grid's largest: extend the grid to larger "
-                f"learning rates (e.g. lr=2^{o['argmin'] + 2:g})")
-    return (f"width {w}'s best learning rate 2^{o['argmin']:g} is next to one that diverged (or is missing): the "
+        return (f"width {w}'s best learning rate 2^{best:g} is the grid's largest: extend the grid to larger "
+                f"learning rates (add {2 ** (best + 1):.3g}, {2 ** (best + 2):.3g})")
+    return (f"width {w}'s best learning rate 2^{best:g} is next to one that diverged (or is missing): the "
             f"optimum is at the edge of stability, refine the grid around it")
 
 
@@ -298,7 +299,9 @@ def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRu
     rules = rules or TransferRules()
     if shifts.empty:
         raise CoordCheckError("nothing to judge: the frame has no held-out losses")
-    shifts = shifts.copy()
+    rank = {p: i for i, p in enumerate(PAR_ORDER)}
+    shifts = shifts.sort_values("parametrization", key=lambda s: s.map(lambda p: rank.get(p, 1.5)), kind="stable")
+    shifts = shifts.reset_index(drop=True)
     judged = [_judge_one(s, optima[(optima.config_id == s.config_id) & (optima.parametrization == s.parametrization)],
                          rules) for _, s in shifts.iterrows()]
     shifts["status"] = [j[0] for j in judged]

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from coordcheck.transfer.fit import PAR_ORDER
 from coordcheck.plot import WIDTH_PALETTE, Size, _facet_size, _legend, _line, figure_style, save_figure, seaborn_modules
 
 __all__ = ["plot_transfer", "plot_optima"]
 
-PAR_ORDER = ("mup", "none", "sp")  # muP first, the control last
 
 
 def _par_order(values) -> list[str]:

@@ -1,0 +1,73 @@
+"""``python -m coordcheck.transfer``: the real CLI in a subprocess, as a user runs it (a tiny grid)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+from coordcheck import app
+from coordcheck.transfer.app import grid_size, transfer_options
+from coordcheck.errors import CoordCheckError
+
+TINY = ["width=32,64", "lr=0.001953125,0.0078125,0.03125", "parametrization=mup", "steps=3", "eval_batches=1",
+        "base_width=32", "progress=false"]
+
+
+def test_default_config_composes_with_the_default_grid():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(app.CONF_DIR, version_base="1.3"):
+        cfg = compose("transfer", return_hydra_config=True)
+    params = cfg.hydra.sweeper.params
+    assert params.width == "128,256,512" and params.parametrization == "mup,sp"
+    assert len(str(params.lr).split(",")) == 9
+    assert grid_size(cfg) == 3 * 9 * 2
+    assert cfg.data._target_ == "coordcheck.data.text_stream" and cfg.steps == 150
+
+
+def test_report_knobs_are_checked():
+    assert transfer_options({"tol": 1})["tol"] == 1.0
+    for bad, words in [({"tol": -1}, "tol must be"), ({"tols": 1}, "unknown knob"), ({"strict": "yes"}, "true or false"),
+                       ({"size": "poster"}, "one of paper, slides")]:
+        with pytest.raises(CoordCheckError, match=words):
+            transfer_options(bad)
+
+
+def test_tiny_sweep_writes_the_report_resumes_and_gates(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli("--multirun", *TINY, f"hydra.sweep.dir={sweep}", cwd=tmp_path, module="coordcheck.transfer")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "μTransfer" in r.stdout and "report" in r.stdout
+    jobs = sorted(p.parent for p in sweep.glob("*/transfer.parquet"))  # named after the overrides, as Hydra does
+    job = sweep / "base_width=32,eval_batches=1,lr=0.0078125,parametrization=mup,steps=3,width=64"
+    assert len(jobs) == 6 and job in jobs
+    meta = json.loads((job / "job.json").read_text())
+    assert meta["status"] == "ok" and meta["kind"] == "transfer" and meta["rows"] == 4
+    payload = json.loads((sweep / "report" / "transfer.json").read_text())
+    assert payload["schema"] == "coordcheck.transfer/1" and payload["widths"] == [32, 64]
+    assert (sweep / "report" / "transfer.png").exists() and (sweep / "report" / "transfer.md").exists()
+
+    written = {p: (p / "transfer.parquet").stat().st_mtime_ns for p in jobs}
+    again = run_cli("--multirun", *TINY, f"hydra.sweep.dir={sweep}", "report.strict=true", cwd=tmp_path,
+                    module="coordcheck.transfer")
+    assert (again.stdout + again.stderr).count("already done") == 6  # resumed: nothing retrained
+    assert {p: (p / "transfer.parquet").stat().st_mtime_ns for p in jobs} == written
+    expected = {"transfers": 0, "does not transfer": 1, "inconclusive": 2}[payload["status"]]
+    assert again.returncode == expected
+
+    report = run_cli(str(sweep), "--strict", "--no-figures", cwd=tmp_path, module="coordcheck.report")
+    assert report.returncode == expected and "μTransfer" in report.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (["lr=0.01,-1"], "lr must be a positive number"),
+    (["report.tol=0"], "report.tol must be a number > 0"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
+    r = run_cli("--multirun", *args, f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path, module="coordcheck.transfer")
+    assert r.returncode == 2
+    assert words in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "s").exists()  # nothing ran

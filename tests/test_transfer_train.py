@@ -1,0 +1,124 @@
+"""The learning-rate sweep's engine and API: fresh batches, divergence, bad input (small real runs)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import coordcheck
+from coordcheck import models
+from coordcheck.data import text_stream
+from coordcheck.errors import CoordCheckError
+from coordcheck.parametrization import Mup
+from coordcheck.optim import adam
+from coordcheck.transfer.frame import COLUMNS, TransferIdentity
+from coordcheck.transfer.train import check_data_source, run_cell
+
+IDENTITY = TransferIdentity("cfg", "gpt", "mup", "adam", "text")
+
+
+def take(it, n):
+    return [next(it) for _ in range(n)]
+
+
+def test_text_stream_is_fresh_deterministic_and_holds_out_its_tail():
+    a, b = take(text_stream("train", 0), 3), take(text_stream("train", 0), 3)
+    assert all(torch.equal(x.inputs, y.inputs) for x, y in zip(a, b))  # same seed, same batches, same order
+    assert not torch.equal(a[0].inputs, a[1].inputs)  # a fresh batch every step
+    assert not torch.equal(a[0].inputs, next(text_stream("train", 1)).inputs)
+    held = next(text_stream("heldout", 0, batch_size=4, seq_len=16))
+    assert held.inputs.shape == (4, 16) and torch.equal(held.inputs[:, 1:], held.targets[:, :-1])
+    assert a[0].policy == "fresh" and a[0].name == "text"
+
+
+@pytest.mark.parametrize("kwargs, words", [({"split": "test"}, "split must be one of"),
+                                           ({"vocab_size": 100}, "vocab_size >= 256")])
+def test_text_stream_bad_arguments_are_one_line(kwargs, words):
+    with pytest.raises(CoordCheckError, match=words):
+        text_stream(**kwargs)
+
+
+def cell(lr, *, data=text_stream, steps=4, seeds=(0,), **kwargs):
+    par = Mup()
+    return run_cell(models.gpt, 32, lr, seeds=list(seeds), parametrization=par,
+                    optimizer=lambda m, lr: adam(m, lr, mu=True), data=data, steps=steps, eval_batches=2,
+                    identity=IDENTITY, base_width=32, progress=False, **kwargs)
+
+
+def test_a_cell_records_train_losses_and_one_heldout_loss_per_seed():
+    frame, facts = cell(2.0 ** -7, seeds=(0, 1))
+    assert list(frame.columns) == list(COLUMNS)
+    assert len(frame) == 2 * (4 + 1)
+    held = frame[frame.split == "heldout"]
+    assert list(held.seed) == [0, 1] and (held.step == 4).all() and held.loss.notna().all()
+    assert (frame.status == "ok").all() and facts["diverged"] == []
+    assert frame[frame.split == "train"].groupby("seed").step.apply(list).tolist() == [[0, 1, 2, 3]] * 2
+
+
+def test_a_diverging_run_stops_early_and_is_recorded_as_diverged():
+    frame, facts = cell(30.0, steps=20)
+    held = frame[frame.split == "heldout"]
+    assert held.status.eq("diverged").all() and held.loss.isna().all()
+    assert facts["diverged"] and facts["diverged"][0]["step"] < 19
+    assert len(frame[frame.split == "train"]) == facts["diverged"][0]["step"] + 1  # stopped where it diverged
+
+
+def test_data_source_contract_is_one_line():
+    with pytest.raises(CoordCheckError, match=r"accept \(split, seed\)"):
+        check_data_source(lambda: iter(()))
+    with pytest.raises(CoordCheckError, match="callable"):
+        check_data_source([1, 2])
+
+    def short(split, seed):
+        yield torch.randint(0, 256, (2, 8)), torch.randint(0, 256, (2, 8))
+
+    with pytest.raises(CoordCheckError, match="ran out of train batches"):
+        cell(1e-3, data=short)
+
+
+def test_a_user_data_callable_works():
+    def stream(split, seed):
+        g = torch.Generator().manual_seed(seed + (1000 if split == "heldout" else 0))
+        while True:
+            x = torch.randint(0, 256, (2, 8), generator=g)
+            yield x, x.roll(-1, dims=1)
+
+    frame, _ = cell(1e-3, data=stream)
+    assert frame.loss.notna().all()
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"lrs": []}, "lrs must be"),
+    ({"lrs": [0.01, -1]}, "positive"),
+    ({"parametrization": "mu"}, "unknown parametrization"),
+    ({"data": "tokens"}, "unknown data"),
+    ({"optimizer": "lion"}, "unknown optimizer"),
+    ({"device": "tpu"}, "device must be"),
+    ({"widths": 64}, "widths must be"),
+])
+def test_api_bad_input_is_one_line(kwargs, words):
+    args = {"widths": [32, 64], "lrs": [1e-3, 1e-2], **kwargs}
+    with pytest.raises(CoordCheckError, match=words) as e:
+        coordcheck.transfer(models.gpt, progress=False, steps=2, **args)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_without_cuda_is_one_line():
+    with pytest.raises(CoordCheckError, match="no CUDA device"):
+        coordcheck.transfer(models.gpt, [32, 64], [1e-3], device="cuda", steps=2, progress=False)
+
+
+def test_api_runs_the_grid_and_the_package_is_the_function(tmp_path):
+    import coordcheck.transfer as package
+
+    result = package(models.gpt, [32, 64], [2.0 ** -9, 2.0 ** -7, 2.0 ** -5], parametrization=["mup", "sp"],
+                     steps=3, eval_batches=1, base_width=32, progress=False)
+    held = result.frame[result.frame.split == "heldout"]
+    assert len(held) == 2 * 2 * 3 and set(held.parametrization) == {"mup", "sp"}
+    assert held.groupby("parametrization").config_id.nunique().eq(1).all()
+    assert len(result.optima) == 4 and list(result.shifts.parametrization) == ["mup", "sp"]
+    assert result.verdict.status in ("transfers", "does not transfer", "inconclusive")
+    path = result.write(tmp_path, figures=False)
+    assert path.read_text().startswith("# Does the learning rate transfer")
+    assert held.loss.notna().all()
