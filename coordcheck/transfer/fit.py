@@ -12,12 +12,14 @@ The numbers, in order:
    log2(lr) (plain argmins are noisy: curves are flat near their minimum). Its standard error:
    from the spread of the seeds' own optima when two or more seeds have one, else from the fit
    (the residuals of a quadratic least-squares fit to the lowest point and up to two neighbours
-   on each side, through the delta method).
+   on each side, through the delta method), widened by Student's t for its few degrees of
+   freedom (seeds - 1, or fitted points - 3).
 3. **No optimum** (inconclusive): fewer than ``min_points`` finite points; the lowest point on
    the grid's edge (extend the grid that way); the lowest point next to a diverged learning rate
    (the optimum is at the edge of stability: refine the grid there).
-4. **Shift.** The weighted least-squares slope of the optimum log2(lr) against log2(width)
-   (weights 1/SE²): octaves the optimum moves per width doubling, with a ``level`` interval.
+4. **Shift.** The least-squares slope of the optimum log2(lr) against log2(width): octaves the
+   optimum moves per width doubling, with a ``level`` interval propagated from the optima's
+   (unweighted, so one optimum with a lucky tight fit cannot decide the slope alone).
    muP's optimum stays put (shift 0); a learning rate that is not scaled with width moves like
    width^-1 (shift -1, standard parametrization with Adam); one scaled twice like width^+1.
 5. **Verdict** per parametrization: ``transfers`` when the shift's interval lies within
@@ -82,6 +84,24 @@ class TransferRules:
         return NormalDist().inv_cdf(0.5 + self.level / 2)
 
 
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile (no scipy): bisection on the CDF, integrated with Simpson's rule."""
+    if df < 1:
+        return math.nan
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(x: float) -> float:
+        t = np.linspace(0.0, x, 2001)
+        f = c * (1 + t * t / df) ** (-(df + 1) / 2)
+        return 0.5 + float((t[1] - t[0]) / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum()))
+
+    lo, hi = 0.0, 1e3
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
 def curves(frame: pd.DataFrame) -> pd.DataFrame:
     """Held-out loss per (config_id, parametrization, width, lr): mean over seeds, NaN if any seed diverged."""
     held = frame[frame["split"] == "heldout"].copy()
@@ -105,7 +125,8 @@ def parabola_vertex(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def _fit_se(x: np.ndarray, y: np.ndarray) -> float:
-    """Standard error of the vertex of a least-squares parabola (delta method); NaN without residual freedom."""
+    """Standard error of the vertex of a least-squares parabola (delta method); NaN without residual freedom
+    (its degrees of freedom are ``len(x) - 3``)."""
     if len(x) < 4:
         return math.nan
     coef, cov = np.polyfit(x, y, 2, cov="unscaled")
@@ -121,7 +142,7 @@ def _fit_se(x: np.ndarray, y: np.ndarray) -> float:
 def _one_optimum(x: np.ndarray, y: np.ndarray, grid: np.ndarray, rules: TransferRules) -> dict:
     """Optimum of one curve (``x`` sorted log2 lr, ``y`` loss, NaN = diverged) on the full ``grid``."""
     finite = np.isfinite(y)
-    out = {"optimum": math.nan, "optimum_loss": math.nan, "fit_se": math.nan, "argmin": math.nan, "n_finite": int(finite.sum()), "edge": ""}
+    out = {"optimum": math.nan, "optimum_loss": math.nan, "fit_se": math.nan, "fit_df": 0, "argmin": math.nan, "n_finite": int(finite.sum()), "edge": ""}
     if finite.sum() < rules.min_points:
         out["edge"] = "few"
         return out
@@ -142,7 +163,7 @@ def _one_optimum(x: np.ndarray, y: np.ndarray, grid: np.ndarray, rules: Transfer
         lo -= 1
     while hi < len(x) - 1 and hi - i < 2 and finite[hi + 1]:
         hi += 1
-    out["fit_se"] = _fit_se(x[lo : hi + 1], y[lo : hi + 1])
+    out["fit_se"], out["fit_df"] = _fit_se(x[lo : hi + 1], y[lo : hi + 1]), hi - lo + 1 - 3
     return out
 
 
@@ -164,16 +185,18 @@ def fit_optima(frame: pd.DataFrame, rules: TransferRules | None = None) -> pd.Da
                 per_seed.append(_one_optimum(s["log2_lr"].to_numpy(), s["loss"].to_numpy(), grid, rules)["optimum"])
             per_seed = np.array([o for o in per_seed if math.isfinite(o)])
             if len(per_seed) >= 2:
-                se, source = float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))), "seeds"
+                se, df, source = float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))), len(per_seed) - 1, "seeds"
             else:
-                se, source = best["fit_se"], "fit"
+                se, df, source = best["fit_se"], best["fit_df"], "fit"
+            # few degrees of freedom: Student's t, not the normal (the interval is opt +- t * se)
+            half = t_quantile(0.5 + rules.level / 2, df) * se if df >= 1 else math.nan
             opt = best["optimum"]
             finite_lr = c.loc[np.isfinite(c["loss"]), "log2_lr"]
             rows.append({
                 "config_id": cid, "parametrization": par, "width": int(width), "optimum": opt,
                 "optimum_loss": best["optimum_loss"],
-                "se": se if math.isfinite(opt) else math.nan, "se_source": source,
-                "ci_low": opt - rules.z * se, "ci_high": opt + rules.z * se,
+                "se": half / rules.z if math.isfinite(opt) else math.nan, "se_source": source, "df": df,
+                "ci_low": opt - half, "ci_high": opt + half,
                 "best_lr": 2.0 ** best["argmin"] if math.isfinite(best["argmin"]) else math.nan,
                 "best_loss": float(np.nanmin(c["loss"])) if finite_lr.size else math.nan,
                 "n_lrs": len(c), "n_finite": best["n_finite"], "n_seeds": int(c["n_seeds"].max()),
@@ -196,14 +219,9 @@ def fit_shifts(optima: pd.DataFrame, rules: TransferRules | None = None) -> pd.D
             x = np.log2(ok["width"].to_numpy(float))
             y = ok["optimum"].to_numpy(float)
             se = ok["se"].to_numpy(float)
-            if np.all(np.isfinite(se)) and np.all(se > 0):
-                w = 1 / se**2
-            else:
-                w = np.ones_like(x)
-            xm = np.sum(w * x) / np.sum(w)
-            sxx = np.sum(w * (x - xm) ** 2)
-            slope = float(np.sum(w * (x - xm) * (y - np.sum(w * y) / np.sum(w))) / sxx)
-            slope_se = float(math.sqrt(1 / sxx)) if np.all(np.isfinite(se)) and np.all(se > 0) else math.nan
+            coef = (x - x.mean()) / np.sum((x - x.mean()) ** 2)  # least squares: slope = coef @ y
+            slope = float(coef @ y)
+            slope_se = float(math.sqrt(np.sum(coef**2 * se**2)))  # NaN when any optimum has no interval
             row.update(shift=slope, se=slope_se, ci_low=slope - rules.z * slope_se, ci_high=slope + rules.z * slope_se)
         rows.append(row)
     return pd.DataFrame(rows)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from coordcheck.transfer.fit import PAR_ORDER
 from coordcheck.plot import WIDTH_PALETTE, Size, _facet_size, _legend, _line, figure_style, save_figure, seaborn_modules
@@ -58,9 +59,11 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
         g.set_titles(col_template="{col_name}")
         g.set_axis_labels("log2 learning rate", "held-out loss")
         handles = {str(w): _line(palette[w], marker="o") for w in widths}
-        handles["optimum (fit)"] = _line("0.3", marker="*", linewidth=0)
+        handles["optimum (fit)"] = Line2D([], [], color="0.5", marker="*", markersize=9, markeredgecolor="black",
+                                          markeredgewidth=0.6, linestyle="none")
         if (~np.isfinite(curves["loss"])).any():
-            handles["diverged"] = _line("0.3", marker="x", linewidth=0)
+            handles["diverged"] = Line2D([], [], color="0.3", marker="x", markersize=6, markeredgewidth=1.5,
+                                         linestyle="none")
         _legend(g.figure, handles, "width")
         if title:
             g.figure.suptitle(title, fontsize="medium", y=1.02)

@@ -17,7 +17,7 @@ Every file is written atomically. Never imports torch.
     widths, lrs     what was swept (lrs ascending)
     parametrizations [{config_id, parametrization, control, status, reason, shift, se, ci_low,
                       ci_high, n_widths, n_optima}]   (shift: octaves of lr per width doubling)
-    optima          [{config_id, parametrization, width, optimum (log2 lr), optimum_loss, se,
+    optima          [{config_id, parametrization, width, optimum (log2 lr), optimum_loss, se, df,
                       se_source ("seeds" | "fit"), ci_low, ci_high, best_lr, best_loss, n_lrs,
                       n_finite, n_seeds, edge ("" | "low" | "high" | "unstable" | "few"),
                       max_stable (log2 of the largest lr that did not diverge)}]
