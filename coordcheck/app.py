@@ -216,14 +216,17 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main(cfg: DictConfig) -> None:
     """Hydra task function (registered in ``coordcheck.__main__``)."""
-    execute(cfg, run_job, lambda c: f"width={c.get('width')}")
+    execute(cfg, run_job, lambda c: f"width={c.get('width')}",
+            hint="one width only: sweep widths for a verdict, e.g. width=256,512,1024 --multirun")
 
 
-def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Callable[[DictConfig], str]) -> None:
+def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Callable[[DictConfig], str],
+            hint: str = "") -> None:
     """One Hydra job of any sweep: resume it if done, else ``run(cfg, output_dir)`` and record ``job.json``.
 
     ``run`` returns facts about the job (with ``rows``, the frame's length, for resume) after writing its frame;
-    ``label(cfg)`` names the job in the log (``width=256``). Failures are recorded, never lost (module docstring).
+    ``label(cfg)`` names the job in the log (``width=256``); ``hint`` is logged after a single (non-multirun) job.
+    Failures are recorded, never lost (module docstring).
     """
     hc = HydraConfig.get()
     output_dir = Path(hc.runtime.output_dir)
@@ -242,8 +245,8 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
         job["threads"] = set_threads(cfg, hc)
         facts = run(cfg, output_dir)
         write_json(output_dir / JOB_NAME, {**job, "status": "ok", **facts})
-        if hc.mode == RunMode.RUN and run is run_job:
-            log.info("one width only: sweep widths for a verdict, e.g. width=256,512,1024 --multirun")
+        if hc.mode == RunMode.RUN and hint:
+            log.info(hint)
     except (Exception, KeyboardInterrupt) as e:
         user = isinstance(e, CoordCheckError)
         error = str(e) if user else f"{type(e).__name__}: {e}"

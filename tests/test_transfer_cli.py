@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
 from coordcheck import app
-from coordcheck.transfer.app import grid_size, transfer_options
 from coordcheck.errors import CoordCheckError
+from coordcheck.transfer.app import grid_size, transfer_options
 
 TINY = ["width=32,64", "lr=0.001953125,0.0078125,0.03125", "parametrization=mup", "steps=3", "eval_batches=1",
         "base_width=32", "progress=false"]
@@ -71,3 +70,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
     assert r.returncode == 2
     assert words in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "s").exists()  # nothing ran
+
+
+def test_a_failed_job_loses_nothing_else(tmp_path):
+    # width 30 is not a multiple of the GPT's 4 heads: that job fails, the other widths run and are reported
+    sweep = tmp_path / "s"
+    r = run_cli("--multirun", "width=30,32,64", "lr=0.001953125,0.0078125", "parametrization=mup", "steps=2",
+                "eval_batches=1", "base_width=32", "progress=false", f"hydra.sweep.dir={sweep}", cwd=tmp_path,
+                module="coordcheck.transfer")
+    assert r.returncode == 1 and "2 job(s) failed" in r.stderr and "Traceback" not in r.stderr
+    payload = json.loads((sweep / "report" / "transfer.json").read_text())
+    assert payload["widths"] == [32, 64] and payload["status"] == "inconclusive"
+    assert {p["status"] for p in payload["jobs"]["problems"]} == {"failed"}
+    assert all("not divisible by n_head=4" in p["error"] for p in payload["jobs"]["problems"])
+    assert len(list(sweep.glob("*/transfer.parquet"))) == 4

@@ -10,8 +10,17 @@ import pytest
 
 from coordcheck.errors import CoordCheckError
 from coordcheck.sweep import JobProblem
-from coordcheck.transfer.fit import (DOES_NOT, INCONCLUSIVE, TRANSFERS, TransferRules, fit_optima, fit_shifts,
-                                     judge_transfer, parabola_vertex, wider_not_worse)
+from coordcheck.transfer.fit import (
+    DOES_NOT,
+    INCONCLUSIVE,
+    TRANSFERS,
+    TransferRules,
+    fit_optima,
+    fit_shifts,
+    judge_transfer,
+    parabola_vertex,
+    wider_not_worse,
+)
 from coordcheck.transfer.report import EXIT, build_transfer_report
 
 LOG2_LRS = np.arange(-12, -3)  # one per octave, 2^-12 .. 2^-4

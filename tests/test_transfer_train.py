@@ -9,8 +9,8 @@ import coordcheck
 from coordcheck import models
 from coordcheck.data import text_stream
 from coordcheck.errors import CoordCheckError
-from coordcheck.parametrization import Mup
 from coordcheck.optim import adam
+from coordcheck.parametrization import Mup
 from coordcheck.transfer.frame import COLUMNS, TransferIdentity
 from coordcheck.transfer.train import check_data_source, run_cell
 

@@ -22,11 +22,20 @@ from coordcheck.errors import CoordCheckError
 from coordcheck.frame import digest
 from coordcheck.models import check_width
 from coordcheck.optim import OPTIMIZERS
-from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
+from coordcheck.parametrization import (
+    PARAMETRIZATIONS,
+    Parametrization,
+    qualified_name,
+    short_name,
+)
 from coordcheck.train import LossFn, OptimizerFactory, cross_entropy, resolve_seeds
 from coordcheck.transfer.fit import TransferRules, TransferVerdict
 from coordcheck.transfer.frame import TransferIdentity, concat_frames
-from coordcheck.transfer.report import TransferReport, build_transfer_report, write_transfer_report
+from coordcheck.transfer.report import (
+    TransferReport,
+    build_transfer_report,
+    write_transfer_report,
+)
 from coordcheck.transfer.train import DIVERGE, DataSource, check_data_source, run_cell
 
 __all__ = ["transfer", "TransferResult"]

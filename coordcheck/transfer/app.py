@@ -152,7 +152,8 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
 
 def main(cfg: DictConfig) -> None:
     """Hydra task function (registered in ``coordcheck.transfer.__main__``)."""
-    app.execute(cfg, run_transfer_job, lambda c: f"width={c.get('width')} lr={c.get('lr')}")
+    app.execute(cfg, run_transfer_job, lambda c: f"width={c.get('width')} lr={c.get('lr')}",
+                hint="one (width, lr) only: sweep the grid for a verdict, python -m coordcheck.transfer --multirun")
 
 
 def grid_size(config: DictConfig) -> int | None:
@@ -183,7 +184,8 @@ class TransferCallback(Callback):
         except CoordCheckError as e:
             print(f"coordcheck: error: {e}", file=sys.stderr)
             sys.exit(2)
-        if config.get("progress", True):
+        launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
+        if config.get("progress", True) and launcher.endswith("BasicLauncher"):  # other launchers: jobs elsewhere
             from tqdm.auto import tqdm
 
             TransferCallback.bar = tqdm(total=grid_size(config), desc="μTransfer grid", unit="job")

@@ -35,8 +35,8 @@ The numbers, in order:
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -253,8 +253,11 @@ def _octaves(x: float) -> str:
 def _why_no_optimum(o: pd.Series) -> str:
     w, best = int(o["width"]), math.log2(o["best_lr"]) if o["best_lr"] > 0 else math.nan
     if o["edge"] == "few":
-        return (f"width {w} has {int(o['n_finite'])} finite points (fewer than 3 learning rates trained without "
-                f"diverging): widen the grid towards smaller learning rates")
+        if o["n_lrs"] < 3:
+            return (f"width {w} has {int(o['n_lrs'])} learning rate(s): a parabola needs at least 3, sweep one per "
+                    f"octave around the expected optimum")
+        return (f"width {w} has {int(o['n_finite'])} finite points of {int(o['n_lrs'])} (the others diverged): "
+                f"widen the grid towards smaller learning rates")
     if o["edge"] == "low":
         return (f"width {w}'s best learning rate 2^{best:g} is the grid's smallest: extend the grid to smaller "
                 f"learning rates (add {2 ** (best - 1):.3g}, {2 ** (best - 2):.3g})")

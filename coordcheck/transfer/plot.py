@@ -13,8 +13,17 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from coordcheck.plot import (
+    WIDTH_PALETTE,
+    Size,
+    _facet_size,
+    _legend,
+    _line,
+    figure_style,
+    save_figure,
+    seaborn_modules,
+)
 from coordcheck.transfer.fit import PAR_ORDER
-from coordcheck.plot import WIDTH_PALETTE, Size, _facet_size, _legend, _line, figure_style, save_figure, seaborn_modules
 
 __all__ = ["plot_transfer", "plot_optima"]
 

@@ -51,9 +51,19 @@ from coordcheck.errors import CoordCheckError
 from coordcheck.frame import atomic_write
 from coordcheck.report import REPORT_DIR, _num, _records, _sweep_config, md_escape
 from coordcheck.sweep import JobProblem, aggregate
-from coordcheck.transfer.fit import (DOES_NOT, INCONCLUSIVE, TRANSFERS, TransferRules, TransferVerdict, curves,
-                                     fit_optima, fit_shifts, judge_transfer, wider_not_worse)
 from coordcheck.transfer import frame as transfer_frame
+from coordcheck.transfer.fit import (
+    DOES_NOT,
+    INCONCLUSIVE,
+    TRANSFERS,
+    TransferRules,
+    TransferVerdict,
+    curves,
+    fit_optima,
+    fit_shifts,
+    judge_transfer,
+    wider_not_worse,
+)
 
 __all__ = ["TransferReport", "build_transfer_report", "write_transfer_report", "report_transfer_sweep", "main",
            "EXIT", "SCHEMA"]
