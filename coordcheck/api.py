@@ -22,12 +22,13 @@ from tqdm.auto import tqdm
 from coordcheck import data as data_mod
 from coordcheck import models
 from coordcheck.data import Batch, as_batch
+from coordcheck.device import check_compile, check_precision, resolve_device
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import STATS, concat_frames, digest
 from coordcheck.models import check_width
 from coordcheck.optim import OPTIMIZERS
 from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
-from coordcheck.report import Report, build_report
+from coordcheck.report import Report, build_report, environments
 from coordcheck.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
 from coordcheck.verdict import Rules, Verdict
 
@@ -51,7 +52,9 @@ class CoordCheckResult:
 
     @functools.cached_property
     def _report(self) -> Report:
-        return build_report(self.frame, rules=self.rules)
+        report = build_report(self.frame, rules=self.rules)
+        report.environment = environments(self.facts)
+        return report
 
     @property
     def slopes(self) -> pd.DataFrame:
@@ -106,6 +109,9 @@ def coord_check(
     output: int | str | None = None,
     forward_targets: bool | str = False,
     grad_clip: float | None = None,
+    device: str = "auto",
+    precision: str = "fp32",
+    compile: bool = False,
     tensors: Sequence[str] = ("out", "delta"),
     stats: Sequence[str] = STATS,
     progress: bool = True,
@@ -126,8 +132,15 @@ def coord_check(
     targets})`` (a string). ``grad_clip``: clip the global gradient norm before each update.
     ``base_width``: the width at which muP equals standard parametrization (where ``lr`` was
     tuned); also passed to a builder whose signature has ``base_width``.
+    ``device``: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` — models are built
+    on it directly. ``precision``: ``"fp32"``, ``"bf16"`` (autocast around the forward) or ``"fp16"``
+    (autocast and a gradient scaler); statistics are reduced in float32 either way. ``compile=True`` is
+    refused with the reason (:mod:`coordcheck.device`).
     ``rules``: the verdict's numbers (:class:`coordcheck.verdict.Rules`).
     """
+    device = resolve_device(device)
+    precision = check_precision(precision)
+    check_compile(compile)
     if isinstance(widths, (int, str)) or not len(widths):
         raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r}")
     widths = sorted({check_width(w) for w in widths})
@@ -162,6 +175,8 @@ def coord_check(
            steps, base_width, seeds, list(tensors), list(stats)]
     if (output, loss, forward_targets, grad_clip) != (None, None, False, None):  # keeps earlier ids unchanged
         key += [output, loss if loss == "model" else qualified_name(loss) if loss else None, forward_targets, grad_clip]
+    if precision != "fp32":
+        key += [precision]
     identity = RunIdentity(
         config_id=digest(key), model=model_name,
         parametrization=parametrization.name, optimizer=opt_name, lr=float(lr), data=batch.name,
@@ -177,7 +192,8 @@ def coord_check(
                 batch=batch, steps=steps, identity=identity,
                 base_width=base_width,
                 loss_fn=loss or cross_entropy, tensors=tensors, stats=stats, progress=bar,
-                output=output, forward_targets=forward_targets, grad_clip=grad_clip,
+                output=output, forward_targets=forward_targets, grad_clip=grad_clip, device=device,
+                precision=precision,
             )
             frames.append(frame)
             facts.append(fact)

@@ -60,12 +60,27 @@ log = logging.getLogger("coordcheck")
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
 NOT_IN_JOB = ("progress", "report", "threads")  # keys that do not change a job's frame
-NOT_IN_ID = ("width", *NOT_IN_JOB)  # ... nor what a configuration is
+NOT_IN_ID = ("width", "device", *NOT_IN_JOB)  # ... nor what a configuration is (a width on another device is
+# the same configuration; its precision is not)
+
+
+RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False}  # at these values a key is left out of the
+# hashes, so that sweeps made before the keys existed keep their config_id and resume
 
 
 def _resolved(cfg: DictConfig, without: tuple[str, ...]) -> dict:
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    return {k: v for k, v in resolved.items() if k not in without}
+    return {k: v for k, v in resolved.items()
+            if k not in without and not (k in RUN_DEFAULTS and v == RUN_DEFAULTS[k])}
+
+
+def check_run(cfg: DictConfig) -> None:
+    """``device``, ``precision`` and ``compile``, checked when the command line is composed (one line, exit 2)."""
+    from coordcheck.device import check_compile, check_precision, resolve_device
+
+    resolve_device(cfg.get("device", "auto"))
+    check_precision(cfg.get("precision", "fp32"))
+    check_compile(cfg.get("compile", False))
 
 
 def config_id(cfg: DictConfig) -> str:
@@ -100,6 +115,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     import torch  # noqa: F401  (imported here so `--help` and config errors stay fast)
 
     from coordcheck.data import as_batch
+    from coordcheck.device import check_compile, check_precision, resolve_device
     from coordcheck.models import check_width
     from coordcheck.parametrization import short_name
     from coordcheck.train import RunIdentity, cross_entropy, resolve_seeds, run_width
@@ -112,6 +128,9 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     if not lr > 0:
         raise CoordCheckError(f"lr must be a positive number, got {cfg.lr!r}")
     seeds = resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
+    device = resolve_device(cfg.get("device", "auto"))
+    precision = check_precision(cfg.get("precision", "fp32"))
+    check_compile(cfg.get("compile", False))
     build = _instantiate(cfg.model, "model")
     parametrization = _instantiate(cfg.parametrization, "parametrization")
     optimizer = _instantiate(cfg.optimizer, "optimizer")
@@ -126,9 +145,9 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
         data_policy=batch.policy,
     )
     log.info(
-        "width=%d model=%s parametrization=%s optimizer=%s lr=%g steps=%s seeds=%s base_width=%s",
+        "width=%d model=%s parametrization=%s optimizer=%s lr=%g steps=%s seeds=%s base_width=%s device=%s %s",
         width, identity.model, identity.parametrization, identity.optimizer, identity.lr, cfg.steps, seeds,
-        cfg.base_width,
+        cfg.base_width, device, precision,
     )
     loss = cfg.get("loss")
     if loss not in (None, "model"):
@@ -138,7 +157,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
         batch=batch, steps=cfg.steps, identity=identity, base_width=cfg.base_width,
         tensors=tuple(cfg.tensors), stats=tuple(cfg.stats), progress=bool(cfg.progress),
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
-        grad_clip=cfg.get("grad_clip"),
+        grad_clip=cfg.get("grad_clip"), device=device, precision=precision,
     )
     write_frame(frame, output_dir / FRAME_NAME)
     log.info(
@@ -392,7 +411,7 @@ def rules_of(options: Mapping[str, Any]) -> Rules:
 def _not_in_dirname() -> list[str]:
     """``hydra.job.config.override_dirname.exclude_keys``: what does not change a job's frame does not name its
     directory, so a re-run with other report knobs finds (and resumes) the same jobs."""
-    return [*(k for k in NOT_IN_JOB if k != "report"), *(f"report.{k}" for k in KNOBS)]
+    return [*(k for k in NOT_IN_JOB if k != "report"), "device", *(f"report.{k}" for k in KNOBS)]
 
 
 if not OmegaConf.has_resolver("coordcheck_not_in_dirname"):
@@ -497,6 +516,7 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
         raise CoordCheckError(report_error(key.removeprefix("report."), value)) from None
     if check is None:
         report_options(cfg.report)
+        check_run(cfg)
     else:
         check(cfg, overrides)
 

@@ -428,6 +428,7 @@ def run(cfg, output_dir: Path) -> tuple[pd.DataFrame, list[Diagnosis], Path]:
     """The CLI's job: build the model exactly as the sweep does, probe ``cfg.steps`` steps, write
     ``gradflow.parquet`` and the report into ``output_dir``."""
     from coordcheck.app import _instantiate
+    from coordcheck.device import resolve_device
     from coordcheck.parametrization import short_name
     from coordcheck.frame import atomic_write
     from coordcheck.models import check_width
@@ -438,19 +439,23 @@ def run(cfg, output_dir: Path) -> tuple[pd.DataFrame, list[Diagnosis], Path]:
         lr = float(cfg.lr)
     except (TypeError, ValueError):
         raise CoordCheckError(f"lr must be a positive number, got {cfg.lr!r}") from None
+    if not lr > 0:
+        raise CoordCheckError(f"lr must be a positive number, got {cfg.lr!r}")
+    device = resolve_device(cfg.get("device", "auto"))
     build = _instantiate(cfg.model, "model")
     parametrization = _instantiate(cfg.parametrization, "parametrization")
     factory = _instantiate(cfg.optimizer, "optimizer")
     data_name = short_name(cfg.data.get("_target_", "custom"), "coordcheck.data")
     batch = as_batch(_instantiate(cfg.data, "data"), name=data_name)
     parametrization.prepare(build, cfg.base_width)
-    model = build_model(build, width, int(cfg.seed), parametrization)
+    with torch.device(device):  # built where it is probed (the batch follows the model)
+        model = build_model(build, width, int(cfg.seed), parametrization)
     optimizer = factory(model, lr)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise CoordCheckError(f"the optimizer factory returned {type(optimizer).__name__}, not a torch Optimizer")
     labels = {"model": short_name(cfg.model._target_, "coordcheck.models"), "parametrization": parametrization.name,
               "width": width, "optimizer": short_name(cfg.optimizer._target_, "coordcheck.optim"),
-              "lr": lr, "seed": int(cfg.seed)}
+              "lr": lr, "seed": int(cfg.seed), "device": str(device)}
     frame = probe_training(model, batch, optimizer=optimizer, steps=cfg.steps, labels=labels)
     diagnoses = diagnose(frame, learning=bool(cfg.learning))
     atomic_write(output_dir / FRAME_NAME, lambda p: frame.to_parquet(p, index=False))

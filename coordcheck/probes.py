@@ -464,13 +464,13 @@ class Probes:
         with torch.no_grad():
             self._push(name, "out", x, keep)
             if "delta" in self.tensors:
-                if self.step == 0:
-                    self._ref[name, call] = (x.clone(), keep)
+                if self.step == 0:  # float32, so that a bf16 / fp16 run's delta is taken in float32
+                    self._ref[name, call] = (x.to(torch.float32, copy=True), keep)
                 else:
                     ref = self._ref.get((name, call))
                     if ref is not None and ref[0].shape == x.shape:
                         both = keep if ref[1] is None else (ref[1] if keep is None else keep & ref[1])
-                        self._push(name, "delta", x - ref[0], both)
+                        self._push(name, "delta", x.float() - ref[0], both)
 
     def _push(self, name: str, tensor: str, x: torch.Tensor, keep: torch.Tensor | None) -> None:
         if tensor not in self.tensors:

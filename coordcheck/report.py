@@ -26,6 +26,7 @@ Never imports torch.
     instability     [{config_id, width, seed, unstable_step, reason}]
     figures         {name: relative path}
     notes           [figures that could not be drawn, and why]
+    environment     [{device, device_name, torch, cuda, precision}]: where the jobs ran (from job.json)
     command, config the exact command line and resolved config, when known
 
 NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inconclusive
@@ -103,6 +104,7 @@ class Report:
     config: str | None = None
     figures: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    environment: list[dict] = field(default_factory=list)  # where the jobs ran: device, torch, CUDA, precision
 
     @property
     def status(self) -> str:
@@ -136,6 +138,7 @@ class Report:
                                     ["config_id", "width", "seed", "unstable_step", "reason"]),
             "figures": self.figures,
             "notes": self.notes,
+            "environment": self.environment,
             "command": self.command,
             "config": self.config,
         }
@@ -215,11 +218,33 @@ class Report:
                 if path.endswith(".png"):
                     lines += [f"![{name}]({path})", ""]
         lines += ["", "## How this was run", ""]
+        lines += [f"- {environment_line(e)}" for e in self.environment]
+        if self.environment:
+            lines.append("")
         if self.command:
             lines += ["```", self.command, "```", ""]
         if self.config:
             lines += ["```yaml", self.config.rstrip(), "```", ""]
         return "\n".join(lines) + "\n"
+
+
+ENVIRONMENT_KEYS = ("device", "device_name", "torch", "cuda", "precision")
+
+
+def environment_line(e: dict) -> str:
+    """``cuda:0 (NVIDIA H200), torch 2.11.0, CUDA 12.8, bf16`` — escaped for Markdown."""
+    cuda = f", CUDA {e['cuda']}" if e.get("cuda") else ""
+    return md_escape(f"{e.get('device')} ({e.get('device_name')}), torch {e.get('torch')}{cuda}, {e.get('precision')}")
+
+
+def environments(facts: list[dict]) -> list[dict]:
+    """The distinct (device, device_name, torch, cuda, precision) of some jobs' facts, in first-seen order."""
+    out: list[dict] = []
+    for f in facts:
+        e = {k: f.get(k) for k in ENVIRONMENT_KEYS}
+        if e["device"] is not None and e not in out:
+            out.append(e)
+    return out
 
 
 def build_report(
@@ -326,8 +351,16 @@ def report_sweep(
         )
     report = build_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs, command=command,
                           config=config)
+    report.environment = environments([_job_facts(sweep_dir / job) for job in sweep.jobs])
     path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps, size=size, layout=layout)
     return report, path
+
+
+def _job_facts(job_dir: Path) -> dict:
+    try:
+        return json.loads((job_dir / "job.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _steps(text: str) -> list[int]:

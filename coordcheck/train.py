@@ -29,6 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from coordcheck.data import Batch
+from coordcheck.device import autocast, environment, grad_scaler
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import COLUMNS, LOSS_MODULE, ROOT_MODULE, STATS, conform
 from coordcheck.parametrization import Builder, Parametrization, build_model
@@ -179,25 +180,29 @@ def train_with_probes(
     output: int | str | None = None,
     forward_targets: bool | str = False,
     grad_clip: float | None = None,
+    precision: str = "fp32",
 ) -> tuple[list[StepRecord], dict[str, tuple[int, str, int]]]:
     """Train ``steps`` updates on the fixed batch; return the per-step records and the layout.
 
     ``loss_fn``: ``loss(output, targets)`` or ``"model"`` (the loss the model returns);
     ``output``: index or key of the logits in a tuple / dict output; ``forward_targets``:
     pass the targets to ``forward`` (True: positionally, a string: by that keyword);
-    ``grad_clip``: clip the global gradient norm to this before each update.
+    ``grad_clip``: clip the global gradient norm to this before each update; ``precision``:
+    ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (autocast and a gradient scaler).
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise CoordCheckError(f"steps must be an integer >= 1, got {steps!r}")
     device = next(model.parameters(), torch.empty(0)).device
-    inputs, targets = batch.inputs.to(device), batch.targets.to(device)
+    inputs, targets = batch.inputs.to(device), batch.targets.to(device)  # moved once
+    scaler = grad_scaler(device, precision)
     model.train()
     records: list[StepRecord] = []
     with Probes(model, tensors=tensors, stats=stats, output=output) as probes:
         for step in range(steps + 1):
             probes.begin_step(step)
-            loss = forward_loss(model, inputs, targets, loss_fn, output=output,
-                                forward_targets=forward_targets, probes=probes)
+            with autocast(device, precision):
+                loss = forward_loss(model, inputs, targets, loss_fn, output=output,
+                                    forward_targets=forward_targets, probes=probes)
             rec = probes.end_step(loss)
             records.append(rec)
             if on_step is not None:
@@ -205,10 +210,18 @@ def train_with_probes(
             if step == steps or not math.isfinite(rec.loss):
                 break
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            optimizer.step()
+            if scaler is None:
+                loss.backward()
+                if grad_clip:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                if grad_clip:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
         layout = dict(probes.layout)
     return records, layout
 
@@ -268,8 +281,13 @@ def run_width(
     output: int | str | None = None,
     forward_targets: bool | str = False,
     grad_clip: float | None = None,
+    device: torch.device | str = "cpu",
+    precision: str = "fp32",
 ) -> tuple[pd.DataFrame, dict]:
-    """Train every seed at one width; return the job's tidy frame and facts about the run."""
+    """Train every seed at one width; return the job's tidy frame and facts about the run.
+
+    ``device``: where the model is built (directly, under a ``torch.device`` context) and trained;
+    ``precision``: ``fp32`` / ``bf16`` / ``fp16`` (see :mod:`coordcheck.device`)."""
     if grad_clip is not None and (isinstance(grad_clip, bool) or not grad_clip > 0):
         raise CoordCheckError(f"grad_clip must be a positive number (a global gradient norm) or null, got {grad_clip!r}")
     t0 = time.perf_counter()
@@ -277,10 +295,12 @@ def run_width(
     bar = progress if isinstance(progress, tqdm) else tqdm(
         total=len(seeds) * (steps + 1), desc=f"width {width}", disable=not progress, leave=False
     )
-    frames, facts = [], {"width": width, "seeds": list(seeds), "diverged": []}
+    device = torch.device(device)
+    frames, facts = [], {"width": width, "seeds": list(seeds), "diverged": [], **environment(device, precision)}
     try:
         for seed in seeds:
-            model = build_model(build, width, seed, parametrization, base_width)
+            with torch.device(device):
+                model = build_model(build, width, seed, parametrization, base_width)
             facts["n_params"] = sum(p.numel() for p in model.parameters())
             opt = optimizer(model, lr)
             if not isinstance(opt, torch.optim.Optimizer):
@@ -288,6 +308,7 @@ def run_width(
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
                 on_step=lambda rec: bar.update(1), output=output, forward_targets=forward_targets, grad_clip=grad_clip,
+                precision=precision,
             )
             last = records[-1]
             if not math.isfinite(last.loss):

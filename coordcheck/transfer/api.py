@@ -155,7 +155,7 @@ def transfer(
     ``base_width``: as in :func:`coordcheck.coord_check`. ``rules``: the verdict's numbers
     (:class:`coordcheck.transfer.fit.TransferRules`).
     """
-    from coordcheck.transfer.app import resolve_device
+    from coordcheck.device import resolve_device
 
     if isinstance(widths, (int, str)) or not len(widths):
         raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r}")
@@ -163,7 +163,7 @@ def transfer(
     lrs = _lrs(lrs)
     seeds = resolve_seeds(seeds)
     pars = _parametrizations(parametrization)
-    device = resolve_device(device)
+    device = str(resolve_device(device))
     builder = functools.partial(build, **build_kwargs) if build_kwargs else build
     if isinstance(data, str):
         if data not in DATA:

@@ -27,7 +27,7 @@ from coordcheck import app
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import digest
 
-__all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "rules_of", "grid_size", "resolve_device",
+__all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "rules_of", "grid_size",
            "NOT_IN_ID"]
 
 log = logging.getLogger("coordcheck")
@@ -76,25 +76,6 @@ def rules_of(options: Mapping[str, Any]):
     return TransferRules(**{f.name: options[f.name] for f in fields(TransferRules) if f.name in options})
 
 
-def resolve_device(device: object) -> str:
-    """``auto`` -> ``cuda`` when available else ``cpu``; ``cpu``, ``cuda``, ``cuda:N`` checked, one line if not."""
-    import torch
-
-    name = str(device)
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cpu":
-        return name
-    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
-        if not torch.cuda.is_available():
-            raise CoordCheckError(f"device={name}, but torch sees no CUDA device here: use device=cpu (or auto)")
-        if ":" in name and int(name[5:]) >= torch.cuda.device_count():
-            raise CoordCheckError(f"device={name}, but there are {torch.cuda.device_count()} CUDA device(s): "
-                                  f"use cuda:0 .. cuda:{torch.cuda.device_count() - 1}")
-        return name
-    raise CoordCheckError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}")
-
-
 def positive_number(value: object, key: str) -> float:
     try:
         number = float(value)
@@ -107,6 +88,7 @@ def positive_number(value: object, key: str) -> float:
 
 def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     """Train ``cfg.width`` at ``cfg.lr`` for every seed; write ``transfer.parquet`` (``job.json`` is the caller's)."""
+    from coordcheck.device import resolve_device
     from coordcheck.models import check_width
     from coordcheck.parametrization import short_name
     from coordcheck.train import cross_entropy, resolve_seeds
@@ -116,7 +98,7 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     width = check_width(cfg.width)
     lr = positive_number(cfg.lr, "lr")
     diverge = positive_number(cfg.diverge, "diverge")
-    device = resolve_device(cfg.get("device", "auto"))
+    device = str(resolve_device(cfg.get("device", "auto")))
     seeds = resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
     build = app._instantiate(cfg.model, "model")
     parametrization = app._instantiate(cfg.parametrization, "parametrization")
