@@ -93,7 +93,7 @@ from torch.overrides import TorchFunctionMode
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import ROOT_MODULE, STATS
 
-__all__ = ["Probes", "StepRecord", "moments", "moment_rows", "masked_moments", "stats_from_moments", "pool_moments",
+__all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", "masked_moments", "stats_from_moments", "pool_moments",
            "STAT_FUNCS", "first_tensor", "select_output", "infer_layout", "LOGITS_MODULE", "MASK_BELOW"]
 
 LOGITS_MODULE = "(logits)"  # the input of a model's final (log_)softmax, when no module returns it
@@ -152,6 +152,30 @@ def moments(x: torch.Tensor, which: Sequence[str] = MOMENTS) -> torch.Tensor:
         out += [a.sum()] if "abssum" in which else []
         out += [a.max()] if "absmax" in which else []
     return torch.stack(out)
+
+
+def batched_moments(flats: Sequence[torch.Tensor], which: Sequence[str] = MOMENTS) -> torch.Tensor:
+    """:func:`moments` of many flat float32 tensors at once: (R, len(which)), a fixed number of kernels.
+
+    One ``cat``, one gather of the shifts, and segment reductions over the concatenation, instead
+    of a handful of kernels per tensor (the GPU path, where per-tensor kernels are launch-bound).
+    Sums of ``x - c`` as in :func:`moments`; each tensor must hold at least one element.
+    """
+    flat = torch.cat(list(flats))
+    lengths = torch.tensor([f.numel() for f in flats], device=flat.device)
+    cols = []
+    if "shift" in which:
+        c = flat[lengths.cumsum(0) - lengths]
+        d = flat - torch.repeat_interleave(c, lengths, output_size=flat.numel())
+        cols += [c, torch.segment_reduce(d, "sum", lengths=lengths)]
+        if "sumsq" in which:
+            cols.append(torch.segment_reduce(d * d, "sum", lengths=lengths))
+        del d
+    if "abssum" in which or "absmax" in which:
+        a = flat.abs()
+        cols += [torch.segment_reduce(a, "sum", lengths=lengths)] if "abssum" in which else []
+        cols += [torch.segment_reduce(a, "max", lengths=lengths)] if "absmax" in which else []
+    return torch.stack(cols, dim=1)
 
 
 def moment_rows(n: np.ndarray, raw: np.ndarray, which: Sequence[str] = MOMENTS) -> np.ndarray:
@@ -344,6 +368,7 @@ class Probes:
     tensors: Sequence[str] = ("out", "delta")
     stats: Sequence[str] = STATS
     output: int | str | None = None  # selects the logits in the root's tuple / dict output
+    batched: bool | None = None  # reduce a step's tensors together at its end (None: on CUDA, not on the CPU)
     recording: bool = False
     step: int = 0
     layout: dict[str, tuple[int, str, int]] = field(default_factory=dict)
@@ -367,6 +392,8 @@ class Probes:
 
     def __post_init__(self) -> None:
         self._which = needed_moments(self.stats)
+        if self.batched is None:  # per-hook reductions are the faster path on the CPU (benchmarked)
+            self.batched = next(self.model.parameters(), torch.empty(0)).device.type == "cuda"
         self._mode = _FunctionProbe(self)
         self._mode_on = False
         for name, module in self.model.named_modules():
@@ -478,7 +505,10 @@ class Probes:
         if keep is None:
             self._keys.append((name, tensor))
             self._n.append(x.numel())
-            self._vals.append(moments(x, self._which))
+            if self.batched:  # a float32 snapshot (one kernel): later in-place ops must not change it
+                self._vals.append(x.reshape(-1).to(torch.float32, copy=tensor == "out"))
+            else:
+                self._vals.append(moments(x, self._which))
         else:
             self._mkeys.append((name, tensor))
             self._mvals.append(masked_moments(x, keep))
@@ -499,7 +529,12 @@ class Probes:
         self._root_done(self.model, (), None)
         if self.step == 0:
             self.layout = infer_layout(self.model, self._fired, self._captured)
-        parts = [torch.stack(v).reshape(-1) for v in (self._vals, self._mvals) if v]
+        parts = []
+        if self._vals:
+            parts.append((batched_moments(self._vals, self._which) if self.batched else torch.stack(self._vals))
+                         .reshape(-1))
+        if self._mvals:
+            parts.append(torch.stack(self._mvals).reshape(-1))
         parts.append(loss.detach().float().reshape(1))
         host = torch.cat(parts).cpu().double().numpy()  # the one device-to-host transfer of the step
         r, k = len(self._n), len(self._which)
@@ -507,6 +542,7 @@ class Probes:
                               host[r * k : -1].reshape(-1, 5)])
         keys, raw = _pool_calls(self._keys + self._mkeys, raw)
         self._last_out = self._softmax_out = None  # hold no activation past the step
+        self._vals = []
         return StepRecord(self.step, keys, raw, float(host[-1]))
 
     def remove(self) -> None:

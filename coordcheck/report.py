@@ -242,7 +242,7 @@ def environments(facts: list[dict]) -> list[dict]:
     out: list[dict] = []
     for f in facts:
         e = {k: f.get(k) for k in ENVIRONMENT_KEYS}
-        if e["device"] is not None and e not in out:
+        if e["device"] is not None and e["torch"] is not None and e not in out:  # older jobs recorded none
             out.append(e)
     return out
 

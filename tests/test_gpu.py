@@ -40,3 +40,38 @@ def test_no_sync_in_hooks_and_one_transfer_per_step(monkeypatch):
                 p.add_(1e-3 * torch.randn_like(p))
     assert len(transfers) == 3  # exactly one device-to-host copy per step
     probes.remove()
+
+
+def test_models_are_built_on_the_device_and_the_environment_is_recorded():
+    from coordcheck import coord_check
+
+    seen = []
+
+    def build(width):
+        model = gpt(width)
+        seen.append(next(model.parameters()).device.type)  # built, not moved: already on CUDA here
+        return model
+
+    r = coord_check(build, [64, 128], data=tokens(batch_size=2, seq_len=16), steps=2, seeds=1, device="cuda",
+                    progress=False)
+    assert seen and set(seen) == {"cuda"}
+    assert {f["device"] for f in r.facts} == {"cuda"} and all(f["cuda"] for f in r.facts)
+    assert r.frame["value"].notna().all()
+
+
+def test_bf16_and_fp16_on_cuda():
+    from coordcheck import coord_check
+
+    for precision in ("bf16", "fp16"):
+        r = coord_check(gpt, [64, 128], data=tokens(batch_size=2, seq_len=16), steps=2, seeds=1, device="cuda",
+                        precision=precision, progress=False)
+        assert r.frame.loc[r.frame.tensor == "loss", "value"].notna().all()
+
+
+def test_transfer_on_cuda():
+    import coordcheck
+    from coordcheck import models
+
+    r = coordcheck.transfer(models.gpt, [32, 64], [1e-3, 4e-3, 1.6e-2], steps=3, eval_batches=1, base_width=32,
+                            device="cuda", progress=False)
+    assert {f["device"] for f in r.facts} == {"cuda"}

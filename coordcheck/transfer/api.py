@@ -28,6 +28,7 @@ from coordcheck.parametrization import (
     qualified_name,
     short_name,
 )
+from coordcheck.report import environments
 from coordcheck.train import LossFn, OptimizerFactory, cross_entropy, resolve_seeds
 from coordcheck.transfer.fit import TransferRules, TransferVerdict
 from coordcheck.transfer.frame import TransferIdentity, concat_frames
@@ -58,7 +59,9 @@ class TransferResult:
 
     @functools.cached_property
     def _report(self) -> TransferReport:
-        return build_transfer_report(self.frame, rules=self.rules)
+        report = build_transfer_report(self.frame, rules=self.rules)
+        report.environment = environments(self.facts)
+        return report
 
     @property
     def optima(self) -> pd.DataFrame:

@@ -26,6 +26,7 @@ Every file is written atomically. Never imports torch.
     jobs            {"ok": [job dirs], "problems": [{job, status, error}]}
     figures         {name: relative path}
     notes           [figures that could not be drawn, and why]
+    environment     [{device, device_name, torch, cuda, precision}]: where the jobs ran (from job.json)
     command, config the exact command line and resolved config, when known
 
 NaN is written as ``null``. Exit status with ``--strict``: 0 transfers, 1 does not transfer,
@@ -49,7 +50,8 @@ import pandas as pd
 
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import atomic_write
-from coordcheck.report import REPORT_DIR, _num, _records, _sweep_config, md_escape
+from coordcheck.report import (REPORT_DIR, _job_facts, _num, _records, _sweep_config, environment_line, environments,
+                               md_escape)
 from coordcheck.sweep import JobProblem, aggregate
 from coordcheck.transfer import frame as transfer_frame
 from coordcheck.transfer.fit import (
@@ -92,6 +94,7 @@ class TransferReport:
     config: str | None = None
     figures: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    environment: list[dict] = field(default_factory=list)  # where the jobs ran (coordcheck.report.environments)
 
     @property
     def status(self) -> str:
@@ -130,6 +133,7 @@ class TransferReport:
             "jobs": {"ok": self.jobs, "problems": [asdict(p) for p in self.problems]},
             "figures": self.figures,
             "notes": self.notes,
+            "environment": self.environment,
             "command": self.command,
             "config": self.config,
         }
@@ -193,6 +197,7 @@ class TransferReport:
             lines += [f"- {md_escape(n)}" for n in self.notes]
             lines += [f"![{name}]({path})\n" for name, path in self.figures.items() if path.endswith(".png")]
         lines += ["", "## How this was run", ""]
+        lines += [f"- {environment_line(e)}" for e in self.environment] + ([""] if self.environment else [])
         if self.command:
             lines += ["```", self.command, "```", ""]
         if self.config:
@@ -273,6 +278,7 @@ def report_transfer_sweep(sweep_dir: str | Path, *, rules: TransferRules | None 
         command = command.replace("python -m coordcheck ", "python -m coordcheck.transfer ", 1)
     report = build_transfer_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs,
                                    command=command, config=config)
+    report.environment = environments([_job_facts(sweep_dir / job) for job in sweep.jobs])
     path = write_transfer_report(report, sweep_dir / REPORT_DIR, figures=figures, size=size)
     return report, path
 

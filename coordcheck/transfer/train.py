@@ -30,6 +30,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from coordcheck.data import Batch, as_batch
+from coordcheck.device import environment
 from coordcheck.errors import CoordCheckError
 from coordcheck.parametrization import Builder, Parametrization, build_model
 from coordcheck.train import LossFn, OptimizerFactory, cross_entropy, forward_loss
@@ -164,7 +165,8 @@ def run_cell(
         parametrization.prepare(build, base_width)
     bar = progress if isinstance(progress, tqdm) else tqdm(
         total=len(seeds) * steps, desc=f"width {width} lr {lr:g}", disable=not progress, leave=False)
-    rows, facts = [], {"width": width, "lr": lr, "seeds": list(seeds), "diverged": []}
+    rows, facts = [], {"width": width, "lr": lr, "seeds": list(seeds), "diverged": [],
+                       **environment(torch.device(device), "fp32")}
     try:
         for seed in seeds:
             with torch.device(device):

@@ -1,0 +1,65 @@
+"""The batched reduction (the GPU path: a step's tensors reduced together at its end) gives the
+per-hook reduction's numbers, here on the CPU where both paths run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from coordcheck.data import tokens
+from coordcheck.models import gpt
+from coordcheck.parametrization import Mup, build_model
+from coordcheck.probes import MOMENTS, Probes, batched_moments, moments
+from coordcheck.train import cross_entropy
+
+
+def test_batched_moments_equal_per_tensor_moments():
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(n, generator=g) * s + m for n, s, m in [(1, 1.0, 0.0), (7, 3.0, 5.0), (1000, 0.01, 100.0)]]
+    xs.append(torch.full((50,), 2.5))  # a constant: variance exactly 0 through the shift
+    got = batched_moments(xs, MOMENTS)
+    want = torch.stack([moments(x, MOMENTS) for x in xs])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert got[3, MOMENTS.index("sumsq")] == 0
+
+
+def records(model, x, y, batched, steps=3):
+    out = []
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    with Probes(model, batched=batched) as probes:
+        for step in range(steps):
+            probes.begin_step(step)
+            loss = cross_entropy(model(x), y)
+            rec = probes.end_step(loss)
+            out.append((rec.keys, rec.moments))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return out
+
+
+@pytest.mark.parametrize("case", ["gpt", "inplace_relu"])
+def test_batched_probes_record_what_per_hook_probes_record(case):
+    if case == "gpt":
+        par = Mup()
+        par.prepare(gpt, 32)
+        b = tokens(batch_size=2, seq_len=16)
+        make = lambda: build_model(gpt, 64, 0, par)  # noqa: E731
+    else:  # ReLU(inplace=True) rewrites each Linear's output after its hook: the batched path snapshots it
+        b = type("B", (), {"inputs": torch.randn(8, 16), "targets": torch.randint(0, 4, (8,))})
+
+        def make():
+            torch.manual_seed(0)
+            return nn.Sequential(nn.Linear(16, 32), nn.ReLU(inplace=True), nn.Linear(32, 32), nn.ReLU(inplace=True),
+                                 nn.Linear(32, 4))
+    per_hook = records(make(), b.inputs, b.targets, batched=False)
+    batched = records(make(), b.inputs, b.targets, batched=True)
+    for (k1, m1), (k2, m2) in zip(per_hook, batched):
+        assert k1 == k2
+        np.testing.assert_allclose(m2, m1, rtol=2e-4, atol=1e-6)
+
+
+def test_batched_is_the_default_on_cuda_only():
+    assert Probes(nn.Linear(2, 2)).batched is False
