@@ -64,6 +64,7 @@ def test_tiny_sweep_writes_the_report_resumes_and_gates(tmp_path):
 @pytest.mark.parametrize("args, words", [
     (["lr=0.01,-1"], "lr must be a positive number"),
     (["report.tol=0"], "report.tol must be a number > 0"),
+    (["precision=fp8"], "precision must be one of fp32, bf16, fp16"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
     r = run_cli("--multirun", *args, f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path, module="coordcheck.transfer")

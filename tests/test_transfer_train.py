@@ -94,6 +94,7 @@ def test_a_user_data_callable_works():
     ({"data": "tokens"}, "unknown data"),
     ({"optimizer": "lion"}, "unknown optimizer"),
     ({"device": "tpu"}, "device must be"),
+    ({"precision": "fp8"}, "precision must be one of"),
     ({"widths": 64}, "widths must be"),
 ])
 def test_api_bad_input_is_one_line(kwargs, words):
@@ -122,3 +123,9 @@ def test_api_runs_the_grid_and_the_package_is_the_function(tmp_path):
     path = result.write(tmp_path, figures=False)
     assert path.read_text().startswith("# Does the learning rate transfer")
     assert held.loss.notna().all()
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_runs_and_is_recorded(precision):
+    frame, facts = cell(2.0 ** -7, precision=precision)
+    assert frame.loss.notna().all() and facts["precision"] == precision

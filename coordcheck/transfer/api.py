@@ -135,6 +135,7 @@ def transfer(
     eval_batches: int = 8,
     base_width: int = 128,
     device: str = "auto",
+    precision: str = "fp32",
     loss: LossFn | Literal["model"] | None = None,
     output: int | str | None = None,
     forward_targets: bool | str = False,
@@ -153,12 +154,13 @@ def transfer(
     ``data(split, seed)`` yielding ``(inputs, targets)`` batches, split ``"train"`` or ``"heldout"``; seed ``s``
     draws the training batches of model seed ``s``, held-out batches always use seed 0. ``eval_batches``:
     held-out batches averaged after training. ``device``: ``"auto"`` (CUDA when available), ``"cpu"``,
-    ``"cuda"``, ``"cuda:N"``. ``diverge``: a run whose training loss rises above this many times its first
+    ``"cuda"``, ``"cuda:N"``; ``precision``: ``"fp32"``, ``"bf16"`` (autocast) or ``"fp16"`` (and a gradient
+    scaler). ``diverge``: a run whose training loss rises above this many times its first
     loss stops and is recorded as diverged. ``loss``, ``output``, ``forward_targets``, ``grad_clip``,
     ``base_width``: as in :func:`coordcheck.coord_check`. ``rules``: the verdict's numbers
     (:class:`coordcheck.transfer.fit.TransferRules`).
     """
-    from coordcheck.device import resolve_device
+    from coordcheck.device import check_precision, resolve_device
 
     if isinstance(widths, (int, str)) or not len(widths):
         raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r}")
@@ -167,6 +169,7 @@ def transfer(
     seeds = resolve_seeds(seeds)
     pars = _parametrizations(parametrization)
     device = str(resolve_device(device))
+    precision = check_precision(precision)
     builder = functools.partial(build, **build_kwargs) if build_kwargs else build
     if isinstance(data, str):
         if data not in DATA:
@@ -189,7 +192,7 @@ def transfer(
                        else optimizer)
             key = [model_name, repr(sorted(build_kwargs.items())), par.name, opt_name, data_name, steps, seeds,
                    eval_batches, base_width, diverge, output, forward_targets, grad_clip,
-                   loss if loss in (None, "model") else qualified_name(loss)]
+                   loss if loss in (None, "model") else qualified_name(loss)] + ([precision] if precision != "fp32" else [])
             identity = TransferIdentity(config_id=digest(key), model=model_name, parametrization=par.name,
                                         optimizer=opt_name, data=data_name)
             par.prepare(builder, base_width)
@@ -200,7 +203,8 @@ def transfer(
                         builder, width, lr, seeds=seeds, parametrization=par, optimizer=factory, data=source,
                         steps=steps, eval_batches=eval_batches, identity=identity, base_width=base_width,
                         loss_fn=loss or cross_entropy, output=output, forward_targets=forward_targets,
-                        grad_clip=grad_clip, diverge=diverge, device=device, progress=bar, prepared=True)
+                        grad_clip=grad_clip, diverge=diverge, device=device, precision=precision, progress=bar,
+                        prepared=True)
                     frames.append(frame)
                     facts.append({"parametrization": par.name, **fact})
     finally:

@@ -88,7 +88,7 @@ def positive_number(value: object, key: str) -> float:
 
 def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     """Train ``cfg.width`` at ``cfg.lr`` for every seed; write ``transfer.parquet`` (``job.json`` is the caller's)."""
-    from coordcheck.device import resolve_device
+    from coordcheck.device import check_precision, resolve_device
     from coordcheck.models import check_width
     from coordcheck.parametrization import short_name
     from coordcheck.train import cross_entropy, resolve_seeds
@@ -99,6 +99,7 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     lr = positive_number(cfg.lr, "lr")
     diverge = positive_number(cfg.diverge, "diverge")
     device = str(resolve_device(cfg.get("device", "auto")))
+    precision = check_precision(cfg.get("precision", "fp32"))
     seeds = resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
     build = app._instantiate(cfg.model, "model")
     parametrization = app._instantiate(cfg.parametrization, "parametrization")
@@ -120,7 +121,7 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
         build, width, lr, seeds=seeds, parametrization=parametrization, optimizer=optimizer, data=data,
         steps=cfg.steps, eval_batches=cfg.eval_batches, identity=identity, base_width=cfg.base_width,
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
-        grad_clip=cfg.get("grad_clip"), diverge=diverge, device=device,
+        grad_clip=cfg.get("grad_clip"), diverge=diverge, device=device, precision=precision,
         progress=bool(cfg.progress) and TransferCallback.bar is None,  # under the grid's bar: no bar per job
     )
     write_frame(frame, output_dir / FRAME_NAME)

@@ -30,7 +30,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from coordcheck.data import Batch, as_batch
-from coordcheck.device import environment
+from coordcheck.device import autocast, environment, grad_scaler
 from coordcheck.errors import CoordCheckError
 from coordcheck.parametrization import Builder, Parametrization, build_model
 from coordcheck.train import LossFn, OptimizerFactory, cross_entropy, forward_loss
@@ -90,16 +90,21 @@ def train_once(
     grad_clip: float | None = None,
     diverge: float = DIVERGE,
     on_step: Callable[[], None] | None = None,
+    precision: str = "fp32",
 ) -> tuple[list[float], float, int | None]:
-    """Train ``steps`` updates on fresh batches; return (train losses, held-out loss, diverged step or None)."""
+    """Train ``steps`` updates on fresh batches; return (train losses, held-out loss, diverged step or None).
+
+    ``precision``: ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (and a gradient scaler)."""
     device = next(model.parameters(), torch.empty(0)).device
+    scaler = grad_scaler(device, precision)
     call = dict(output=output, forward_targets=forward_targets)
     train = iter(_batches(data, "train", seed))
     losses: list[float] = []
     model.train()
     for step in range(steps):
         batch = _next(train, "train")
-        loss = forward_loss(model, batch.inputs.to(device), batch.targets.to(device), loss_fn, **call)
+        with autocast(device, precision):
+            loss = forward_loss(model, batch.inputs.to(device), batch.targets.to(device), loss_fn, **call)
         value = float(loss.detach())
         losses.append(value)
         if on_step is not None:
@@ -107,13 +112,21 @@ def train_once(
         if not math.isfinite(value) or value > diverge * losses[0]:
             return losses, math.nan, step
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        optimizer.step()
+        if scaler is None:
+            loss.backward()
+            if grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            if grad_clip:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
     model.eval()
     heldout_losses = []
-    with torch.no_grad():
+    with torch.no_grad(), autocast(device, precision):
         for batch in itertools.islice(iter(_batches(data, "heldout", 0)), eval_batches):
             heldout_losses.append(float(forward_loss(model, batch.inputs.to(device), batch.targets.to(device),
                                                      loss_fn, **call)))
@@ -145,6 +158,7 @@ def run_cell(
     grad_clip: float | None = None,
     diverge: float = DIVERGE,
     device: torch.device | str = "cpu",
+    precision: str = "fp32",
     progress: bool | tqdm = True,
     prepared: bool = False,
 ) -> tuple[pd.DataFrame, dict]:
@@ -166,7 +180,7 @@ def run_cell(
     bar = progress if isinstance(progress, tqdm) else tqdm(
         total=len(seeds) * steps, desc=f"width {width} lr {lr:g}", disable=not progress, leave=False)
     rows, facts = [], {"width": width, "lr": lr, "seeds": list(seeds), "diverged": [],
-                       **environment(torch.device(device), "fp32")}
+                       **environment(torch.device(device), precision)}
     try:
         for seed in seeds:
             with torch.device(device):
@@ -177,7 +191,8 @@ def run_cell(
                 raise CoordCheckError(f"the optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
             losses, heldout, diverged = train_once(
                 model, opt, data, seed=seed, steps=steps, eval_batches=eval_batches, loss_fn=loss_fn, output=output,
-                forward_targets=forward_targets, grad_clip=grad_clip, diverge=diverge, on_step=lambda: bar.update(1))
+                forward_targets=forward_targets, grad_clip=grad_clip, diverge=diverge, on_step=lambda: bar.update(1),
+                precision=precision)
             if diverged is not None:
                 bar.update(steps - len(losses))
                 facts["diverged"].append({"seed": seed, "step": diverged})
