@@ -74,11 +74,17 @@ def _resolved(cfg: DictConfig, without: tuple[str, ...]) -> dict:
             if k not in without and not (k in RUN_DEFAULTS and v == RUN_DEFAULTS[k])}
 
 
-def check_run(cfg: DictConfig) -> None:
-    """``device``, ``precision`` and ``compile``, checked when the command line is composed (one line, exit 2)."""
+def check_run(cfg: DictConfig, overrides: list | None = None) -> None:
+    """``device``, ``precision`` and ``compile``, checked when the command line is composed (one line, exit 2).
+
+    With another launcher than the basic one (``hydra/launcher=slurm``: jobs run on other machines) the
+    device is checked for its form only; the job checks that it exists where it runs."""
     from coordcheck.device import check_compile, check_precision, resolve_device
 
-    resolve_device(cfg.get("device", "auto"))
+    remote = any(getattr(o, "key_or_group", None) == "hydra/launcher" for o in overrides or [])
+    device = str(cfg.get("device", "auto"))
+    if not (remote and re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)):  # remote: its form is right, the job checks
+        resolve_device(device)
     check_precision(cfg.get("precision", "fp32"))
     check_compile(cfg.get("compile", False))
 
@@ -500,6 +506,9 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
     except HydraException as e:
         raise CoordCheckError(_one_line(e)) from None
     for o in overrides:
+        if o.is_sweep_override() and o.key_or_group == "device":
+            raise CoordCheckError("device: one value per sweep (its jobs share their directories across devices); "
+                                  "run one sweep per device")
         if o.is_sweep_override() and _is_report(o.key_or_group):
             hint = ": write a list as [0,3,10]" if o.key_or_group == "report.steps" else ""
             raise CoordCheckError(f"{o.key_or_group}: one value per sweep, its report is made once at the end "
@@ -516,7 +525,7 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
         raise CoordCheckError(report_error(key.removeprefix("report."), value)) from None
     if check is None:
         report_options(cfg.report)
-        check_run(cfg)
+        check_run(cfg, overrides)
     else:
         check(cfg, overrides)
 

@@ -154,12 +154,16 @@ def moments(x: torch.Tensor, which: Sequence[str] = MOMENTS) -> torch.Tensor:
     return torch.stack(out)
 
 
+BATCH_BUDGET = 1 << 26  # batched probes: float32 elements snapshotted (256 MiB) before a step reduces them early
+
+
 def batched_moments(flats: Sequence[torch.Tensor], which: Sequence[str] = MOMENTS) -> torch.Tensor:
     """:func:`moments` of many flat float32 tensors at once: (R, len(which)), a fixed number of kernels.
 
     One ``cat``, one gather of the shifts, and segment reductions over the concatenation, instead
     of a handful of kernels per tensor (the GPU path, where per-tensor kernels are launch-bound).
-    Sums of ``x - c`` as in :func:`moments`; each tensor must hold at least one element.
+    Sums of ``x - c`` as in :func:`moments`; each tensor must hold at least one element
+    (``unsafe=True``: segment_reduce's own length checks would synchronise with the host).
     """
     flat = torch.cat(list(flats))
     lengths = torch.tensor([f.numel() for f in flats], device=flat.device)
@@ -167,14 +171,14 @@ def batched_moments(flats: Sequence[torch.Tensor], which: Sequence[str] = MOMENT
     if "shift" in which:
         c = flat[lengths.cumsum(0) - lengths]
         d = flat - torch.repeat_interleave(c, lengths, output_size=flat.numel())
-        cols += [c, torch.segment_reduce(d, "sum", lengths=lengths)]
+        cols += [c, torch.segment_reduce(d, "sum", lengths=lengths, unsafe=True)]
         if "sumsq" in which:
-            cols.append(torch.segment_reduce(d * d, "sum", lengths=lengths))
+            cols.append(torch.segment_reduce(d.square_(), "sum", lengths=lengths, unsafe=True))
         del d
     if "abssum" in which or "absmax" in which:
         a = flat.abs()
-        cols += [torch.segment_reduce(a, "sum", lengths=lengths)] if "abssum" in which else []
-        cols += [torch.segment_reduce(a, "max", lengths=lengths)] if "absmax" in which else []
+        cols += [torch.segment_reduce(a, "sum", lengths=lengths, unsafe=True)] if "abssum" in which else []
+        cols += [torch.segment_reduce(a, "max", lengths=lengths, unsafe=True)] if "absmax" in which else []
     return torch.stack(cols, dim=1)
 
 
@@ -392,6 +396,7 @@ class Probes:
 
     def __post_init__(self) -> None:
         self._which = needed_moments(self.stats)
+        self._reduced, self._pending = [], 0  # batched: moments already reduced this step, elements pending
         if self.batched is None:  # per-hook reductions are the faster path on the CPU (benchmarked)
             self.batched = next(self.model.parameters(), torch.empty(0)).device.type == "cuda"
         self._mode = _FunctionProbe(self)
@@ -507,6 +512,10 @@ class Probes:
             self._n.append(x.numel())
             if self.batched:  # a float32 snapshot (one kernel): later in-place ops must not change it
                 self._vals.append(x.reshape(-1).to(torch.float32, copy=tensor == "out"))
+                self._pending += x.numel()
+                if self._pending > BATCH_BUDGET:  # bound the snapshots' memory: reduce what is pending now
+                    self._reduced.append(batched_moments(self._vals, self._which))
+                    self._vals, self._pending = [], 0
             else:
                 self._vals.append(moments(x, self._which))
         else:
@@ -518,6 +527,7 @@ class Probes:
         self.step = step
         self.recording = True
         self._keys, self._n, self._vals, self._mkeys, self._mvals = [], [], [], [], []
+        self._reduced, self._pending = [], 0
         self._calls = Counter()
         self._stack, self._attn_parents = [], set()
         self._last_out = self._softmax_out = None
@@ -530,9 +540,12 @@ class Probes:
         if self.step == 0:
             self.layout = infer_layout(self.model, self._fired, self._captured)
         parts = []
-        if self._vals:
-            parts.append((batched_moments(self._vals, self._which) if self.batched else torch.stack(self._vals))
-                         .reshape(-1))
+        if self.batched:
+            done = self._reduced + ([batched_moments(self._vals, self._which)] if self._vals else [])
+            if done:
+                parts.append(torch.cat(done).reshape(-1))
+        elif self._vals:
+            parts.append(torch.stack(self._vals).reshape(-1))
         if self._mvals:
             parts.append(torch.stack(self._mvals).reshape(-1))
         parts.append(loss.detach().float().reshape(1))
@@ -542,7 +555,7 @@ class Probes:
                               host[r * k : -1].reshape(-1, 5)])
         keys, raw = _pool_calls(self._keys + self._mkeys, raw)
         self._last_out = self._softmax_out = None  # hold no activation past the step
-        self._vals = []
+        self._vals, self._reduced, self._pending = [], [], 0
         return StepRecord(self.step, keys, raw, float(host[-1]))
 
     def remove(self) -> None:
@@ -551,6 +564,7 @@ class Probes:
             h.remove()
         self._handles.clear()
         self._ref.clear()
+        self._vals, self._mvals, self._reduced = [], [], []  # no snapshot outlives the probes (after an error)
 
     def __enter__(self) -> Probes:
         return self

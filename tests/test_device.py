@@ -92,3 +92,11 @@ def test_bf16_verdict_mup_passes_sp_fails():
     assert sp.verdict.status == "fail", sp.verdict.reason
     bad = sp.verdict.series.query("in_window and status == 'fail'")
     assert {"hidden", "output"} <= set(bad["role"])
+
+
+def test_a_sweep_over_device_is_refused_and_remote_launchers_check_the_form_only():
+    with pytest.raises(CoordCheckError, match="device: one value per sweep"):
+        app.check_command_line(["device=cpu,cuda", "--multirun"])
+    app.check_command_line(["hydra/launcher=parallel", "device=cuda:1"])  # the job checks it where it runs
+    with pytest.raises(CoordCheckError, match="device must be"):
+        app.check_command_line(["hydra/launcher=parallel", "device=gpu"])

@@ -63,3 +63,17 @@ def test_batched_probes_record_what_per_hook_probes_record(case):
 
 def test_batched_is_the_default_on_cuda_only():
     assert Probes(nn.Linear(2, 2)).batched is False
+
+
+def test_batched_probes_reduce_early_past_the_memory_budget(monkeypatch):
+    import coordcheck.probes as probes_module
+
+    par = Mup()
+    par.prepare(gpt, 32)
+    b = tokens(batch_size=2, seq_len=16)
+    full = records(build_model(gpt, 64, 0, par), b.inputs, b.targets, batched=True)
+    monkeypatch.setattr(probes_module, "BATCH_BUDGET", 5000)  # a few tensors per early reduction
+    early = records(build_model(gpt, 64, 0, par), b.inputs, b.targets, batched=True)
+    for (k1, m1), (k2, m2) in zip(full, early):
+        assert k1 == k2
+        np.testing.assert_allclose(m2, m1, rtol=1e-6, atol=1e-7)

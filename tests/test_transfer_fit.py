@@ -179,3 +179,25 @@ def test_report_payload_and_markdown(tmp_path):
 def test_rules_reject_bad_numbers(kwargs):
     with pytest.raises(CoordCheckError):
         TransferRules(**kwargs)
+
+
+def test_a_curve_whose_fit_has_no_vertex_among_its_points_is_flat():
+    frame = curve_frame(0.0, noise=0.0)
+    around = dict(zip(range(-10, -5), [2.793, 2.8, 2.79, 2.8, 2.793]))  # lowest at -8, but concave around it
+    for x, loss in around.items():
+        frame.loc[frame.lr == 2.0 ** x, "loss"] = loss
+    optima, v = judged(frame)
+    assert set(optima["edge"]) == {"flat"} and optima["optimum"].isna().all()
+    assert v.status == INCONCLUSIVE and "do not fit a parabola" in v.reason
+
+
+def test_writing_a_report_twice_keeps_each_directory_honest(tmp_path):
+    import json
+
+    from coordcheck.transfer.report import write_transfer_report
+
+    report = build_transfer_report(curve_frame(0.0))
+    write_transfer_report(report, tmp_path / "a", figures=True)
+    write_transfer_report(report, tmp_path / "b", figures=False)
+    assert json.loads((tmp_path / "b" / "transfer.json").read_text())["figures"] == {}
+    assert "transfer.png" not in (tmp_path / "b" / "transfer.md").read_text()

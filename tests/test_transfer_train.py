@@ -129,3 +129,9 @@ def test_api_runs_the_grid_and_the_package_is_the_function(tmp_path):
 def test_mixed_precision_runs_and_is_recorded(precision):
     frame, facts = cell(2.0 ** -7, precision=precision)
     assert frame.loss.notna().all() and facts["precision"] == precision
+
+
+def test_divergence_is_relative_to_the_first_loss_even_when_it_is_negative():
+    shift = lambda out, y: torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)) - 10  # noqa: E731
+    frame, facts = cell(2.0 ** -9, loss_fn=shift, steps=4)
+    assert facts["diverged"] == [] and (frame.loss < 0).all()

@@ -20,7 +20,7 @@ def _check(cfg: DictConfig, overrides: list) -> None:
     from coordcheck.train import resolve_seeds
 
     transfer_app.transfer_options(cfg.report)
-    app.check_run(cfg)  # device, precision (compile is not a transfer key: check_run skips it when absent)
+    app.check_run(cfg, overrides)  # device, precision (compile is not a transfer key: absent, it passes)
     for key in ("steps", "eval_batches"):
         value = cfg.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

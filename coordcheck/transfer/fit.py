@@ -8,15 +8,16 @@ The numbers, in order:
 
 1. **Curve.** Per (configuration, parametrization, width): the held-out loss against log2(lr),
    the mean over seeds. A learning rate at which any seed diverged has no value (NaN).
-2. **Optimum.** The vertex of the parabola through the lowest point and its two neighbours in
-   log2(lr) (plain argmins are noisy: curves are flat near their minimum). Its standard error:
-   from the spread of the seeds' own optima when two or more seeds have one, else from the fit
-   (the residuals of a quadratic least-squares fit to the lowest point and up to two neighbours
-   on each side, through the delta method), widened by Student's t for its few degrees of
-   freedom (seeds - 1, or fitted points - 3).
+2. **Optimum.** The vertex of the least-squares parabola in log2(lr) over the lowest point and
+   up to two finite neighbours on each side (plain argmins are noisy: curves are flat near their
+   minimum); with exactly three points, the parabola through them. Its standard error: from the
+   spread of the seeds' own optima when two or more seeds have one, else from the same fit (its
+   residuals, through the delta method: no error with three points), widened by Student's t for
+   its few degrees of freedom (seeds - 1, or fitted points - 3). A vertex outside the fitted
+   points (a flat or irregular curve) is no optimum.
 3. **No optimum** (inconclusive): fewer than ``min_points`` finite points; the lowest point on
    the grid's edge (extend the grid that way); the lowest point next to a diverged learning rate
-   (the optimum is at the edge of stability: refine the grid there).
+   (the optimum is at the edge of stability: refine the grid there); a flat or irregular curve.
 4. **Shift.** The least-squares slope of the optimum log2(lr) against log2(width): octaves the
    optimum moves per width doubling, with a ``level`` interval propagated from the optima's
    (unweighted, so one optimum with a lucky tight fit cannot decide the slope alone).
@@ -88,10 +89,14 @@ def t_quantile(p: float, df: int) -> float:
     """Student's t quantile (no scipy): bisection on the CDF, integrated with Simpson's rule."""
     if df < 1:
         return math.nan
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
     c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
 
     def cdf(x: float) -> float:
-        t = np.linspace(0.0, x, 2001)
+        t = np.linspace(0.0, x, 20001)
         f = c * (1 + t * t / df) ** (-(df + 1) / 2)
         return 0.5 + float((t[1] - t[0]) / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum()))
 
@@ -116,7 +121,8 @@ def curves(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def parabola_vertex(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(x, y) of the vertex of the parabola through three points; NaN when it opens downward."""
+    """(x, y) of the vertex of the least-squares parabola (through the points when there are three); NaN when it
+    opens downward."""
     coef = np.polyfit(x, y, 2)
     if not coef[0] > 0:
         return math.nan, math.nan
@@ -157,13 +163,20 @@ def _one_optimum(x: np.ndarray, y: np.ndarray, grid: np.ndarray, rules: Transfer
     if i == 0 or i == len(x) - 1 or not (finite[i - 1] and finite[i + 1]):
         out["edge"] = "unstable"  # a neighbour diverged (or is missing)
         return out
-    out["optimum"], out["optimum_loss"] = parabola_vertex(x[i - 1 : i + 2], y[i - 1 : i + 2])
     lo, hi = i, i
     while lo > 0 and i - lo < 2 and finite[lo - 1]:
         lo -= 1
     while hi < len(x) - 1 and hi - i < 2 and finite[hi + 1]:
         hi += 1
-    out["fit_se"], out["fit_df"] = _fit_se(x[lo : hi + 1], y[lo : hi + 1]), hi - lo + 1 - 3
+    # one fit gives the optimum and its standard error (the same points): the least-squares parabola
+    # over the window; with exactly 3 points it is the parabola through them, without an error of its own
+    xs, ys = x[lo : hi + 1], y[lo : hi + 1]
+    vertex, vertex_loss = parabola_vertex(xs, ys)
+    if not (math.isfinite(vertex) and xs[0] <= vertex <= xs[-1]):
+        out["edge"] = "flat"  # opens downward, or its vertex falls outside the points it was fitted to
+        return out
+    out["optimum"], out["optimum_loss"] = vertex, vertex_loss
+    out["fit_se"], out["fit_df"] = _fit_se(xs, ys), len(xs) - 3
     return out
 
 
@@ -221,7 +234,8 @@ def fit_shifts(optima: pd.DataFrame, rules: TransferRules | None = None) -> pd.D
             se = ok["se"].to_numpy(float)
             coef = (x - x.mean()) / np.sum((x - x.mean()) ** 2)  # least squares: slope = coef @ y
             slope = float(coef @ y)
-            slope_se = float(math.sqrt(np.sum(coef**2 * se**2)))  # NaN when any optimum has no interval
+            used = coef != 0  # a width at the centre has no say in the slope, nor in its error
+            slope_se = float(math.sqrt(np.sum(coef[used] ** 2 * se[used] ** 2)))  # NaN: an optimum without error
             row.update(shift=slope, se=slope_se, ci_low=slope - rules.z * slope_se, ci_high=slope + rules.z * slope_se)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -252,9 +266,12 @@ def _octaves(x: float) -> str:
 
 def _why_no_optimum(o: pd.Series) -> str:
     w, best = int(o["width"]), math.log2(o["best_lr"]) if o["best_lr"] > 0 else math.nan
+    if o["edge"] == "flat":
+        return (f"width {w}'s losses around its best learning rate 2^{best:g} do not fit a parabola with its "
+                f"vertex among them (flat or irregular): add seeds or steps")
     if o["edge"] == "few":
-        if o["n_lrs"] < 3:
-            return (f"width {w} has {int(o['n_lrs'])} learning rate(s): a parabola needs at least 3, sweep one per "
+        if o["n_finite"] == o["n_lrs"]:
+            return (f"width {w} has {int(o['n_lrs'])} learning rate(s), fewer than min_points: sweep more, one per "
                     f"octave around the expected optimum")
         return (f"width {w} has {int(o['n_finite'])} finite points of {int(o['n_lrs'])} (the others diverged): "
                 f"widen the grid towards smaller learning rates")

@@ -234,6 +234,7 @@ def write_transfer_report(report: TransferReport, out_dir: str | Path, *, figure
     atomic_write(out / "curves.csv", lambda p: report.curves.to_csv(p, index=False))
     atomic_write(out / "optima.csv", lambda p: report.optima.to_csv(p, index=False))
     atomic_write(out / "shifts.csv", lambda p: report.shifts.to_csv(p, index=False))
+    report.figures, report.notes = {}, []  # this directory's own (a cached report may be written twice)
     if figures:
         report.figures = _write_figures(report, out, size)
     text = json.dumps(report.payload(), indent=2, allow_nan=False, default=str)

@@ -109,7 +109,7 @@ def train_once(
         losses.append(value)
         if on_step is not None:
             on_step()
-        if not math.isfinite(value) or value > diverge * losses[0]:
+        if not math.isfinite(value) or value - losses[0] > (diverge - 1) * abs(losses[0]):  # losses may be <= 0
             return losses, math.nan, step
         optimizer.zero_grad(set_to_none=True)
         if scaler is None:
