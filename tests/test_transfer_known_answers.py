@@ -57,7 +57,7 @@ def test_hidden_lr_scaled_twice_moves_the_optimum_the_other_way():
                             optimizer=configure_optimizers, forward_targets=True, loss="model", steps=150,
                             base_width=64, progress=False, lr_scaled_twice=True)
     s = r.shifts.iloc[0]
-    # measured: +0.47 [+0.11, +0.83] (the embeddings and readout keep an unscaled lr, so less than +1)
+    # measured: +0.52 [+0.16, +0.88] (the embeddings and readout keep an unscaled lr, so less than +1)
     assert s["ci_low"] > 0, r.report()  # up, significantly: the opposite of SP's drift
     assert r.verdict.status != "transfers"
 
