@@ -181,6 +181,7 @@ def train_with_probes(
     forward_targets: bool | str = False,
     grad_clip: float | None = None,
     precision: str = "fp32",
+    skipped_out: list[int] | None = None,
 ) -> tuple[list[StepRecord], dict[str, tuple[int, str, int]]]:
     """Train ``steps`` updates on the fixed batch; return the per-step records and the layout.
 
@@ -188,13 +189,15 @@ def train_with_probes(
     ``output``: index or key of the logits in a tuple / dict output; ``forward_targets``:
     pass the targets to ``forward`` (True: positionally, a string: by that keyword);
     ``grad_clip``: clip the global gradient norm to this before each update; ``precision``:
-    ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (autocast and a gradient scaler).
+    ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (autocast and a gradient scaler);
+    ``skipped_out`` receives the steps after which the fp16 scaler skipped the update.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise CoordCheckError(f"steps must be an integer >= 1, got {steps!r}")
     device = next(model.parameters(), torch.empty(0)).device
     inputs, targets = batch.inputs.to(device), batch.targets.to(device)  # moved once
     scaler = grad_scaler(device, precision)
+    skipped: list[int] = []
     model.train()
     records: list[StepRecord] = []
     with Probes(model, tensors=tensors, stats=stats, output=output) as probes:
@@ -220,9 +223,17 @@ def train_with_probes(
                 if grad_clip:
                     scaler.unscale_(optimizer)
                     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+                scale = scaler.get_scale()
                 scaler.step(optimizer)
                 scaler.update()
+                if scaler.get_scale() < scale:  # inf/NaN gradients: the scaler skipped this update
+                    skipped.append(step)
         layout = dict(probes.layout)
+    if skipped:
+        log.warning("fp16: the gradient scaler skipped the update after step(s) %s (inf/NaN gradients): the next "
+                    "steps' delta shows no update there", skipped)
+    if skipped_out is not None:
+        skipped_out.extend(skipped)
     return records, layout
 
 
@@ -308,8 +319,10 @@ def run_width(
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
                 on_step=lambda rec: bar.update(1), output=output, forward_targets=forward_targets, grad_clip=grad_clip,
-                precision=precision,
+                precision=precision, skipped_out=(skipped := []),
             )
+            if skipped:
+                facts.setdefault("fp16_skipped_updates", []).append({"seed": seed, "after_steps": skipped})
             last = records[-1]
             if not math.isfinite(last.loss):
                 facts["diverged"].append({"seed": seed, "step": last.step, "loss": repr(last.loss)})

@@ -100,3 +100,14 @@ def test_a_sweep_over_device_is_refused_and_remote_launchers_check_the_form_only
     app.check_command_line(["hydra/launcher=parallel", "device=cuda:1"])  # the job checks it where it runs
     with pytest.raises(CoordCheckError, match="device must be"):
         app.check_command_line(["hydra/launcher=parallel", "device=gpu"])
+
+
+def test_fp16_updates_the_scaler_skips_are_recorded():
+    from coordcheck.train import cross_entropy
+
+    def huge(out, y):  # scaled by the GradScaler's 2^16, its gradients overflow float32: every update is skipped
+        return cross_entropy(out, y) * 1e36
+
+    r = coord_check(gpt, [32, 64], data=GPT_DATA, steps=3, seeds=1, precision="fp16", device="cpu", loss=huge,
+                    progress=False)
+    assert [f["fp16_skipped_updates"] for f in r.facts] == [[{"seed": 0, "after_steps": [0, 1, 2]}]] * 2

@@ -91,10 +91,12 @@ def train_once(
     diverge: float = DIVERGE,
     on_step: Callable[[], None] | None = None,
     precision: str = "fp32",
+    skipped_out: list[int] | None = None,
 ) -> tuple[list[float], float, int | None]:
     """Train ``steps`` updates on fresh batches; return (train losses, held-out loss, diverged step or None).
 
-    ``precision``: ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (and a gradient scaler)."""
+    ``precision``: ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (and a gradient scaler);
+    ``skipped_out`` receives the steps whose update the fp16 scaler skipped."""
     device = next(model.parameters(), torch.empty(0)).device
     scaler = grad_scaler(device, precision)
     call = dict(output=output, forward_targets=forward_targets)
@@ -122,8 +124,11 @@ def train_once(
             if grad_clip:
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            scale = scaler.get_scale()
             scaler.step(optimizer)
             scaler.update()
+            if skipped_out is not None and scaler.get_scale() < scale:  # inf/NaN gradients: update skipped
+                skipped_out.append(step)
     model.eval()
     heldout_losses = []
     with torch.no_grad(), autocast(device, precision):
@@ -192,7 +197,9 @@ def run_cell(
             losses, heldout, diverged = train_once(
                 model, opt, data, seed=seed, steps=steps, eval_batches=eval_batches, loss_fn=loss_fn, output=output,
                 forward_targets=forward_targets, grad_clip=grad_clip, diverge=diverge, on_step=lambda: bar.update(1),
-                precision=precision)
+                precision=precision, skipped_out=(skipped := []))
+            if skipped:
+                facts.setdefault("fp16_skipped_updates", []).append({"seed": seed, "steps": skipped})
             if diverged is not None:
                 bar.update(steps - len(losses))
                 facts["diverged"].append({"seed": seed, "step": diverged})
