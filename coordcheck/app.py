@@ -559,6 +559,30 @@ class Outcome:
 OUTCOME = Outcome()  # the CLI starts each command with a fresh one
 
 
+def run_command(task: Callable[[DictConfig], None], *, config_name: str = "config", groups: tuple[str, ...] = GROUPS,
+                check: Callable[[DictConfig, list], None] | None = None,
+                report_error: Callable[..., str] | None = knob_error) -> None:
+    """A sweep's command line: check it (one line, exit 2), run the Hydra ``task`` on ``conf/<config_name>.yaml``,
+    exit with :class:`Outcome`'s status. ``groups``, ``check`` and ``report_error``: :func:`check_choices` and
+    :func:`check_command_line`'s."""
+    global OUTCOME
+    outcome = OUTCOME = Outcome()
+    try:
+        check_choices(sys.argv[1:], groups)
+        check_command_line(sys.argv[1:], config_name=config_name, check=check, report_error=report_error)
+    except CoordCheckError as e:
+        print(f"coordcheck: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    import hydra
+
+    hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)(task)()
+    if outcome.failed:
+        print(f"coordcheck: {len(outcome.failed)} job(s) failed (see job.json in their directories)", file=sys.stderr)
+    elif outcome.strict and outcome.exit_code and outcome.error is None:
+        print(f"coordcheck: report.strict=true: {outcome.status.upper()} exits {outcome.exit_code}", file=sys.stderr)
+    sys.exit(outcome.exit_code)
+
+
 def _no_report(sweep_dir: Path | None, e: BaseException, *, user: bool = False) -> None:
     """Record why a sweep has no report: one line on stderr, ``report/error.txt`` (with the traceback), and a
     non-zero exit. A report left by an earlier run is removed: it must not read as this sweep's verdict."""

@@ -107,21 +107,23 @@ def digest(data: object, length: int = 12) -> str:
     return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
-def empty_frame() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()})
+def empty_frame(columns: dict[str, str] = COLUMNS) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
 
 
-def conform(df: pd.DataFrame, source: str = "frame") -> pd.DataFrame:
-    """Check the schema and cast to the declared dtypes; raise FrameError naming what is wrong."""
-    missing = [c for c in COLUMNS if c not in df.columns]
+def conform(df: pd.DataFrame, source: str = "frame", columns: dict[str, str] = COLUMNS,
+            what: str = "coordcheck frame") -> pd.DataFrame:
+    """Check the schema (``columns``) and cast to its dtypes; raise FrameError naming what is wrong.
+    Extra columns follow the schema's. ``columns`` and ``what``: another frame's schema (the loss frame)."""
+    missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise FrameError(f"{source}: not a coordcheck frame, missing columns {missing}")
+        raise FrameError(f"{source}: not a {what}, missing columns {missing}")
     try:
-        out = df.astype({c: t for c, t in COLUMNS.items()})
+        out = df.astype(dict(columns))
     except (TypeError, ValueError) as e:
-        raise FrameError(f"{source}: column types do not match the coordcheck schema ({e})") from None
-    extra = [c for c in df.columns if c not in COLUMNS]
-    return out[list(COLUMNS) + extra]
+        raise FrameError(f"{source}: column types do not match the {what} schema ({e})") from None
+    extra = [c for c in df.columns if c not in columns]
+    return out[list(columns) + extra]
 
 
 def atomic_write(path: Path, write) -> Path:
@@ -139,24 +141,24 @@ def atomic_write(path: Path, write) -> Path:
     return path
 
 
-def write_frame(df: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write a tidy frame as parquet, atomically."""
-    df = conform(df)
+def write_frame(df: pd.DataFrame, path: str | os.PathLike, check=conform) -> Path:
+    """Write a tidy frame as parquet, atomically, after ``check`` (its schema's conform)."""
+    df = check(df)
     return atomic_write(Path(path), lambda p: df.to_parquet(p, index=False))
 
 
-def read_frame(path: str | os.PathLike) -> pd.DataFrame:
-    """Read one parquet frame (never unpickles) and check its schema."""
+def read_frame(path: str | os.PathLike, check=conform) -> pd.DataFrame:
+    """Read one parquet frame (never unpickles) and ``check`` its schema."""
     path = Path(path)
     try:
         df = pd.read_parquet(path)
     except Exception as e:  # pyarrow raises several types for corrupt files
         raise FrameError(f"{path}: unreadable parquet ({type(e).__name__}: {e})") from None
-    return conform(df, str(path))
+    return check(df, str(path))
 
 
-def concat_frames(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
+def concat_frames(frames: Iterable[pd.DataFrame], check=conform, empty=empty_frame) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
-        return empty_frame()
-    return conform(pd.concat(frames, ignore_index=True))
+        return empty()
+    return check(pd.concat(frames, ignore_index=True))

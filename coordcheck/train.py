@@ -167,6 +167,38 @@ def forward_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, 
                               f"output=, loss= and the data's targets") from None
 
 
+def update(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+           scaler: torch.amp.GradScaler | None = None, grad_clip: float | None = None) -> bool:
+    """One update from ``loss``: zero the gradients, backward, clip the global norm to ``grad_clip``, step —
+    through the fp16 ``scaler`` when given. False when the scaler skipped the update (inf/NaN gradients)."""
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
+        return True
+    scaler.scale(loss).backward()
+    if grad_clip:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= scale  # the scaler backs off after a skipped update
+
+
+def build_on(device: torch.device | str, build: Builder, width: int, seed: int, parametrization: Parametrization,
+             base_width: int, optimizer: OptimizerFactory, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The seeded, parametrized model built directly on ``device``, and its optimizer (checked)."""
+    with torch.device(device):
+        model = build_model(build, width, seed, parametrization, base_width)
+    opt = optimizer(model, lr)
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise CoordCheckError(f"the optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
+    return model, opt
+
+
 def train_with_probes(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -212,22 +244,8 @@ def train_with_probes(
                 on_step(rec)
             if step == steps or not math.isfinite(rec.loss):
                 break
-            optimizer.zero_grad(set_to_none=True)
-            if scaler is None:
-                loss.backward()
-                if grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-                optimizer.step()
-            else:
-                scaler.scale(loss).backward()
-                if grad_clip:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-                scale = scaler.get_scale()
-                scaler.step(optimizer)
-                scaler.update()
-                if scaler.get_scale() < scale:  # inf/NaN gradients: the scaler skipped this update
-                    skipped.append(step)
+            if not update(model, optimizer, loss, scaler, grad_clip):
+                skipped.append(step)
         layout = dict(probes.layout)
     if skipped:
         log.warning("fp16: the gradient scaler skipped the update after step(s) %s (inf/NaN gradients): the next "
@@ -310,12 +328,8 @@ def run_width(
     frames, facts = [], {"width": width, "seeds": list(seeds), "diverged": [], **environment(device, precision)}
     try:
         for seed in seeds:
-            with torch.device(device):
-                model = build_model(build, width, seed, parametrization, base_width)
+            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr)
             facts["n_params"] = sum(p.numel() for p in model.parameters())
-            opt = optimizer(model, lr)
-            if not isinstance(opt, torch.optim.Optimizer):
-                raise CoordCheckError(f"the optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
                 on_step=lambda rec: bar.update(1), output=output, forward_targets=forward_targets, grad_clip=grad_clip,

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck import app
@@ -41,19 +39,7 @@ def _check(cfg: DictConfig, overrides: list) -> None:
 def cli() -> None:
     """Exit status: 2 for a user mistake (one line, before any job runs), 1 when a job failed or the sweep has no
     report; with ``report.strict=true`` the verdict's: 0 transfers, 1 does not transfer, 2 inconclusive."""
-    outcome = app.OUTCOME = app.Outcome()
-    try:
-        app.check_choices(sys.argv[1:], GROUPS)
-        app.check_command_line(sys.argv[1:], config_name="transfer", check=_check, report_error=None)
-    except CoordCheckError as e:
-        print(f"coordcheck: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    hydra.main(version_base="1.3", config_path=app.CONF_DIR, config_name="transfer")(transfer_app.main)()
-    if outcome.failed:
-        print(f"coordcheck: {len(outcome.failed)} job(s) failed (see job.json in their directories)", file=sys.stderr)
-    elif outcome.strict and outcome.exit_code and outcome.error is None:
-        print(f"coordcheck: report.strict=true: {outcome.status.upper()} exits {outcome.exit_code}", file=sys.stderr)
-    sys.exit(outcome.exit_code)
+    app.run_command(transfer_app.main, config_name="transfer", groups=GROUPS, check=_check, report_error=None)
 
 
 if __name__ == "__main__":

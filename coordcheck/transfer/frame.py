@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from coordcheck.frame import FrameError, atomic_write
+from coordcheck import frame
 
 __all__ = ["COLUMNS", "FRAME_NAME", "OK", "DIVERGED", "TransferIdentity", "conform", "write_frame", "read_frame",
            "concat_frames", "empty_frame"]
@@ -74,34 +74,21 @@ class TransferIdentity:
 
 
 def empty_frame() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()})
+    return frame.empty_frame(COLUMNS)
 
 
 def conform(df: pd.DataFrame, source: str = "frame") -> pd.DataFrame:
-    """Check the loss-frame schema and cast to its dtypes; raise FrameError naming what is wrong."""
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise FrameError(f"{source}: not a coordcheck transfer frame, missing columns {missing}")
-    try:
-        return df.astype(COLUMNS)[list(COLUMNS)]
-    except (TypeError, ValueError) as e:
-        raise FrameError(f"{source}: column types do not match the transfer schema ({e})") from None
+    """Check the loss-frame schema and cast to its dtypes (its columns only); FrameError names what is wrong."""
+    return frame.conform(df, source, COLUMNS, "coordcheck transfer frame")[list(COLUMNS)]
 
 
 def write_frame(df: pd.DataFrame, path: str | os.PathLike) -> Path:
-    df = conform(df)
-    return atomic_write(Path(path), lambda p: df.to_parquet(p, index=False))
+    return frame.write_frame(df, path, check=conform)
 
 
 def read_frame(path: str | os.PathLike) -> pd.DataFrame:
-    path = Path(path)
-    try:
-        df = pd.read_parquet(path)
-    except Exception as e:  # pyarrow raises several types for corrupt files
-        raise FrameError(f"{path}: unreadable parquet ({type(e).__name__}: {e})") from None
-    return conform(df, str(path))
+    return frame.read_frame(path, check=conform)
 
 
 def concat_frames(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
-    frames = [f for f in frames if len(f)]
-    return conform(pd.concat(frames, ignore_index=True)) if frames else empty_frame()
+    return frame.concat_frames(frames, check=conform, empty=empty_frame)

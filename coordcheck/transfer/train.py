@@ -32,8 +32,8 @@ from tqdm.auto import tqdm
 from coordcheck.data import Batch, as_batch
 from coordcheck.device import autocast, environment, grad_scaler
 from coordcheck.errors import CoordCheckError
-from coordcheck.parametrization import Builder, Parametrization, build_model
-from coordcheck.train import LossFn, OptimizerFactory, cross_entropy, forward_loss
+from coordcheck.parametrization import Builder, Parametrization
+from coordcheck.train import LossFn, OptimizerFactory, build_on, cross_entropy, forward_loss, update
 from coordcheck.transfer.frame import DIVERGED, OK, TransferIdentity, conform
 
 __all__ = ["DataSource", "run_cell", "train_once", "check_data_source", "DIVERGE"]
@@ -113,22 +113,8 @@ def train_once(
             on_step()
         if not math.isfinite(value) or value - losses[0] > (diverge - 1) * abs(losses[0]):  # losses may be <= 0
             return losses, math.nan, step
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is None:
-            loss.backward()
-            if grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            if grad_clip:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            scale = scaler.get_scale()
-            scaler.step(optimizer)
-            scaler.update()
-            if skipped_out is not None and scaler.get_scale() < scale:  # inf/NaN gradients: update skipped
-                skipped_out.append(step)
+        if not update(model, optimizer, loss, scaler, grad_clip) and skipped_out is not None:
+            skipped_out.append(step)
     model.eval()
     heldout_losses = []
     with torch.no_grad(), autocast(device, precision):
@@ -188,12 +174,8 @@ def run_cell(
                        **environment(torch.device(device), precision)}
     try:
         for seed in seeds:
-            with torch.device(device):
-                model = build_model(build, width, seed, parametrization, base_width)
+            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr)
             facts["n_params"] = sum(p.numel() for p in model.parameters())
-            opt = optimizer(model, lr)
-            if not isinstance(opt, torch.optim.Optimizer):
-                raise CoordCheckError(f"the optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
             losses, heldout, diverged = train_once(
                 model, opt, data, seed=seed, steps=steps, eval_batches=eval_batches, loss_fn=loss_fn, output=output,
                 forward_targets=forward_targets, grad_clip=grad_clip, diverge=diverge, on_step=lambda: bar.update(1),
