@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from coordcheck import app
 
-from coordcheck.app import GROUPS, check_choices, options  # noqa: F401  (re-exported: coordcheck.gradflow uses them)
+
 
 
 def cli() -> None:

@@ -1,13 +1,22 @@
-"""User-facing errors: one line that says what to change.
+"""User-facing errors and what every command exits with.
 
 Stage: all. Every mistake a user can make (bad width, unknown builder, data that does not
 fit the model, ...) raises :class:`CoordCheckError` with a message of one line; the CLI
-prints it without a traceback and exits non-zero, the Python API lets it propagate.
+prints it without a traceback and exits 2 (:data:`USER_ERROR`), the Python API lets it
+propagate. :data:`EXIT` is the one table from an outcome to an exit status, for every command
+(``coordcheck``, ``coordcheck.report``, ``coordcheck.transfer``, ``coordcheck.gradflow``).
 """
 
 from __future__ import annotations
 
-__all__ = ["CoordCheckError"]
+__all__ = ["CoordCheckError", "EXIT", "OK", "FAILED", "USER_ERROR"]
+
+OK, FAILED, USER_ERROR = 0, 1, 2  # a job that failed, or a sweep with no report, exits FAILED
+EXIT = {  # outcome -> exit status; a verdict's only with --strict / report.strict=true (a CI gate)
+    "pass": OK, "fail": FAILED, "inconclusive": USER_ERROR,  # coordinate check (coordcheck.verdict)
+    "transfers": OK, "does not transfer": FAILED,  # μTransfer (coordcheck.transfer.fit; inconclusive as above)
+    "ok": OK, "warning": OK, "error": FAILED,  # gradient flow (always: a blocking diagnosis fails)
+}
 
 
 class CoordCheckError(ValueError):

@@ -126,14 +126,23 @@ def conform(df: pd.DataFrame, source: str = "frame", columns: dict[str, str] = C
     return out[list(columns) + extra]
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write) -> Path:
-    """Call ``write(tmp_path)`` then rename onto ``path``: readers never see a partial file."""
+    """Call ``write(tmp_path)`` then rename onto ``path``: readers never see a partial file.
+
+    The file gets the mode any new file gets here (0644 under the usual umask 022), not ``mkstemp``'s 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -427,7 +427,7 @@ def gradflow_once(model: nn.Module, batch: Batch | tuple[torch.Tensor, torch.Ten
 def run(cfg, output_dir: Path) -> tuple[pd.DataFrame, list[Diagnosis], Path]:
     """The CLI's job: build the model exactly as the sweep does, probe ``cfg.steps`` steps, write
     ``gradflow.parquet`` and the report into ``output_dir``."""
-    from coordcheck.app import _instantiate
+    from coordcheck.config import instantiate_node, positive_number
     from coordcheck.device import resolve_device
     from coordcheck.parametrization import short_name
     from coordcheck.frame import atomic_write
@@ -435,18 +435,13 @@ def run(cfg, output_dir: Path) -> tuple[pd.DataFrame, list[Diagnosis], Path]:
     from coordcheck.parametrization import build_model
 
     width = check_width(cfg.width)
-    try:
-        lr = float(cfg.lr)
-    except (TypeError, ValueError):
-        raise CoordCheckError(f"lr must be a positive number, got {cfg.lr!r}") from None
-    if not lr > 0:
-        raise CoordCheckError(f"lr must be a positive number, got {cfg.lr!r}")
+    lr = positive_number(cfg.lr, "lr")
     device = resolve_device(cfg.get("device", "auto"))
-    build = _instantiate(cfg.model, "model")
-    parametrization = _instantiate(cfg.parametrization, "parametrization")
-    factory = _instantiate(cfg.optimizer, "optimizer")
+    build = instantiate_node(cfg.model, "model")
+    parametrization = instantiate_node(cfg.parametrization, "parametrization")
+    factory = instantiate_node(cfg.optimizer, "optimizer")
     data_name = short_name(cfg.data.get("_target_", "custom"), "coordcheck.data")
-    batch = as_batch(_instantiate(cfg.data, "data"), name=data_name)
+    batch = as_batch(instantiate_node(cfg.data, "data"), name=data_name)
     parametrization.prepare(build, cfg.base_width)
     with torch.device(device):  # built where it is probed (the batch follows the model)
         model = build_model(build, width, int(cfg.seed), parametrization)
@@ -486,8 +481,7 @@ def main(cfg) -> None:
 def cli() -> None:
     import hydra
 
-    from coordcheck.app import check_choices
-    from coordcheck.app import CONF_DIR
+    from coordcheck.config import CONF_DIR, check_choices
 
     try:
         check_choices(sys.argv[1:])  # one line for model=foo, before Hydra's multi-line message

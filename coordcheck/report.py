@@ -33,64 +33,34 @@ NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inc
 (a CI gate); without it, 0 whenever a report was written. Bad input: one line, exit 2. The
 verdict's flags (``--stat``, ``--tol``, ``--min-widths``, ...) are generated from the fields of
 ``verdict.Rules`` and checked as the sweep's ``report.*`` knobs are
-(``coordcheck.app.ReportOptions``); ``--layout grid|guide`` picks the coord-check figure.
+(``coordcheck.config.ReportOptions``); ``--layout grid|guide`` picks the coord-check figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import get_type_hints
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import EXIT, OK, USER_ERROR, CoordCheckError
 from coordcheck.frame import atomic_write
 from coordcheck.slopes import fit_slopes
-from coordcheck.sweep import JobProblem, Sweep, aggregate
+from coordcheck.sweep import JobProblem, Sweep, aggregate, job_facts, sweep_config
+from coordcheck.text import md_escape, num, records
 from coordcheck.verdict import Rules, Verdict, judge
 
 __all__ = ["Report", "build_report", "write_report", "report_sweep", "main", "EXIT"]
 
 SCHEMA = "coordcheck.report/1"
 REPORT_DIR = "report"
-EXIT = {"pass": 0, "fail": 1, "inconclusive": 2}
-_MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_{}[]<>()#+-!|~"})
-
-
-def md_escape(text: object) -> str:
-    """Escape text (module names, errors) for a Markdown table cell: no markup, no HTML, one line."""
-    return " ".join(str(text).split()).translate(_MD_SPECIAL)
-
-
-def _num(x: object, fmt: str = "{:+.2f}") -> str:
-    try:
-        return "—" if x is None or not math.isfinite(float(x)) else fmt.format(float(x))
-    except (TypeError, ValueError):
-        return "—"
-
-
-def _records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
-    """DataFrame rows as JSON-safe dicts (NaN -> None, numpy scalars -> Python)."""
-    cols = [c for c in columns if c in df.columns]
-    out = []
-    for row in df[cols].itertuples(index=False):
-        rec = {}
-        for c, v in zip(cols, row):
-            if hasattr(v, "item"):
-                v = v.item()
-            if isinstance(v, float) and not math.isfinite(v):
-                v = None
-            rec[c] = v
-        out.append(rec)
-    return out
-
-
+ERROR_NAME = "error.txt"  # SWEEP_DIR/report/error.txt: why the end of a sweep left no report
 @dataclass
 class Report:
     """A judged sweep: the verdict plus what the report files are made of."""
@@ -131,10 +101,10 @@ class Report:
             "widths": sorted(int(w) for w in self.frame["width"].unique()),
             "jobs": {"ok": self.jobs, "problems": [asdict(p) for p in self.problems]},
             "divergence": v.divergence,
-            "configurations": _records(v.configs, cfg_cols),
-            "modules": _records(v.modules, mod_cols),
-            "worst": _records(v.worst(20), worst_cols),
-            "instability": _records(v.instability.dropna(subset=["unstable_step"]),
+            "configurations": records(v.configs, cfg_cols),
+            "modules": records(v.modules, mod_cols),
+            "worst": records(v.worst(20), worst_cols),
+            "instability": records(v.instability.dropna(subset=["unstable_step"]),
                                     ["config_id", "width", "seed", "unstable_step", "reason"]),
             "figures": self.figures,
             "notes": self.notes,
@@ -175,8 +145,8 @@ class Report:
                       "|---|---|---|---|---|---|---|---|"]
             for w in worst.itertuples():
                 lines.append(
-                    f"| {md_escape(w.module)} | {w.role} | {w.tensor} | {w.step} | {_num(w.slope)} | "
-                    f"[{_num(w.ci_low)}, {_num(w.ci_high)}] | {w.status} | {md_escape(w.diagnosis)} |"
+                    f"| {md_escape(w.module)} | {w.role} | {w.tensor} | {w.step} | {num(w.slope)} | "
+                    f"[{num(w.ci_low)}, {num(w.ci_high)}] | {w.status} | {md_escape(w.diagnosis)} |"
                 )
         else:
             lines.append("None: every judged series is within tolerance.")
@@ -200,7 +170,7 @@ class Report:
             lines += ["", "Loss by width (mean over seeds; under muP at a sound learning rate the curves coincide "
                       "and wider is not worse):", "", "| width | " + " | ".join(f"step {t}" for t in shown) + " |",
                       "|---|" + "---|" * len(shown)]
-            lines += [f"| {w} | " + " | ".join(_num(row[t], "{:.3g}") for t in shown) + " |"
+            lines += [f"| {w} | " + " | ".join(num(row[t], "{:.3g}") for t in shown) + " |"
                       for w, row in table.iterrows()]
         lines += ["", "## Modules", "",
                   "Each module's worst judged series (the most severe status, then the smallest margin): its slope "
@@ -209,8 +179,8 @@ class Report:
                   "| layer | module | role | status | worst slope | margin | at | transients |",
                   "|---|---|---|---|---|---|---|---|"]
         for m in v.modules.itertuples():
-            lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {_num(m.slope)} | "
-                         f"{_num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} |")
+            lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {num(m.slope)} | "
+                         f"{num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} |")
         if self.figures or self.notes:
             lines += ["", "## Figures", ""]
             lines += [f"- {md_escape(n)}" for n in self.notes]
@@ -316,26 +286,6 @@ def _write_figures(
     return figures
 
 
-def _sweep_config(sweep_dir: Path) -> tuple[str | None, str | None]:
-    """The command and the resolved config of a sweep, from Hydra's files, when present."""
-    multirun = sweep_dir / "multirun.yaml"
-    config = None
-    for candidate in [multirun, *sorted(sweep_dir.glob("*/.hydra/config.yaml"))[:1]]:
-        if candidate.is_file():
-            config = candidate.read_text()
-            break
-    command = None
-    if multirun.is_file():
-        from omegaconf import OmegaConf
-
-        try:
-            task = OmegaConf.load(multirun).hydra.overrides.task
-            command = "python -m coordcheck " + " ".join(str(t) for t in task) + " --multirun"
-        except Exception:  # a foreign multirun.yaml: leave the command out
-            command = None
-    return command, config
-
-
 def report_sweep(
     sweep_dir: str | Path, *, rules: Rules = Rules(), figures: bool = True, steps: list[int] | None = None,
     size: str = "paper", layout: str = "grid",
@@ -343,7 +293,7 @@ def report_sweep(
     """Aggregate a sweep directory from disk, judge it and write ``SWEEP_DIR/report/``."""
     sweep_dir = Path(sweep_dir)
     sweep: Sweep = aggregate(sweep_dir)
-    command, config = _sweep_config(sweep_dir)
+    command, config = sweep_config(sweep_dir)
     if sweep.frame.empty:
         raise CoordCheckError(
             f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; first: "
@@ -351,39 +301,9 @@ def report_sweep(
         )
     report = build_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs, command=command,
                           config=config)
-    report.environment = environments([_job_facts(sweep_dir / job) for job in sweep.jobs])
+    report.environment = environments([job_facts(sweep_dir / job) for job in sweep.jobs])
     path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps, size=size, layout=layout)
     return report, path
-
-
-def _job_facts(job_dir: Path) -> dict:
-    try:
-        return json.loads((job_dir / "job.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _steps(text: str) -> list[int]:
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--steps takes comma-separated integers, got {text!r}") from None
-
-
-def _add_rule_flags(p: argparse.ArgumentParser, knob_help: dict[str, str], choices: dict) -> None:
-    """One flag per field of :class:`Rules` (``--shrink-tol`` for ``shrink_tol``): name, type, default and choices
-    come from the dataclass, the help line from ``knob_help``."""
-    defaults, hints = Rules(), get_type_hints(Rules)
-    for f in fields(Rules):
-        default, kind = getattr(defaults, f.name), hints[f.name]
-        if kind is bool:
-            flag = dict(action=argparse.BooleanOptionalAction)
-        else:
-            flag = dict(type=kind if kind in (int, float) else str)
-        if f.name in choices:
-            flag["choices"] = [c.value for c in choices[f.name]]
-        what = knob_help.get(f.name, "a rule of the verdict (coordcheck.verdict.Rules)")
-        p.add_argument("--" + f.name.replace("_", "-"), default=default, **flag, help=f"{what} (default {default})")
 
 
 def _transfer_sweep(argv: list[str]) -> bool:
@@ -406,35 +326,39 @@ def main(argv: list[str] | None = None) -> int:
         from coordcheck.transfer.report import main as transfer_main
 
         return transfer_main(argv)
-    from coordcheck.app import CHOICES, ERROR_NAME, KNOB_HELP, LAYOUTS, SIZES, report_options, rules_of
+    from coordcheck.config import REPORT
 
-    p = argparse.ArgumentParser(
-        prog="python -m coordcheck.report",
+    return report_command(
+        argv, prog="python -m coordcheck.report", knobs=REPORT, report=report_sweep,
         description="Aggregate a coordcheck sweep directory, judge muP compliance and write report/.",
+        sweep_help="the multirun directory (outputs/multirun/DATE/TIME); a learning-rate sweep's "
+                   "(outputs/transfer/...) gets the transfer report",
     )
-    p.add_argument("sweep_dir", type=Path, help="the multirun directory (outputs/multirun/DATE/TIME); a learning-rate "
-                                                "sweep's (outputs/transfer/...) gets the transfer report")
-    p.add_argument("--strict", action="store_true", help=KNOB_HELP["strict"])
-    _add_rule_flags(p, KNOB_HELP, CHOICES)
-    p.add_argument("--steps", type=_steps, default=None, help="steps shown in the figure, e.g. 0,3,10")
-    p.add_argument("--size", default=SIZES[0], choices=SIZES, help=f"{KNOB_HELP['size']} (default {SIZES[0]})")
-    p.add_argument("--layout", default=LAYOUTS[0], choices=LAYOUTS,
-                   help=f"{KNOB_HELP['layout']} (default {LAYOUTS[0]})")
-    p.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
+
+
+def report_command(argv: list[str], *, prog: str, description: str, knobs: Any, sweep_help: str,
+                   report: Callable[..., tuple[Any, Path]]) -> int:
+    """A report CLI: ``SWEEP_DIR`` and one flag per knob of ``knobs`` (a :class:`coordcheck.config.Knobs`), then
+    ``report(sweep_dir, rules=..., <the report's own knobs>)``; the summary on stdout. Returns the exit status:
+    2 for a bad flag or directory (one line), else 0, or with ``--strict`` the verdict's (``errors.EXIT``)."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("sweep_dir", type=Path, help=sweep_help)
+    knobs.add_flags(p)
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    knobs = {**{f.name: getattr(args, f.name) for f in fields(Rules)}, "figures": not args.no_figures,
-             "steps": args.steps, "size": args.size, "layout": args.layout, "strict": args.strict}
+    rule_names = {f.name for f in fields(knobs.rules)}
     try:
-        opts = report_options(knobs, flag=lambda k: "--" + k.replace("_", "-"))
-        report, path = report_sweep(args.sweep_dir, rules=rules_of(opts), figures=opts["figures"],
-                                    steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"])
+        opts = knobs.values({k: getattr(args, k) for k in knobs.kinds}, flag=lambda k: "--" + k.replace("_", "-"))
+        own = {k: v for k, v in opts.items() if k not in rule_names and k != "strict"}
+        if "steps" in own:
+            own["steps"] = own["steps"] or None
+        result, path = report(args.sweep_dir, rules=knobs.rules_of(opts), **own)
     except CoordCheckError as e:
-        print(f"coordcheck.report: error: {e}", file=sys.stderr)
-        return 2
+        print(f"{prog.removeprefix('python -m ')}: error: {e}", file=sys.stderr)
+        return USER_ERROR
     (path.parent / ERROR_NAME).unlink(missing_ok=True)  # left by a sweep whose end made no report
-    print(*report.summary(path), sep="\n", end=f" ({time.perf_counter() - t0:.1f} s)\n")
-    return EXIT[report.status] if args.strict else 0
+    print(*result.summary(path), sep="\n", end=f" ({time.perf_counter() - t0:.1f} s)\n")
+    return EXIT[result.status] if opts["strict"] else OK
 
 
 def cli() -> None:

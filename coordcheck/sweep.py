@@ -18,7 +18,7 @@ import pandas as pd
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import FRAME_NAME, FrameError, concat_frames, read_frame
 
-__all__ = ["Sweep", "JobProblem", "aggregate", "JOB_NAME"]
+__all__ = ["Sweep", "JobProblem", "aggregate", "sweep_config", "job_facts", "JOB_NAME"]
 
 JOB_NAME = "job.json"
 
@@ -88,3 +88,31 @@ def aggregate(sweep_dir: str | Path, *, frame_name: str = FRAME_NAME, read: Call
     if not frames and not problems:
         raise CoordCheckError(f"no {what} under {sweep_dir}: is this a sweep directory?")
     return Sweep(sweep_dir, concat(frames), jobs, problems)
+
+def sweep_config(sweep_dir: Path, program: str = "python -m coordcheck") -> tuple[str | None, str | None]:
+    """The command and the resolved config of a sweep, from Hydra's files, when present."""
+    multirun = sweep_dir / "multirun.yaml"
+    config = None
+    for candidate in [multirun, *sorted(sweep_dir.glob("*/.hydra/config.yaml"))[:1]]:
+        if candidate.is_file():
+            config = candidate.read_text()
+            break
+    command = None
+    if multirun.is_file():
+        from omegaconf import OmegaConf
+
+        try:
+            task = OmegaConf.load(multirun).hydra.overrides.task
+            command = f"{program} " + " ".join(str(t) for t in task) + " --multirun"
+        except Exception:  # a foreign multirun.yaml: leave the command out
+            command = None
+    return command, config
+
+
+
+def job_facts(job_dir: Path) -> dict:
+    """A job's ``job.json`` (status, error, facts), or ``{}`` when it has none that parses."""
+    try:
+        return json.loads((job_dir / "job.json").read_text())
+    except (OSError, ValueError):
+        return {}

@@ -8,7 +8,7 @@ import torch
 
 from conftest import run_cli
 
-from coordcheck import app, coord_check
+from coordcheck import app, config, coord_check
 from coordcheck.data import tokens
 from coordcheck.device import autocast, check_compile, check_precision, environment, resolve_device
 from coordcheck.errors import CoordCheckError
@@ -65,14 +65,14 @@ def test_cli_device_cuda_without_cuda_is_exit_2_one_line(tmp_path):
                                              ("device=gpu", "device must be")])
 def test_cli_checks_device_precision_and_compile_when_composed(override, words):
     with pytest.raises(CoordCheckError, match=words):
-        app.check_command_line([override])
+        config.check_command_line([override])
 
 
 def test_defaults_keep_config_ids_and_device_does_not_split_a_configuration():
-    base = app.compose_config([])
-    assert app.config_id(base) == app.config_id(app.compose_config(["device=cpu"]))
-    assert app.config_id(base) != app.config_id(app.compose_config(["precision=bf16"]))
-    assert "device" not in app._resolved(base, ()) and "precision" not in app._resolved(base, ())
+    base = config.compose_config([])
+    assert app.config_id(base) == app.config_id(config.compose_config(["device=cpu"]))
+    assert app.config_id(base) != app.config_id(config.compose_config(["precision=bf16"]))
+    assert "device" not in config.resolved_config(base, ()) and "precision" not in config.resolved_config(base, ())
 
 
 def test_fp16_runs_with_a_gradient_scaler_and_records_the_environment():
@@ -96,10 +96,10 @@ def test_bf16_verdict_mup_passes_sp_fails():
 
 def test_a_sweep_over_device_is_refused_and_remote_launchers_check_the_form_only():
     with pytest.raises(CoordCheckError, match="device: one value per sweep"):
-        app.check_command_line(["device=cpu,cuda", "--multirun"])
-    app.check_command_line(["hydra/launcher=parallel", "device=cuda:1"])  # the job checks it where it runs
+        config.check_command_line(["device=cpu,cuda", "--multirun"])
+    config.check_command_line(["hydra/launcher=parallel", "device=cuda:1"])  # the job checks it where it runs
     with pytest.raises(CoordCheckError, match="device must be"):
-        app.check_command_line(["hydra/launcher=parallel", "device=gpu"])
+        config.check_command_line(["hydra/launcher=parallel", "device=gpu"])
 
 
 def test_fp16_updates_the_scaler_skips_are_recorded():

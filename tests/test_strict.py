@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from coordcheck import app, report
+from coordcheck import app, config, report
 from coordcheck.__main__ import cli
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import FRAME_NAME
@@ -86,16 +86,16 @@ def test_exit_status(outcome, code):
 
 # -- report knobs: a schema generated from Rules, checked when the config is composed ----------------------------------
 def test_report_knobs_are_the_fields_of_rules_then_the_reports_own(capsys):
-    assert list(app.KNOBS) == [f.name for f in fields(Rules)] + ["figures", "size", "steps", "strict", "layout"]
+    assert list(config.KNOBS) == [f.name for f in fields(Rules)] + ["figures", "size", "steps", "strict", "layout"]
     with initialize_config_dir(config_dir=app.CONF_DIR, version_base="1.3"):
         cfg = compose("config")
-    assert OmegaConf.get_type(cfg.report) is app.ReportOptions
-    assert app.report_options(cfg.report) == app.report_options(), "conf/config.yaml's report values drifted from Rules"
-    assert app.rules_of(app.report_options()) == Rules()
+    assert OmegaConf.get_type(cfg.report) is config.ReportOptions
+    assert config.report_options(cfg.report) == config.report_options(), "conf/config.yaml's report values drifted from Rules"
+    assert config.rules_of(config.report_options()) == Rules()
     from coordcheck import plot
 
-    assert [m.value for m in app.Size] == list(get_args(plot.Size))
-    assert [m.value for m in app.Layout] == list(get_args(plot.Layout))
+    assert [m.value for m in config.Size] == list(get_args(plot.Size))
+    assert [m.value for m in config.Layout] == list(get_args(plot.Layout))
     with pytest.raises(SystemExit):
         report.main(["--help"])
     usage = capsys.readouterr().out
@@ -132,19 +132,19 @@ def test_report_knob_of_the_wrong_type_fails_composition(override, message):
         with pytest.raises(ConfigCompositionException):
             compose("config", overrides=[override])
     with pytest.raises(CoordCheckError) as e:
-        app.check_command_line(["width=16,32,64", override, "--multirun"])
+        config.check_command_line(["width=16,32,64", override, "--multirun"])
     assert str(e.value).startswith(message)
 
 
 @pytest.mark.parametrize("override,message", BAD_VALUES, ids=[o for o, _ in BAD_VALUES])
 def test_report_knob_out_of_range_is_one_line(override, message):
     with pytest.raises(CoordCheckError) as e:
-        app.check_command_line(["width=16,32,64", override, "--multirun"])
+        config.check_command_line(["width=16,32,64", override, "--multirun"])
     assert str(e.value).startswith(message)
 
 
 def test_good_report_knobs_pass_the_check():
-    app.check_command_line(["--multirun", "width=16,32", "report.stat=l1", "report.steps=[0,3]", "report.strict=true",
+    config.check_command_line(["--multirun", "width=16,32", "report.stat=l1", "report.steps=[0,3]", "report.strict=true",
                             "report.layout=guide", "report.min_widths=4", "report.size=slides"])
 
 

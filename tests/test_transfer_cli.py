@@ -29,7 +29,7 @@ def test_default_config_composes_with_the_default_grid():
 
 def test_report_knobs_are_checked():
     assert transfer_options({"tol": 1})["tol"] == 1.0
-    for bad, words in [({"tol": -1}, "tol must be"), ({"tols": 1}, "unknown knob"), ({"strict": "yes"}, "true or false"),
+    for bad, words in [({"tol": -1}, "report.tol: must be a number > 0"), ({"tols": 1}, "unknown knob"), ({"strict": "maybe"}, "true or false"),
                        ({"size": "poster"}, "one of paper, slides")]:
         with pytest.raises(CoordCheckError, match=words):
             transfer_options(bad)
@@ -63,7 +63,7 @@ def test_tiny_sweep_writes_the_report_resumes_and_gates(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["lr=0.01,-1"], "lr must be a positive number"),
-    (["report.tol=0"], "report.tol must be a number > 0"),
+    (["report.tol=0"], "report.tol: must be a number > 0"),
     (["precision=fp8"], "precision must be one of fp32, bf16, fp16"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,68 +23,17 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck import app
+from coordcheck.config import (  # noqa: F401  (transfer_options: re-exported)
+    NOT_IN_JOB, TRANSFER_REPORT, instantiate_node, positive_number, resolved_config, transfer_options,
+)
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import digest
 
-__all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "rules_of", "grid_size",
-           "NOT_IN_ID"]
+__all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "grid_size", "NOT_IN_ID"]
 
 log = logging.getLogger("coordcheck")
 
-NOT_IN_ID = ("width", "lr", "device", *app.NOT_IN_JOB)  # a grid's config_id: the same for every (width, lr)
-REPORT_ONLY = {"figures": True, "size": "paper", "strict": False}
-SIZES = ("paper", "slides")
-
-
-def transfer_options(node: Mapping | None) -> dict[str, Any]:
-    """The ``report`` knobs of a transfer sweep, checked: the fields of ``TransferRules`` and the report's own."""
-    from dataclasses import asdict
-
-    from coordcheck.transfer.fit import TransferRules
-
-    given = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node or {})
-    defaults = {**asdict(TransferRules()), **REPORT_ONLY}
-    unknown = sorted(set(given) - set(defaults))
-    if unknown:
-        raise CoordCheckError(f"report.{unknown[0]}: unknown knob: choose one of {', '.join(defaults)}")
-    values = {**defaults, **given}
-    for key, default in defaults.items():
-        value = values[key]
-        if isinstance(default, bool) and not isinstance(value, bool):
-            raise CoordCheckError(f"report.{key}: must be true or false (got {value!r})")
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            values[key] = value = float(value)
-        if type(default) in (int, float) and (isinstance(value, bool) or not isinstance(value, type(default))):
-            raise CoordCheckError(f"report.{key}: must be {'an integer' if type(default) is int else 'a number'} "
-                                  f"(got {value!r})")
-    if values["size"] not in SIZES:
-        raise CoordCheckError(f"report.size: must be one of {', '.join(SIZES)} (got {values['size']!r})")
-    try:
-        rules_of(values)
-    except CoordCheckError as e:
-        raise CoordCheckError(f"report.{e}") from None
-    return values
-
-
-def rules_of(options: Mapping[str, Any]):
-    """:class:`TransferRules` from the report knobs."""
-    from dataclasses import fields
-
-    from coordcheck.transfer.fit import TransferRules
-
-    return TransferRules(**{f.name: options[f.name] for f in fields(TransferRules) if f.name in options})
-
-
-def positive_number(value: object, key: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise CoordCheckError(f"{key} must be a positive number, got {value!r}") from None
-    if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
-        raise CoordCheckError(f"{key} must be a positive number, got {value!r}")
-    return number
-
-
+NOT_IN_ID = ("width", "lr", "device", *NOT_IN_JOB)  # a grid's config_id: the same for every (width, lr)
 def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     """Train ``cfg.width`` at ``cfg.lr`` for every seed; write ``transfer.parquet`` (``job.json`` is the caller's)."""
     from coordcheck.device import check_precision, resolve_device
@@ -101,15 +49,15 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     device = str(resolve_device(cfg.get("device", "auto")))
     precision = check_precision(cfg.get("precision", "fp32"))
     seeds = resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
-    build = app._instantiate(cfg.model, "model")
-    parametrization = app._instantiate(cfg.parametrization, "parametrization")
-    optimizer = app._instantiate(cfg.optimizer, "optimizer")
-    data = check_data_source(app._instantiate(cfg.data, "data"))
+    build = instantiate_node(cfg.model, "model")
+    parametrization = instantiate_node(cfg.parametrization, "parametrization")
+    optimizer = instantiate_node(cfg.optimizer, "optimizer")
+    data = check_data_source(instantiate_node(cfg.data, "data"))
     loss = cfg.get("loss")
     if loss not in (None, "model"):
         raise CoordCheckError(f"loss must be null (cross-entropy) or model (the loss the model returns), got {loss!r}")
     identity = TransferIdentity(
-        config_id=digest(app._resolved(cfg, NOT_IN_ID)),
+        config_id=digest(resolved_config(cfg, NOT_IN_ID)),
         model=short_name(cfg.model._target_, "coordcheck.models"),
         parametrization=parametrization.name,
         optimizer=short_name(cfg.optimizer._target_, "coordcheck.optim"),
@@ -186,20 +134,19 @@ class TransferCallback(Callback):
             sweep_dir = Path(config.hydra.sweep.dir)
             opts = transfer_options(config.get("report"))
         except CoordCheckError as e:
-            return app._no_report(sweep_dir, e, user=True)
+            return app.no_report(sweep_dir, e, user=True)
         except Exception as e:
-            return app._no_report(sweep_dir, e)
+            return app.no_report(sweep_dir, e)
         app.OUTCOME.strict = opts["strict"]
         try:
-            from coordcheck.transfer.report import EXIT, report_transfer_sweep
+            from coordcheck.transfer.report import report_transfer_sweep
 
-            report, path = report_transfer_sweep(sweep_dir, rules=rules_of(opts), figures=opts["figures"],
+            report, path = report_transfer_sweep(sweep_dir, rules=TRANSFER_REPORT.rules_of(opts), figures=opts["figures"],
                                                  size=opts["size"])
             (path.parent / app.ERROR_NAME).unlink(missing_ok=True)
             summary = report.summary(path)
         except Exception as e:
-            return app._no_report(sweep_dir, e)
+            return app.no_report(sweep_dir, e)
         app.OUTCOME.status = report.status
-        app.OUTCOME.exit_table = EXIT
         app.OUTCOME.failed.extend(p.error for p in report.problems if p.error not in app.OUTCOME.failed)
         print(*summary, sep="\n")

@@ -37,25 +37,22 @@ hide an optimum).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import EXIT, CoordCheckError
 from coordcheck.frame import atomic_write
-from coordcheck.report import (REPORT_DIR, _job_facts, _num, _records, _sweep_config, environment_line, environments,
-                               md_escape)
-from coordcheck.sweep import JobProblem, aggregate
+from coordcheck.report import REPORT_DIR, environment_line, environments
+from coordcheck.sweep import JobProblem, aggregate, job_facts, sweep_config
+from coordcheck.text import md_escape, num, records
 from coordcheck.transfer import frame as transfer_frame
 from coordcheck.transfer.fit import (
-    DOES_NOT,
     INCONCLUSIVE,
     TRANSFERS,
     TransferRules,
@@ -71,7 +68,6 @@ __all__ = ["TransferReport", "build_transfer_report", "write_transfer_report", "
            "EXIT", "SCHEMA"]
 
 SCHEMA = "coordcheck.transfer/1"
-EXIT = {TRANSFERS: 0, DOES_NOT: 1, INCONCLUSIVE: 2}
 SIZES = ("paper", "slides")
 
 
@@ -125,11 +121,11 @@ class TransferReport:
             "rules": asdict(v.rules),
             "widths": sorted(int(w) for w in self.frame["width"].unique()),
             "lrs": sorted(float(x) for x in self.frame["lr"].unique()),
-            "parametrizations": _records(v.shifts, ["config_id", "parametrization", "control", "status", "reason",
+            "parametrizations": records(v.shifts, ["config_id", "parametrization", "control", "status", "reason",
                                                     "shift", "se", "ci_low", "ci_high", "n_widths", "n_optima"]),
-            "optima": _records(self.optima, list(self.optima.columns)),
-            "wider_not_worse": _records(self.wider, list(self.wider.columns)),
-            "diverged": _records(self.diverged(), ["parametrization", "width", "lr", "seeds"]),
+            "optima": records(self.optima, list(self.optima.columns)),
+            "wider_not_worse": records(self.wider, list(self.wider.columns)),
+            "diverged": records(self.diverged(), ["parametrization", "width", "lr", "seeds"]),
             "jobs": {"ok": self.jobs, "problems": [asdict(p) for p in self.problems]},
             "figures": self.figures,
             "notes": self.notes,
@@ -162,15 +158,15 @@ class TransferReport:
         ]
         for s in v.shifts.itertuples():
             name = f"{s.parametrization} (control)" if s.control else s.parametrization
-            lines.append(f"| {md_escape(name)} | {s.status} | {_num(s.shift)} | [{_num(s.ci_low)}, {_num(s.ci_high)}] "
+            lines.append(f"| {md_escape(name)} | {s.status} | {num(s.shift)} | [{num(s.ci_low)}, {num(s.ci_high)}] "
                          f"| {md_escape(s.reason)} |")
         lines += ["", "## Optimum per width", "",
                   "| parametrization | width | optimum lr | interval (log2) | from | best grid lr | held-out loss | "
                   "largest stable lr |", "|---|---|---|---|---|---|---|---|"]
         for o in self.optima.itertuples():
             lines.append(f"| {md_escape(o.parametrization)} | {o.width} | {_lr(o.optimum)} | "
-                         f"[{_num(o.ci_low)}, {_num(o.ci_high)}] | {o.se_source if math.isfinite(o.optimum) else o.edge} "
-                         f"| {o.best_lr:.3g} | {_num(o.best_loss, '{:.4f}')} | {_lr(o.max_stable)} |")
+                         f"[{num(o.ci_low)}, {num(o.ci_high)}] | {o.se_source if math.isfinite(o.optimum) else o.edge} "
+                         f"| {o.best_lr:.3g} | {num(o.best_loss, '{:.4f}')} | {_lr(o.max_stable)} |")
         if len(self.wider):
             lines += ["", "## Wider is not worse", "",
                       "Held-out loss of every width at the narrowest width's optimum learning rate (interpolated): "
@@ -180,7 +176,7 @@ class TransferReport:
             for (_, par), part in self.wider.groupby(["config_id", "parametrization"]):
                 by = dict(zip(part["width"], part["loss"]))
                 lines.append(f"| {md_escape(par)} | {_lr(part['log2_lr'].iloc[0])} | "
-                             + " | ".join(_num(by.get(w, math.nan), "{:.4f}") for w in widths) + " |")
+                             + " | ".join(num(by.get(w, math.nan), "{:.4f}") for w in widths) + " |")
         div = self.diverged()
         lines += ["", "## Diverged runs", ""]
         if len(div):
@@ -274,53 +270,25 @@ def report_transfer_sweep(sweep_dir: str | Path, *, rules: TransferRules | None 
         first = sweep.problems[0]
         raise CoordCheckError(f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; "
                               f"first: {first.job}: {first.error})")
-    command, config = _sweep_config(sweep_dir)
-    if command:
-        command = command.replace("python -m coordcheck ", "python -m coordcheck.transfer ", 1)
+    command, config = sweep_config(sweep_dir, program="python -m coordcheck.transfer")
     report = build_transfer_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs,
                                    command=command, config=config)
-    report.environment = environments([_job_facts(sweep_dir / job) for job in sweep.jobs])
+    report.environment = environments([job_facts(sweep_dir / job) for job in sweep.jobs])
     path = write_transfer_report(report, sweep_dir / REPORT_DIR, figures=figures, size=size)
     return report, path
 
 
-def rule_flags(p: argparse.ArgumentParser) -> None:
-    """``--tol``, ``--min-points``, ``--min-widths``, ``--level``: the fields of :class:`TransferRules`."""
-    from dataclasses import fields
-
-    defaults = TransferRules()
-    help_ = {"tol": "largest |shift| of the optimum that transfers, octaves of lr per width doubling",
-             "min_points": "finite learning rates a width needs for an optimum",
-             "min_widths": "widths with an optimum the shift needs",
-             "level": "confidence level of the intervals"}
-    for f in fields(TransferRules):
-        default = getattr(defaults, f.name)
-        p.add_argument("--" + f.name.replace("_", "-"), type=type(default), default=default,
-                       help=f"{help_[f.name]} (default {default})")
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m coordcheck.transfer.report",
+    from coordcheck.config import TRANSFER_REPORT
+    from coordcheck.report import report_command
+
+    return report_command(
+        sys.argv[1:] if argv is None else list(argv), prog="python -m coordcheck.transfer.report",
+        knobs=TRANSFER_REPORT, report=report_transfer_sweep,
         description="Aggregate a learning-rate (μTransfer) sweep directory, fit the optimum per width and judge "
                     "whether it transfers; writes report/transfer.md and transfer.json.",
+        sweep_help="the multirun directory of python -m coordcheck.transfer",
     )
-    p.add_argument("sweep_dir", type=Path, help="the multirun directory of python -m coordcheck.transfer")
-    p.add_argument("--strict", action="store_true", help="exit 1 when it does not transfer, 2 when inconclusive, "
-                                                         "0 when it transfers (a CI gate)")
-    rule_flags(p)
-    p.add_argument("--size", default=SIZES[0], choices=SIZES, help="figure size: a paper column or 16:9 slides")
-    p.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
-    args = p.parse_args(argv)
-    t0 = time.perf_counter()
-    try:
-        rules = TransferRules(tol=args.tol, min_points=args.min_points, min_widths=args.min_widths, level=args.level)
-        report, path = report_transfer_sweep(args.sweep_dir, rules=rules, figures=not args.no_figures, size=args.size)
-    except CoordCheckError as e:
-        print(f"coordcheck.transfer.report: error: {e}", file=sys.stderr)
-        return 2
-    print(*report.summary(path), sep="\n", end=f" ({time.perf_counter() - t0:.1f} s)\n")
-    return EXIT[report.status] if args.strict else 0
 
 
 def cli() -> None:

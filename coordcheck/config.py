@@ -1,0 +1,429 @@
+"""The configuration layer: from the composed Hydra config to checked values and objects.
+
+Stage: configuration, shared by every command line (the coordinate check, the gradient-flow
+probe, the μTransfer sweep). Input: ``conf/*.yaml`` and the command line. Output: a composed,
+typed, range-checked config, and the objects its groups name (``instantiate_node``). Here live
+the resolvers the YAML files use (``coordcheck_dirname``, ``coordcheck_not_in_dirname``), the
+schemas of the ``report.*`` knobs (:class:`Knobs`: generated from a rules dataclass, registered
+in Hydra's ConfigStore, and the source of the report CLIs' flags), the checks of group choices
+and of the run keys (``device``, ``precision``, ``compile``), and :func:`check_command_line`,
+which composes a command line once so that a bad override is one line and exit 2.
+Nothing here imports torch at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import operator
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, make_dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, List, Optional, get_type_hints
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from coordcheck.errors import CoordCheckError
+from coordcheck.frame import STATS, digest
+from coordcheck.transfer.fit import TransferRules
+from coordcheck.verdict import Rules
+
+__all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config", "instantiate_node", "check_run",
+           "positive_number", "safe_dirname", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
+           "TransferOptions", "report_options", "transfer_options", "rules_of", "knob_error", "options",
+           "check_choices", "compose_config", "check_command_line"]
+
+REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
+NOT_IN_JOB = ("progress", "report", "threads")  # keys that do not change a job's frame
+NOT_IN_ID = ("width", "device", *NOT_IN_JOB)  # ... nor what a configuration is (a width on another device is
+# the same configuration; its precision is not)
+
+
+RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False}  # at these values a key is left out of the
+# hashes, so that sweeps made before the keys existed keep their config_id and resume
+
+
+def resolved_config(cfg: DictConfig, without: tuple[str, ...]) -> dict:
+    """The resolved config as plain values without the keys ``without`` (and the run keys at their defaults)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    return {k: v for k, v in resolved.items()
+            if k not in without and not (k in RUN_DEFAULTS and v == RUN_DEFAULTS[k])}
+
+
+def check_run(cfg: DictConfig, overrides: list | None = None) -> None:
+    """``device``, ``precision`` and ``compile``, checked when the command line is composed (one line, exit 2).
+
+    With another launcher than the basic one (``hydra/launcher=slurm``: jobs run on other machines) the
+    device is checked for its form only; the job checks that it exists where it runs."""
+    from coordcheck.device import check_compile, check_precision, resolve_device
+
+    remote = any(getattr(o, "key_or_group", None) == "hydra/launcher" for o in overrides or [])
+    device = str(cfg.get("device", "auto"))
+    if not (remote and re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)):  # remote: its form is right, the job checks
+        resolve_device(device)
+    check_precision(cfg.get("precision", "fp32"))
+    check_compile(cfg.get("compile", False))
+
+
+def instantiate_node(node: DictConfig, group: str, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate(node)``; a bad ``_target_`` or a missing value is one line naming ``group``."""
+    target = node.get("_target_", "?") if isinstance(node, DictConfig) else "?"
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__ or e
+        if isinstance(cause, CoordCheckError):
+            raise cause from None
+        lines = str(cause).strip().splitlines()
+        raise CoordCheckError(
+            f"{group}._target_={target} could not be used ({lines[0] if lines else type(cause).__name__}): "
+            f"check the dotted path and its arguments"
+        ) from None
+    except OmegaConfBaseException as e:
+        raise CoordCheckError(f"{group}: {str(e).splitlines()[0]} (set it on the command line)") from None
+
+
+def positive_number(value: object, key: str) -> float:
+    """``value`` as a finite number > 0, else one line naming ``key`` (``lr must be a positive number, got -1``)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise CoordCheckError(f"{key} must be a positive number, got {value!r}") from None
+    if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
+        raise CoordCheckError(f"{key} must be a positive number, got {value!r}")
+    return number
+
+
+def safe_dirname(name: str) -> str:
+    """A job directory name that cannot leave the sweep directory (no separators, no '..').
+
+    Names over 200 characters (many long overrides) are cut and end in a hash of the whole
+    name, so two jobs never share a directory.
+    """
+    cleaned = re.sub(r"[^A-Za-z0-9._,=+@%^-]", "_", str(name)).replace("..", "__").strip(".")
+    if len(cleaned) > 200:
+        cleaned = f"{cleaned[:183]}-{digest(str(name), length=16)}"
+    return cleaned or "job"
+
+
+
+# -- the report knobs ------------------------------------------------------------------------------------------------
+# One schema per experiment for `report.*`, registered in Hydra's ConfigStore (so the config is typed when it is
+# composed) and turned into the flags of its report CLI. The verdict's knobs are generated from the fields of its rules
+# dataclass (verdict.Rules, transfer.fit.TransferRules) — a rule added there is a knob here — followed by the report's
+# own knobs. Ranges the types cannot say are in `bounds`.
+
+SIZES = ("paper", "slides")  # plot.Size and plot.Layout (plot imports matplotlib: too slow for the config path)
+LAYOUTS = ("grid", "guide")
+_COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt}
+
+
+def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
+    return Enum(name, {v: v for v in values}, module=__name__)
+
+
+Stat, Size, Layout = _choice("Stat", STATS), _choice("Size", SIZES), _choice("Layout", LAYOUTS)
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+@dataclass(eq=False)
+class Knobs:
+    """The ``report`` node of one experiment: the fields of ``rules`` (a frozen dataclass), then ``own`` knobs.
+
+    ``schema`` is the generated structured-config dataclass (in Hydra's ConfigStore as ``schema/<name>``);
+    ``choices`` are knobs with a closed set of values, ``bounds`` the ranges types cannot say (``{"tol": ((">", 0),)}``),
+    ``help`` one line per knob for the report CLI's ``--help`` (no % signs: argparse formats them).
+    """
+
+    name: str
+    rules: type
+    own: tuple[tuple[str, Any, Any], ...]  # (name, type, default) of the report's own knobs
+    help: dict[str, str]
+    choices: dict[str, type[Enum]] = field(default_factory=dict)
+    bounds: dict[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        hints, defaults = get_type_hints(self.rules), self.rules()
+
+        def knob(f: Any) -> tuple[str, Any, Any]:
+            kind = self.choices.get(f.name) or (hints[f.name] if hints[f.name] in (bool, int, float, str) else Any)
+            default = getattr(defaults, f.name)
+            return f.name, kind, field(default=kind(default) if f.name in self.choices else default)
+
+        cls_name = "".join(w.capitalize() for w in self.name.split("_")) + "Options"
+        self.schema = make_dataclass(
+            cls_name, [*(knob(f) for f in fields(self.rules)), *((n, k, field(default=d)) for n, k, d in self.own)],
+            namespace={"__doc__": f"The ``report`` config node: the fields of ``{self.rules.__name__}``, then the "
+                                  "report's own knobs."})
+        self.schema.__module__ = __name__  # pickled by reference with the config (joblib, submitit)
+        self.kinds: dict[str, Any] = {f.name: f.type for f in fields(self.schema)}
+        ConfigStore.instance().store(group="schema", name=self.name, node=self.schema)
+
+    def expected(self, key: str) -> str:
+        """What a knob takes, in words: ``a number > 0``, ``one of paper, slides``, ``true or false``."""
+        kind = self.kinds[key]
+        if isinstance(kind, type) and issubclass(kind, Enum):
+            return "one of " + ", ".join(m.value for m in kind)
+        if key == "steps":
+            return "null or a list of steps >= 0, e.g. [0,3,10]"
+        words = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(kind, "a value")
+        return " and ".join([words, *(f"{op} {bound}" for op, bound in self.bounds.get(key, ()))]).replace(
+            " and ", " ", 1)
+
+    def error(self, key: str, value: Any = None, flag: Callable[[str], str] = "report.{}".format) -> str:
+        """One line for a bad knob, named as the user wrote it (``report.tol`` in a sweep, ``--tol`` in a report CLI)."""
+        if key not in self.kinds:
+            return f"{flag(key)}: unknown knob: choose one of {', '.join(self.kinds)}"
+        return f"{flag(key)}: must be {self.expected(key)} (got {value!r})"
+
+    def values(self, node: Mapping | None = None, flag: Callable[[str], str] = "report.{}".format) -> dict[str, Any]:
+        """The knobs, typed by the schema and range-checked, as plain values (choices as strings).
+
+        ``node``: the ``report`` config node, or a mapping of the knobs to set (the rest keep their defaults).
+        A bad knob raises :class:`CoordCheckError` naming it with ``flag``.
+        """
+        if not (node is None or isinstance(node, (Mapping, DictConfig))):
+            raise CoordCheckError(f"report: must hold the knobs {', '.join(self.kinds)} (got {node!r})")
+        try:
+            given = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node or {})
+            values = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(self.schema), given),
+                                            enum_to_str=True)
+        except OmegaConfBaseException as e:
+            raise CoordCheckError(self.error(str(e.full_key or e.key).removeprefix("report."), e.value, flag)) from None
+        for key, checks in self.bounds.items():
+            if key in values and not all(_COMPARE[op](values[key], bound) for op, bound in checks):
+                raise CoordCheckError(self.error(key, values[key], flag))
+        if any(step < 0 for step in values.get("steps") or ()):
+            raise CoordCheckError(self.error("steps", values["steps"], flag))
+        return values
+
+    def rules_of(self, values: Mapping[str, Any]) -> Any:
+        """The rules dataclass from knob values (the fields they share)."""
+        return self.rules(**{f.name: values[f.name] for f in fields(self.rules) if f.name in values})
+
+    def add_flags(self, parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+        """One flag per knob (``--shrink-tol`` for ``shrink_tol``; ``--no-figures``/``--figures`` for a bool), its
+        type, default and choices from the schema and its help from :attr:`help`. ``only``: these knobs alone."""
+        defaults = self.schema()
+        for f in fields(self.schema):
+            if only is not None and f.name not in only:
+                continue
+            default, kind = getattr(defaults, f.name), self.kinds[f.name]
+            if isinstance(default, Enum):
+                flag = dict(choices=[m.value for m in type(default)], type=str)
+                default = default.value
+            elif kind is bool:
+                flag = dict(action=argparse.BooleanOptionalAction)
+            elif f.name == "steps":
+                flag = dict(type=_steps)
+            else:
+                flag = dict(type=kind if kind in (int, float) else str)
+            what = self.help.get(f.name, f"a rule of the verdict ({self.rules.__module__}.{self.rules.__name__})")
+            parser.add_argument(_flag(f.name), default=default, **flag, help=f"{what} (default {default})")
+
+
+def _steps(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--steps takes comma-separated integers, got {text!r}") from None
+
+
+REPORT = Knobs(
+    name="report", rules=Rules,
+    own=(("figures", bool, True), ("size", Size, Size.paper), ("steps", Optional[List[int]], None),
+         ("strict", bool, False), ("layout", Layout, Layout.grid)),
+    choices={"stat": Stat, "size": Size, "layout": Layout},
+    bounds={"tol": ((">", 0),), "shrink_tol": ((">", 0),), "rise": ((">=", 0),), "rise_floor": ((">=", 0),),
+            "min_widths": ((">=", 2),), "min_window": ((">=", 1),), "persist": ((">=", 1),), "gross": ((">=", 0),)},
+    help={
+        "stat": "statistic judged: std (activation std) or l1 (mean |x|, as the mup package)",
+        "tol": "max growth slope d log2(stat) / d log2(width)",
+        "shrink_tol": "max shrink slope for series that must not vanish (hidden out, every delta)",
+        "rise": "instability: loss above (1 + rise) x its running minimum ...",
+        "rise_floor": "... and above it by more than this fraction of the step-0 loss",
+        "min_widths": "fewer widths than this is inconclusive",
+        "min_window": "updated steps the stable window must hold, else inconclusive",
+        "persist": "a violation after updates must last this many consecutive judged steps ...",
+        "gross": "... unless its whole interval lies more than this beyond the band",
+        "figures": "draw the figures (coord_check, slopes, loss)",
+        "size": "figure size: a paper column or 16:9 slides",
+        "steps": "steps shown in the coord-check figure, e.g. 0,3,10 (null: up to 4 spread over the run)",
+        "strict": "exit 1 on fail, 2 when inconclusive, 0 on pass (a CI gate)",
+        "layout": "coord-check figure: grid (a panel per step) or guide (a panel per kind of activation, a line per "
+                  "step)",
+    },
+)
+TRANSFER_REPORT = Knobs(
+    name="transfer_report", rules=TransferRules,
+    own=(("figures", bool, True), ("size", Size, Size.paper), ("strict", bool, False)),
+    choices={"size": Size},
+    bounds={"tol": ((">", 0),), "min_points": ((">=", 3),), "min_widths": ((">=", 2),),
+            "level": ((">", 0), ("<", 1))},
+    help={
+        "tol": "largest |shift| of the optimum that transfers, octaves of lr per width doubling",
+        "min_points": "finite learning rates a width needs for an optimum (a parabola needs 3)",
+        "min_widths": "widths with an optimum the shift needs",
+        "level": "confidence level of the intervals",
+        "figures": "draw the figures (transfer, optimum)",
+        "size": "figure size: a paper column or 16:9 slides",
+        "strict": "exit 1 when it does not transfer, 2 when inconclusive, 0 when it transfers (a CI gate)",
+    },
+)
+ReportOptions, TransferOptions = REPORT.schema, TRANSFER_REPORT.schema
+KNOBS: dict[str, Any] = REPORT.kinds
+
+
+def knob_error(key: str, value: Any = None, flag: Callable[[str], str] = "report.{}".format) -> str:
+    """:meth:`Knobs.error` of the coordinate check's report."""
+    return REPORT.error(key, value, flag)
+
+
+def report_options(node: Mapping | None = None, flag: Callable[[str], str] = "report.{}".format) -> dict[str, Any]:
+    """The coordinate check's report knobs, checked (:meth:`Knobs.values`)."""
+    return REPORT.values(node, flag)
+
+
+def transfer_options(node: Mapping | None = None, flag: Callable[[str], str] = "report.{}".format) -> dict[str, Any]:
+    """The μTransfer sweep's report knobs, checked (:meth:`Knobs.values`)."""
+    return TRANSFER_REPORT.values(node, flag)
+
+
+def rules_of(options: Mapping[str, Any]) -> Rules:
+    """The verdict's :class:`Rules` from report knobs (the fields they share)."""
+    return REPORT.rules_of(options)
+
+
+def _not_in_dirname() -> list[str]:
+    """``hydra.job.config.override_dirname.exclude_keys``: what does not change a job's frame does not name its
+    directory, so a re-run with other report knobs finds (and resumes) the same jobs."""
+    return [*(k for k in NOT_IN_JOB if k != "report"), "device", *(f"report.{k}" for k in KNOBS)]
+
+
+def _not_in_transfer_dirname() -> list[str]:
+    """The same for the μTransfer sweep's report knobs."""
+    return [*(k for k in NOT_IN_JOB if k != "report"), "device", *(f"report.{k}" for k in TRANSFER_REPORT.kinds)]
+
+
+for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_in_dirname", _not_in_dirname),
+                         ("coordcheck_not_in_transfer_dirname", _not_in_transfer_dirname)):
+    if not OmegaConf.has_resolver(_name):
+        OmegaConf.register_new_resolver(_name, _resolver)
+
+
+# -- the command line: checked once before Hydra runs anything -------------------------------------------------------
+
+GROUPS = ("model", "data", "parametrization", "optimizer")
+
+
+def options(group: str) -> list[str]:
+    """The options of a config group (``conf/<group>/*.yaml``), from the checkout or the wheel."""
+    if CONF_DIR.startswith("pkg://"):
+        from importlib import resources
+
+        folder = resources.files("coordcheck.conf").joinpath(group)
+        return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+
+
+def check_choices(argv: list[str], groups: tuple[str, ...] = GROUPS) -> None:
+    """One line for an unknown group option (``model=foo``), before Hydra's multi-line message."""
+    for arg in argv:
+        m = re.fullmatch(rf"({'|'.join(groups)})=([\w.,-]+)", arg)
+        if not m:
+            continue
+        group, value = m.groups()
+        known = options(group)
+        for choice in value.split(","):
+            if choice and choice not in known:
+                raise CoordCheckError(f"unknown {group} {choice!r}: choose one of {', '.join(known)} (conf/{group}/)")
+
+
+def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
+    """``conf/<config_name>.yaml`` composed with ``overrides`` (no sweeps), as ``python -m coordcheck`` composes it."""
+    from hydra import compose, initialize_config_dir, initialize_config_module
+
+    init = (initialize_config_module(CONF_DIR.removeprefix("pkg://"), version_base="1.3")
+            if CONF_DIR.startswith("pkg://") else initialize_config_dir(CONF_DIR, version_base="1.3"))
+    with init:
+        return compose(config_name, overrides=overrides)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()).split(" Config search path:")[0]  # Hydra's list of search paths: not for users
+    override = getattr(e, "override", None)  # a parse error names its override only as an attribute
+    return f"cannot parse {override!r}: {text}" if override and override not in text else text
+
+
+def _is_report(key: str) -> bool:
+    return key == "report" or key.startswith("report.")
+
+
+_FLAGS = {"-m": 0, "--multirun": 0, "-r": 0, "--run": 0, "--resolve": 0, "-c": 1, "--cfg": 1, "-p": 1,
+          "--package": 1}  # Hydra's flags that keep the usual config, and how many values each takes
+
+
+def check_command_line(argv: list[str], *, config_name: str = "config",
+                       check: Callable[[DictConfig, list], None] | None = None,
+                       knobs: Knobs | None = REPORT) -> None:
+    """Compose the config of ``python -m coordcheck ARGV`` once, so that a bad override is one line, not a traceback.
+
+    Raises :class:`CoordCheckError` for a report knob of the wrong type, out of its range or unknown, a sweep over a
+    report knob (a sweep has one report), and any other override Hydra cannot compose. The sweep's other swept
+    values are Hydra's to check, job by job. Hydra's flags other than ``--multirun``, ``--run``, ``--cfg``,
+    ``--package`` and ``--resolve`` (``-cd``, ``--help``, ...) leave the command line to Hydra, which types the
+    report knobs against the same schema.
+
+    Then the composed config is checked: its ``report`` node by ``knobs`` (:data:`REPORT`, or
+    :data:`TRANSFER_REPORT`), the run keys by :func:`check_run`, and anything else by ``check(cfg, overrides)``
+    (another experiment's own keys and swept values). ``config_name``: another experiment's config (``transfer``).
+    """
+    args, values = [], 0  # values: how many of the next arguments are the last flag's value
+    for a in argv:
+        if values:
+            values -= 1
+        elif not a.startswith("-"):
+            args.append(a)
+        elif a.split("=")[0] in _FLAGS:
+            values = 0 if "=" in a else _FLAGS[a]
+        else:
+            return
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except HydraException as e:
+        raise CoordCheckError(_one_line(e)) from None
+    for o in overrides:
+        if o.is_sweep_override() and o.key_or_group == "device":
+            raise CoordCheckError("device: one value per sweep (its jobs share their directories across devices); "
+                                  "run one sweep per device")
+        if o.is_sweep_override() and _is_report(o.key_or_group):
+            hint = ": write a list as [0,3,10]" if o.key_or_group == "report.steps" else ""
+            raise CoordCheckError(f"{o.key_or_group}: one value per sweep, its report is made once at the end "
+                                  f"(got {o.get_value_string()!r}){hint}")
+    try:
+        cfg = compose_config([o.input_line for o in overrides if not o.is_sweep_override()], config_name)
+    except (HydraException, OmegaConfBaseException) as e:
+        cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else e
+        key = str(getattr(cause, "full_key", "") or "")
+        if not _is_report(key) or knobs is None:
+            raise CoordCheckError(_one_line(e)) from None
+        typed = {o.key_or_group: o.get_value_string() for o in overrides if "=" in (o.input_line or "")}
+        value = typed.get(key, getattr(cause, "value", None))
+        raise CoordCheckError(knobs.error(key.removeprefix("report."), value)) from None
+    if knobs is not None:
+        knobs.values(cfg.get("report"))
+    check_run(cfg, overrides)
+    if check is not None:
+        check(cfg, overrides)
+
