@@ -221,15 +221,12 @@ def build_report(
     frame: pd.DataFrame, *, rules: Rules = Rules(), problems: list[JobProblem] | None = None,
     jobs: list[str] | None = None, command: str | None = None, config: str | None = None,
 ) -> Report:
-    """Fit slopes and judge a tidy frame; failed jobs make a passing verdict inconclusive."""
+    """Fit slopes and judge a tidy frame (with the jobs that left no frame: rule 8 of the verdict)."""
     if frame.empty:
         raise CoordCheckError("no measurements to report: every job failed or the frame is empty")
     slopes = fit_slopes(frame)
-    verdict = judge(frame, slopes, rules)
     problems = list(problems or [])
-    if problems and verdict.status == "pass":
-        verdict.status = "inconclusive"
-        verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
+    verdict = judge(frame, slopes, rules, problems=problems)  # a job that left no frame: not a pass (rule 8)
     return Report(frame, slopes, verdict, problems, list(jobs or []), command, config)
 
 

@@ -35,15 +35,17 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    this learning rate — lower it``.
 7. **Divergence.** A non-finite value anywhere (loss or activation) fails: "diverged at step t,
    width w".
-8. **Widths.** Fewer than ``min_widths`` widths is ``inconclusive``, never ``pass`` (a job that
-   left no frame does the same, in ``coordcheck.report``).
+8. **Widths.** Fewer than ``min_widths`` widths is ``inconclusive``, never ``pass``; so is a sweep
+   in which a job left no frame (``judge(..., problems=...)``): a width is missing from the evidence.
 9. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
    ``pass``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,7 +53,7 @@ import pandas as pd
 from coordcheck.frame import QK_LOGITS
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
-__all__ = ["Rules", "Verdict", "judge", "find_instability", "diagnose", "STATUSES"]
+__all__ = ["Rules", "Verdict", "judge", "find_instability", "likely_cause", "STATUSES"]
 
 STATUSES = ("pass", "fail", "inconclusive", "zero", "skip", "transient")
 _RANK = {"pass": 0, "zero": 0, "skip": 0, "transient": 0, "inconclusive": 1, "fail": 2}
@@ -87,7 +89,7 @@ EXPECT = {
 }
 
 
-def diagnose(role: str, tensor: str, step: int, direction: str, parametrization: str = "mup") -> str:
+def likely_cause(role: str, tensor: str, step: int, direction: str, parametrization: str = "mup") -> str:
     """Likely cause and fix, in words a user can act on, for a failing pattern under ``parametrization``."""
     if direction == "diverged":
         return "training diverged (non-finite values): lower the learning rate, or check the initialisation"
@@ -127,7 +129,8 @@ def diagnose(role: str, tensor: str, step: int, direction: str, parametrization:
     return ""
 
 
-def find_instability(frame: pd.DataFrame, rise: float = 0.5, rise_floor: float = 0.1, persist: int = 1) -> pd.DataFrame:
+def find_instability(frame: pd.DataFrame, rise: float = Rules.rise, rise_floor: float = Rules.rise_floor,
+                     persist: int = 1) -> pd.DataFrame:
     """Per (configuration, width, seed): the first unstable step from the loss, if any.
 
     A step is too high when its loss exceeds the running minimum by more than ``rise`` of it and
@@ -223,7 +226,7 @@ def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     s["status"] = status
     s["direction"] = direction
     s["diagnosis"] = [
-        (QK_INIT_DIAGNOSIS if e == "qk_init" else diagnose(r, t, st, d, p)) if d else n
+        (QK_INIT_DIAGNOSIS if e == "qk_init" else likely_cause(r, t, st, d, p)) if d else n
         for r, t, st, d, n, p, e in zip(s["role"], s["tensor"], s["step"], direction, note, s["parametrization"],
                                         s["expect"])
     ]
@@ -331,8 +334,21 @@ def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).sort_values(CONFIG_COLUMNS[:1] + ["layer_index", "module"], kind="stable")
 
 
-def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules = Rules()) -> Verdict:
-    """Judge a sweep's tidy frame; see the module docstring for the rules."""
+def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules = Rules(),
+          problems: Sequence[Any] = ()) -> Verdict:
+    """Judge a sweep's tidy frame; see the module docstring for the rules.
+
+    ``problems``: the sweep's jobs that left no frame (objects with ``job`` and ``error``, as
+    ``coordcheck.sweep.JobProblem``); any makes a passing verdict inconclusive (rule 8).
+    """
+    verdict = _judge(frame, slopes, rules)
+    if problems and verdict.status == "pass":
+        verdict.status = "inconclusive"
+        verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
+    return verdict
+
+
+def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Verdict:
     if slopes is None:
         slopes = fit_slopes(frame)
     series = _judge_series(slopes[slopes["stat"] == rules.stat], rules)

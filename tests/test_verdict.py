@@ -60,6 +60,16 @@ def test_inner_output_before_a_multiplier_is_skipped():
     assert v.modules.set_index("module").loc["head.fc", "status"] == "skip"
 
 
+def test_a_job_that_left_no_frame_is_never_pass():
+    from coordcheck.sweep import JobProblem
+
+    missing = [JobProblem("width=1024", "failed", "CUDA out of memory")]
+    v = judge(make_frame(HEALTHY, noise=0.02), problems=missing)
+    assert v.status == "inconclusive" and "1 job(s) left no frame (width=1024: CUDA out of memory)" in v.reason
+    failing = judge(make_frame({**HEALTHY, ("h1", "hidden", "delta"): 1.0}), problems=missing)
+    assert failing.status == "fail" and "h1" in failing.reason  # a failure stays a failure
+
+
 def test_noisy_violation_is_inconclusive_not_fail():
     series = {**HEALTHY, ("h1", "hidden", "out"): 0.3}
     v = _status(make_frame(series, noise=1.0, seeds=(0,), widths=(64, 128, 256)))
@@ -197,11 +207,11 @@ def test_passing_modules_show_their_worst_slope_and_margin():
     ("sp", "not a MuReadout", "standard parametrization"),
 ])
 def test_diagnoses_fit_the_setup(parametrization, absent, present):
-    from coordcheck.verdict import diagnose
+    from coordcheck.verdict import likely_cause
 
-    texts = [diagnose(role, "delta", 3, "grows", parametrization) for role in ("hidden", "output")]
+    texts = [likely_cause(role, "delta", 3, "grows", parametrization) for role in ("hidden", "output")]
     assert not any(absent in t for t in texts) and any(present in t for t in texts)
-    assert "embedding learning rate is scaled like a hidden matrix" in diagnose("input", "delta", 3, "shrinks", "mup")
+    assert "embedding learning rate is scaled like a hidden matrix" in likely_cause("input", "delta", 3, "shrinks", "mup")
 
 
 def test_pure_qk_logits_must_shrink_at_initialisation():
