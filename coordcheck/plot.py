@@ -54,8 +54,8 @@ from coordcheck.slopes import CONFIG_COLUMNS, SERIES_COLUMNS
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["plot_coords", "plot_slopes", "plot_loss", "activation_kind", "figure_style", "save_figure",
-           "seaborn_modules", "FIGURE_WIDTH", "KINDS", "Layout"]
+__all__ = ["plot_coords", "plot_slopes", "plot_loss", "activation_kind", "figure_style", "save_figure", "facet_size",
+           "add_legend", "legend_line", "seaborn_modules", "FIGURE_WIDTH", "KINDS", "Layout"]
 
 Size = Literal["paper", "slides"]
 Layout = Literal["grid", "guide"]
@@ -243,7 +243,7 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
                   markeredgewidth=0, legend=False)
 
     sns, _ = seaborn_modules()
-    facet_w, facet_h = _facet_size(size, len(row_order), len(steps))
+    facet_w, facet_h = facet_size(size, len(row_order), len(steps))
     with figure_style(size):
         g = _log_width_facets(data, widths, row=row, row_order=row_order, col="step", col_order=steps, sharey="row",
                               facet=(facet_w, facet_h))
@@ -264,12 +264,12 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
         _finish_facets(g, widths, ylabels, title)
         shown = modules if many else modules[~modules["module"].isin(picked)]  # highlighted: own legend
         handles, legend_title = _layer_legend(shown, colours, styled)
-        legends = [_legend(g.figure, handles, legend_title)]
+        legends = [add_legend(g.figure, handles, legend_title)]
         if many and len(role_order) > 1:  # the module legend above shows each module's style
-            legends.append(_legend(g.figure, {r: _line("0.35", markers[r], dashes[r]) for r in role_order}, "role"))
+            legends.append(add_legend(g.figure, {r: legend_line("0.35", markers[r], dashes[r]) for r in role_order}, "role"))
         _stack_legends(g.figure, legends)
         if hot:
-            _highlight_legend(g.figure, {f"L{i} {m}": _line(hot[m], *styled[m], linewidth=HIGHLIGHT_WIDTH)
+            _highlight_legend(g.figure, {f"L{i} {m}": legend_line(hot[m], *styled[m], linewidth=HIGHLIGHT_WIDTH)
                                          for m, i in zip(modules["module"], modules["layer_index"]) if m in hot},
                               size)
     return g.figure
@@ -313,7 +313,7 @@ def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: l
     sns, _ = seaborn_modules()
     palette = dict(zip(steps, sns.color_palette(STEP_PALETTE, len(steps))))
 
-    facet_w, facet_h = _facet_size(size, len(row_order), len(kinds), legend_w=_STEP_LEGEND_W[size])
+    facet_w, facet_h = facet_size(size, len(row_order), len(kinds), legend_w=_STEP_LEGEND_W[size])
     facet_h = max(facet_h, _GUIDE_MIN_HEIGHT[size])  # narrow panels, but tall enough for a scale
     with figure_style(size):
         g = _log_width_facets(pooled, widths, row=row, row_order=row_order, col="kind", col_order=kinds, sharey="col",
@@ -326,7 +326,7 @@ def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: l
         g.set_titles(col_template="{col_name}", row_template="")  # the row is named in the y label
         _finish_facets(g, widths, ylabels, title)
         drawn = set(pooled["step"]) or set(steps)  # no delta at step 0: no legend entry either
-        _legend(g.figure, {str(s): _line(palette[s], "o") for s in steps if s in drawn}, "step")
+        add_legend(g.figure, {str(s): legend_line(palette[s], "o") for s in steps if s in drawn}, "step")
     return g.figure
 
 
@@ -502,7 +502,7 @@ def plot_loss(
     sns, _ = seaborn_modules()
     palette = dict(zip(widths, sns.color_palette(WIDTH_PALETTE, len(widths))))
     n_cols = len(col_order)
-    facet_w, facet_h = _facet_size(size, 1, n_cols, max_cols=2)
+    facet_w, facet_h = facet_size(size, 1, n_cols, max_cols=2)
     values = data["value"]
     log_y = len(values) > 0 and values.min() > 0 and values.max() / values.min() > 100
     with figure_style(size):
@@ -523,7 +523,7 @@ def plot_loss(
             if not ax.lines:
                 ax.text(0.5, 0.5, "no finite loss", transform=ax.transAxes,
                         ha="center", va="center", color="0.4", fontsize="small")
-        _legend(g.figure, {str(w): _line(palette[w]) for w in widths}, "width")
+        add_legend(g.figure, {str(w): legend_line(palette[w]) for w in widths}, "width")
     save_figure(g.figure, path)
     return g.figure
 
@@ -551,8 +551,8 @@ def figure_style(size: Size, grid: bool = True) -> ExitStack:
     return stack
 
 
-def _facet_size(size: Size, n_rows: int, n_cols: int, max_cols: int | None = None,
-                legend_w: float | None = None) -> tuple[float, float]:
+def facet_size(size: Size, n_rows: int, n_cols: int, max_cols: int | None = None,
+               legend_w: float | None = None) -> tuple[float, float]:
     """(width, height) of one facet in inches, so the whole grid fits the chosen size
     with ``legend_w`` inches (default: :data:`_LEGEND_W`) kept for the legend."""
     room = FIGURE_WIDTH[size] - (_LEGEND_W[size] if legend_w is None else legend_w)
@@ -641,23 +641,24 @@ def _layer_legend(modules: pd.DataFrame, colours: dict[int, tuple],
     """Legend entries: per module when few (with its role's marker and dashes from
     ``styled``), else per layer index (subsampled when many)."""
     if len(modules) <= MAX_MODULE_LEGEND:
-        handles = {f"{i}: {m}": _line(colours[i], *(styled or {}).get(m, ()))
+        handles = {f"{i}: {m}": legend_line(colours[i], *(styled or {}).get(m, ()))
                    for i, m in zip(modules["layer_index"], modules["module"])}
         return handles, "layer index: module"
     levels = sorted(colours)
     if len(levels) > MAX_LAYER_LEGEND:  # every k-th depth, and the readout
         levels = sorted(set(levels[:: math.ceil(len(levels) / (MAX_LAYER_LEGEND - 1))]) | {levels[-1]})
-    return {str(i): _line(colours[i]) for i in levels}, "layer index"
+    return {str(i): legend_line(colours[i]) for i in levels}, "layer index"
 
 
-def _line(colour, marker: str | None = None, dashes="", linewidth: float = 2) -> Line2D:
+def legend_line(colour, marker: str | None = None, dashes="", linewidth: float = 2) -> Line2D:
+    """A legend handle: a line of ``colour`` with an optional marker and dashes."""
     line = Line2D([], [], color=colour, linewidth=linewidth, marker=marker, markersize=5, markeredgewidth=0)
     if dashes:
         line.set_dashes(dashes)
     return line
 
 
-def _legend(fig: Figure, handles: dict, title: str) -> Legend:
+def add_legend(fig: Figure, handles: dict, title: str) -> Legend:
     """Figure legend just right of the axes; ``bbox_inches="tight"`` keeps it in the files."""
     return fig.legend(list(handles.values()), list(handles), title=title, loc="center left",
                       bbox_to_anchor=(1.0, 0.5), frameon=False)

@@ -36,3 +36,20 @@ def test_foreign_and_corrupt_files_are_frame_errors(tmp_path):
         read_frame(tmp_path / "foreign.parquet")
     with pytest.raises(FrameError, match="unreadable"):
         read_frame(tmp_path / "corrupt.parquet")
+
+
+def test_atomic_files_get_the_umask_mode_not_mkstemps(tmp_path):
+    import os
+    import stat
+
+    from coordcheck.frame import atomic_write
+
+    old = os.umask(0o022)
+    try:
+        path = atomic_write(tmp_path / "report.md", lambda p: p.write_text("x"))
+        os.umask(0o027)
+        private = atomic_write(tmp_path / "job.json", lambda p: p.write_text("{}"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # group- and world-readable, as any new file (was 0600)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o640  # a stricter umask is respected

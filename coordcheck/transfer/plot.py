@@ -16,9 +16,9 @@ from matplotlib.lines import Line2D
 from coordcheck.plot import (
     WIDTH_PALETTE,
     Size,
-    _facet_size,
-    _legend,
-    _line,
+    facet_size,
+    add_legend,
+    legend_line,
     figure_style,
     save_figure,
     seaborn_modules,
@@ -47,7 +47,7 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
     cols = _par_order(curves["parametrization"])
     widths = np.sort(curves["width"].unique())
     palette = dict(zip(widths, sns.color_palette(WIDTH_PALETTE, len(widths))))
-    facet_w, facet_h = _facet_size(size, 1, len(cols), max_cols=2)
+    facet_w, facet_h = facet_size(size, 1, len(cols), max_cols=2)
     finite = curves[np.isfinite(curves["loss"])]
     with figure_style(size):
         g = sns.FacetGrid(finite, col="parametrization", col_order=cols, sharey=True, height=facet_h,
@@ -67,13 +67,13 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
             ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:g}"))
         g.set_titles(col_template="{col_name}")
         g.set_axis_labels("log2 learning rate", "held-out loss")
-        handles = {str(w): _line(palette[w], marker="o") for w in widths}
+        handles = {str(w): legend_line(palette[w], marker="o") for w in widths}
         handles["optimum (fit)"] = Line2D([], [], color="0.5", marker="*", markersize=9, markeredgecolor="black",
                                           markeredgewidth=0.6, linestyle="none")
         if (~np.isfinite(curves["loss"])).any():
             handles["diverged"] = Line2D([], [], color="0.3", marker="x", markersize=6, markeredgewidth=1.5,
                                          linestyle="none")
-        _legend(g.figure, handles, "width")
+        add_legend(g.figure, handles, "width")
         if title:
             g.figure.suptitle(title, fontsize="medium", y=1.02)
     save_figure(g.figure, path)
@@ -89,7 +89,7 @@ def plot_optima(optima: pd.DataFrame, path: str | Path | None = None, *, shifts:
         raise ValueError("no width has a fitted optimum (see the report for why)")
     pars = _par_order(ok["parametrization"])
     colours = dict(zip(pars, sns.color_palette("colorblind", len(pars))))
-    facet_w, facet_h = _facet_size(size, 1, 1, max_cols=2)
+    facet_w, facet_h = facet_size(size, 1, 1, max_cols=2)
     with figure_style(size):
         fig, ax = plt.subplots(figsize=(facet_w + 1.2, facet_h))
         for par in pars:
