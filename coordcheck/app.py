@@ -42,7 +42,7 @@ from coordcheck.config import (  # noqa: F401  (CONF_DIR ... compose_config: re-
     CONF_DIR, GROUPS, NOT_IN_ID, NOT_IN_JOB, REPORT, Knobs, ReportOptions, check_choices, check_command_line,
     compose_config, instantiate_node, positive_number, report_options, resolved_config, rules_of, safe_dirname,
 )
-from coordcheck.errors import EXIT, CoordCheckError
+from coordcheck.errors import EXIT, USER_ERROR, CoordCheckError
 from coordcheck.frame import FRAME_NAME, atomic_write, digest, write_frame
 from coordcheck.report import ERROR_NAME, REPORT_DIR
 from coordcheck.sweep import JOB_NAME
@@ -228,7 +228,7 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
         if hc.mode == RunMode.RUN:
             if user:
                 print(f"coordcheck: error: {error}", file=sys.stderr)
-                sys.exit(2)
+                sys.exit(USER_ERROR)
             raise
         OUTCOME.failed.append(error)
     finally:
@@ -276,7 +276,7 @@ def run_command(task: Callable[[DictConfig], None], *, config_name: str = "confi
         check_command_line(sys.argv[1:], config_name=config_name, check=check, knobs=knobs)
     except CoordCheckError as e:
         print(f"coordcheck: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(USER_ERROR)
     import hydra
 
     hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)(task)()
@@ -308,14 +308,26 @@ def no_report(sweep_dir: Path | None, e: BaseException, *, user: bool = False) -
 
 
 class SweepCallback(Callback):
-    """Checks the report knobs before a multirun's first job; judges the job directories on disk at its end."""
+    """Checks the report knobs before a multirun's first job; judges the job directories on disk at its end.
+
+    ``knobs`` and :meth:`report`: the experiment's report schema and report function (the μTransfer sweep's
+    callback is this one with its own)."""
+
+    knobs: Knobs = REPORT
+
+    def report(self, sweep_dir: Path, opts: dict[str, Any]) -> tuple[Any, Path]:
+        """Write the report of ``sweep_dir`` with the checked knobs ``opts``; return it and its path."""
+        from coordcheck.report import report_sweep
+
+        return report_sweep(sweep_dir, rules=self.knobs.rules_of(opts), figures=opts["figures"],
+                            steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            report_options(config.get("report"))
+            self.knobs.values(config.get("report"))
         except CoordCheckError as e:  # an exception would only be a warning here: stop before any job runs
             print(f"coordcheck: error: {e}", file=sys.stderr)
-            sys.exit(2)
+            sys.exit(USER_ERROR)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Write ``SWEEP_DIR/report/``. Any exception is recorded and fails the command (Hydra would make it a
@@ -323,17 +335,14 @@ class SweepCallback(Callback):
         sweep_dir = None
         try:
             sweep_dir = Path(config.hydra.sweep.dir)
-            opts = report_options(config.get("report"))
+            opts = self.knobs.values(config.get("report"))
         except CoordCheckError as e:
             return no_report(sweep_dir, e, user=True)
         except Exception as e:
             return no_report(sweep_dir, e)
         OUTCOME.strict = opts["strict"]
         try:
-            from coordcheck.report import report_sweep
-
-            report, path = report_sweep(sweep_dir, rules=rules_of(opts), figures=opts["figures"],
-                                        steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"])
+            report, path = self.report(sweep_dir, opts)
             (path.parent / ERROR_NAME).unlink(missing_ok=True)
             summary = report.summary(path)
         except Exception as e:

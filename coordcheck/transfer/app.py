@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck import app
@@ -103,18 +101,20 @@ def grid_size(config: DictConfig) -> int | None:
         return None
 
 
-class TransferCallback(Callback):
-    """Checks the report knobs before the first job, shows a bar over the grid (jobs run in this process), and
-    judges the job directories on disk at the end of the multirun."""
+class TransferCallback(app.SweepCallback):
+    """The sweep's callback with the μTransfer report, and a bar over the grid when the jobs run in this process."""
 
+    knobs = TRANSFER_REPORT
     bar = None
 
+    def report(self, sweep_dir: Path, opts: dict[str, Any]) -> tuple[Any, Path]:
+        from coordcheck.transfer.report import report_transfer_sweep
+
+        return report_transfer_sweep(sweep_dir, rules=self.knobs.rules_of(opts), figures=opts["figures"],
+                                     size=opts["size"])
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        try:
-            transfer_options(config.get("report"))
-        except CoordCheckError as e:
-            print(f"coordcheck: error: {e}", file=sys.stderr)
-            sys.exit(2)
+        super().on_multirun_start(config, **kwargs)
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
         if config.get("progress", True) and launcher.endswith("BasicLauncher"):  # other launchers: jobs elsewhere
             from tqdm.auto import tqdm
@@ -129,24 +129,4 @@ class TransferCallback(Callback):
         if TransferCallback.bar is not None:
             TransferCallback.bar.close()
             TransferCallback.bar = None
-        sweep_dir = None
-        try:
-            sweep_dir = Path(config.hydra.sweep.dir)
-            opts = transfer_options(config.get("report"))
-        except CoordCheckError as e:
-            return app.no_report(sweep_dir, e, user=True)
-        except Exception as e:
-            return app.no_report(sweep_dir, e)
-        app.OUTCOME.strict = opts["strict"]
-        try:
-            from coordcheck.transfer.report import report_transfer_sweep
-
-            report, path = report_transfer_sweep(sweep_dir, rules=TRANSFER_REPORT.rules_of(opts), figures=opts["figures"],
-                                                 size=opts["size"])
-            (path.parent / app.ERROR_NAME).unlink(missing_ok=True)
-            summary = report.summary(path)
-        except Exception as e:
-            return app.no_report(sweep_dir, e)
-        app.OUTCOME.status = report.status
-        app.OUTCOME.failed.extend(p.error for p in report.problems if p.error not in app.OUTCOME.failed)
-        print(*summary, sep="\n")
+        super().on_multirun_end(config, **kwargs)
