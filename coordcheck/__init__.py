@@ -19,7 +19,7 @@ _LAZY = {
     "CoordCheckResult": "coordcheck.api",
     "GradFlowProbe": "coordcheck.gradflow",
     "gradflow_once": "coordcheck.gradflow",
-    "diagnose": "coordcheck.gradflow_report",
+    "diagnose": "coordcheck.gradflow",
     "transfer": "coordcheck.transfer.api",  # the subpackage coordcheck.transfer is callable too: the same function
     "TransferResult": "coordcheck.transfer.api",
 }

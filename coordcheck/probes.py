@@ -55,29 +55,14 @@ Deliberate choices (documented for users):
 * **Hooks outside the forward** (activation-checkpoint recomputation in backward, an extra
   eval pass) record nothing: ``recording`` is only on during the probed forward.
 
-Layout rules (a module may override both with ``coordcheck_layer_index`` /
-``coordcheck_role`` attributes):
-
-* ``layer_index`` follows depth. The *blocks* are the outermost modules with submodules and
-  parameters that sit directly in an ``nn.ModuleList``, ``nn.Sequential`` or
-  ``nn.ModuleDict`` — every such container in the model, so ResNet stages
-  (``layer1.0`` .. ``layer4.1``) and LLaMA-style ``layers["0"]`` count. Blocks are numbered
-  1..L in the order they first run; everything inside block i gets i. Other modules get the
-  number of blocks that started before them (0 before the first block), or ``L + 1`` after
-  the last. With fewer than two blocks, each module gets the rank of the latest
-  parameterised leaf that ran up to it (input layer 0, ..., readout last).
-* ``role``: ``norm`` for normalisation layers; ``attention`` for the captured attention
-  logits and for modules named like ``*score*``/``*logit*`` inside blocks; ``output`` for
-  ``MuReadout``, for the last parameterised leaf to run (the readout), for ``(logits)`` and
-  for anything that runs after the readout; ``input`` for embeddings and for layer index 0;
-  else ``hidden``.
+Layout rules (``layer_index``, ``role``): :mod:`coordcheck.layout`. Moments and the statistics
+from them: :mod:`coordcheck.moments`.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,12 +71,18 @@ from functools import partial
 import numpy as np
 import torch
 import torch.nn.functional as F
-from mup import MuReadout
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import ROOT_MODULE, STATS
+from coordcheck.layout import (  # noqa: F401  (the layout names: re-exported for old imports)
+    ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout,
+)
+from coordcheck.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
+    MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moments, needed_moments, pool_calls,
+    pool_moments, stats_from_moments,
+)
 
 __all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", "masked_moments", "stats_from_moments", "pool_moments",
            "STAT_FUNCS", "first_tensor", "select_output", "infer_layout", "LOGITS_MODULE", "MASK_BELOW"]
@@ -99,141 +90,8 @@ __all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", 
 LOGITS_MODULE = "(logits)"  # the input of a model's final (log_)softmax, when no module returns it
 MASK_BELOW = -1e4  # softmax inputs at or below this are masked positions (-inf, -1e9, finfo.min), not logits
 
-# Moments kept per (module, tensor), on the host: n, mean, population variance, sum |x|, max |x|.
-N, MEAN, VAR, ABSSUM, ABSMAX = range(5)
-# Reduced on the device: a shift c (the first element), sum and sum of squares of x - c, sum |x|, max |x|.
-MOMENTS = ("shift", "sum", "sumsq", "abssum", "absmax")
-NEEDS = {"std": ("shift", "sum", "sumsq"), "l1": ("abssum",), "rms": ("shift", "sum", "sumsq"),
-         "mean": ("shift", "sum"), "absmax": ("absmax",)}
-
-
-def needed_moments(stats: Sequence[str]) -> tuple[str, ...]:
-    """The device moments (in canonical order) that the statistics ``stats`` need."""
-    unknown = [s for s in stats if s not in NEEDS]
-    if unknown:
-        raise CoordCheckError(f"unknown statistic(s) {unknown}: use some of {list(NEEDS)}")
-    need = {m for s in stats for m in NEEDS[s]}
-    return tuple(m for m in MOMENTS if m in need)
-
-
-def _std(m: np.ndarray) -> np.ndarray:
-    n = m[:, N]
-    return np.sqrt(m[:, VAR] * n / np.maximum(n - 1, 1))
-
-
-# Registry of statistics computed from moments (rows of an (R, 5) float64 array).
-STAT_FUNCS = {
-    "std": _std,
-    "l1": lambda m: m[:, ABSSUM] / m[:, N],
-    "rms": lambda m: np.sqrt(m[:, VAR] + m[:, MEAN] ** 2),
-    "mean": lambda m: m[:, MEAN],
-    "absmax": lambda m: m[:, ABSMAX],
-}
-
-
-def moments(x: torch.Tensor, which: Sequence[str] = MOMENTS) -> torch.Tensor:
-    """The device moments ``which`` of ``x`` (see ``MOMENTS``), in float32 on its device; no host sync.
-
-    Sums are taken of ``x - c`` with ``c`` its first element, so a constant tensor has variance
-    exactly 0 and large means cancel less (a shifted two-moment pass: one subtraction, a sum and
-    a dot; ``torch.var_mean`` is ~20x slower on CPU). Sum |x| and max |x| come from one ``abs``.
-    :func:`moment_rows` turns them into mean and variance on the host, in float64.
-    """
-    f = x.reshape(-1)
-    if f.dtype != torch.float32:
-        f = f.float()
-    out = []
-    if "shift" in which:
-        c = f[0]
-        d = f - c
-        out += [c, d.sum()] + ([torch.dot(d, d)] if "sumsq" in which else [])
-    if "abssum" in which or "absmax" in which:
-        a = f.abs()  # one |x| serves both
-        out += [a.sum()] if "abssum" in which else []
-        out += [a.max()] if "absmax" in which else []
-    return torch.stack(out)
-
 
 BATCH_BUDGET = 1 << 26  # batched probes: float32 elements snapshotted (256 MiB) before a step reduces them early
-
-
-def batched_moments(flats: Sequence[torch.Tensor], which: Sequence[str] = MOMENTS) -> torch.Tensor:
-    """:func:`moments` of many flat float32 tensors at once: (R, len(which)), a fixed number of kernels.
-
-    One ``cat``, one gather of the shifts, and segment reductions over the concatenation, instead
-    of a handful of kernels per tensor (the GPU path, where per-tensor kernels are launch-bound).
-    Sums of ``x - c`` as in :func:`moments`; each tensor must hold at least one element
-    (``unsafe=True``: segment_reduce's own length checks would synchronise with the host).
-    """
-    flat = torch.cat(list(flats))
-    lengths = torch.tensor([f.numel() for f in flats], device=flat.device)
-    cols = []
-    if "shift" in which:
-        c = flat[lengths.cumsum(0) - lengths]
-        d = flat - torch.repeat_interleave(c, lengths, output_size=flat.numel())
-        cols += [c, torch.segment_reduce(d, "sum", lengths=lengths, unsafe=True)]
-        if "sumsq" in which:
-            cols.append(torch.segment_reduce(d.square_(), "sum", lengths=lengths, unsafe=True))
-        del d
-    if "abssum" in which or "absmax" in which:
-        a = flat.abs()
-        cols += [torch.segment_reduce(a, "sum", lengths=lengths, unsafe=True)] if "abssum" in which else []
-        cols += [torch.segment_reduce(a, "max", lengths=lengths, unsafe=True)] if "absmax" in which else []
-    return torch.stack(cols, dim=1)
-
-
-def moment_rows(n: np.ndarray, raw: np.ndarray, which: Sequence[str] = MOMENTS) -> np.ndarray:
-    """(R,) counts and (R, len(which)) device moments -> (R, 5) rows ``[n, mean, var, abssum, absmax]``."""
-    raw = np.asarray(raw, dtype=np.float64).reshape(len(n), len(which))
-    col = {m: raw[:, i] for i, m in enumerate(which)}
-    out = np.full((len(n), 5), np.nan)
-    out[:, N] = n
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if "shift" in col:
-            out[:, MEAN] = col["shift"] + col["sum"] / out[:, N]
-            if "sumsq" in col:
-                var = (col["sumsq"] - col["sum"] ** 2 / out[:, N]) / out[:, N]
-                out[:, VAR] = np.where(var < 0, 0.0, var)  # rounding can give -eps; NaN stays NaN
-    if "abssum" in col:
-        out[:, ABSSUM] = col["abssum"]
-    if "absmax" in col:
-        out[:, ABSMAX] = col["absmax"]
-    return out
-
-
-def masked_moments(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """``[n, mean, var, abssum, absmax]`` of the entries of ``x`` where ``keep`` (broadcast) is true.
-
-    For attention logits with masked positions; the count stays on the device (no sync).
-    """
-    f = x.float()
-    k = keep.expand_as(f)
-    n = k.sum(dtype=torch.float32)
-    z = torch.where(k, f, 0.0)
-    mean = z.sum() / n
-    var = torch.where(k, (f - mean) ** 2, 0.0).sum() / n
-    a = z.abs()
-    return torch.stack([n, mean, var, a.sum(), a.max()])
-
-
-def pool_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Moments (``[n, mean, var, abssum, absmax]``) of the union of two samples (Chan et al.)."""
-    n = a[N] + b[N]
-    d = b[MEAN] - a[MEAN]
-    out = a.copy()
-    out[N] = n
-    out[MEAN] = a[MEAN] + d * b[N] / n
-    out[VAR] = (a[VAR] * a[N] + b[VAR] * b[N] + d * d * a[N] * b[N] / n) / n
-    out[ABSSUM] = a[ABSSUM] + b[ABSSUM]
-    hi = (a[ABSMAX], b[ABSMAX])
-    out[ABSMAX] = np.nan if np.isnan(hi).any() else max(hi)
-    return out
-
-
-def stats_from_moments(m: np.ndarray, stats: Sequence[str]) -> np.ndarray:
-    """(R, 5) moments -> (R, len(stats)) statistics, float64."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return np.stack([STAT_FUNCS[s](m) for s in stats], axis=1)
 
 
 def first_tensor(out: object) -> torch.Tensor | None:
@@ -553,7 +411,7 @@ class Probes:
         r, k = len(self._n), len(self._which)
         raw = np.concatenate([moment_rows(np.asarray(self._n, dtype=np.float64), host[: r * k], self._which),
                               host[r * k : -1].reshape(-1, 5)])
-        keys, raw = _pool_calls(self._keys + self._mkeys, raw)
+        keys, raw = pool_calls(self._keys + self._mkeys, raw)
         self._last_out = self._softmax_out = None  # hold no activation past the step
         self._vals, self._reduced, self._pending = [], [], 0
         return StepRecord(self.step, keys, raw, float(host[-1]))
@@ -571,117 +429,3 @@ class Probes:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
-
-
-def _pool_calls(keys: list[tuple[str, str]], raw: np.ndarray) -> tuple[list[tuple[str, str]], np.ndarray]:
-    """Pool the moments of several calls of one module (:func:`pool_moments`)."""
-    if len(set(keys)) == len(keys):
-        return keys, raw
-    index: dict[tuple[str, str], int] = {}
-    rows: list[np.ndarray] = []
-    for key, row in zip(keys, raw):
-        if key in index:
-            rows[index[key]] = pool_moments(rows[index[key]], row)
-        else:
-            index[key] = len(rows)
-            rows.append(row.copy())
-    return list(index), np.stack(rows)
-
-
-# -- layout ---------------------------------------------------------------------------
-NORM_TYPES = tuple(
-    t for t in (
-        nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, getattr(nn, "RMSNorm", None),
-        nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm,
-    ) if t is not None
-)
-ATTENTION_NAME = re.compile(r"(score|logit)", re.IGNORECASE)
-CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
-UNCALLED = (nn.ModuleList, nn.ModuleDict)  # hold blocks, are never blocks themselves
-
-
-def _has_params(module: nn.Module, recurse: bool = True) -> bool:
-    return next(module.parameters(recurse=recurse), None) is not None
-
-
-def find_blocks(model: nn.Module) -> list[str]:
-    """Names of the outermost modules with submodules and parameters held directly in a container
-    (a ``ModuleList`` / ``ModuleDict`` inside a container holds blocks; it is not one)."""
-    found = []
-    for name, m in model.named_modules():
-        if not isinstance(m, CONTAINERS):
-            continue
-        for child, c in m.named_children():
-            if not isinstance(c, UNCALLED) and next(c.children(), None) is not None and _has_params(c):
-                found.append(f"{name}.{child}" if name else child)
-    return [b for b in found if not any(b.startswith(o + ".") for o in found)]
-
-
-def _is_norm(module: nn.Module) -> bool:
-    return isinstance(module, NORM_TYPES) or type(module).__name__.endswith("Norm")
-
-
-def infer_layout(model: nn.Module, fired: list[str], captured: Mapping[str, str] | None = None
-                 ) -> dict[str, tuple[int, str, int]]:
-    """``{name: (layer_index, role, call_order)}`` for what was recorded at step 0 (in order).
-
-    ``captured`` maps the names of captured attention logits to the module that computed them.
-    """
-    captured = captured or {}
-    modules = {(n or ROOT_MODULE): m for n, m in model.named_modules()}
-    order = {n: i for i, n in enumerate(fired)}
-    real = [n for n in fired if n in modules]
-    leaves = [n for n in real if _has_params(modules[n], recurse=False) and next(modules[n].children(), None) is None]
-    readout = next((n for n in reversed(leaves) if not _is_norm(modules[n])), None)
-
-    def block_of(n: str) -> str | None:
-        return next((b for b in blocks if n == b or n.startswith(b + ".")), None)
-
-    blocks = find_blocks(model)
-    start = {}
-    for n in fired:  # a block starts with the first thing recorded inside it
-        b = block_of(n)
-        if b is not None:
-            start.setdefault(b, order[n])
-    blocks = sorted(start, key=start.get)
-    index: dict[str, int] = {}
-    if len(blocks) >= 2:
-        number = {b: i + 1 for i, b in enumerate(blocks)}
-        last = max(order[n] for n in fired if block_of(n) is not None)
-        for n in fired:
-            b = block_of(n)
-            if b is not None:
-                index[n] = number[b]
-            elif order[n] > last:
-                index[n] = len(blocks) + 1
-            else:
-                index[n] = sum(s < order[n] for s in start.values())
-    else:
-        rank = 0
-        leaf_rank = {n: i for i, n in enumerate(leaves)}
-        for n in fired:
-            rank = leaf_rank.get(n, rank)
-            index[n] = rank
-    layout = {}
-    after_readout = False
-    for n in fired:
-        m = modules.get(n)
-        if m is None:  # captured logits: no module of their own
-            role = "attention" if n in captured else "output"
-            layout[n] = (int(index[n]), role, order[n])
-            after_readout = after_readout or role == "output"
-            continue
-        i = getattr(m, "coordcheck_layer_index", index[n])
-        if _is_norm(m):
-            role = "norm"
-        elif isinstance(m, MuReadout) or n == readout or after_readout or n == ROOT_MODULE:
-            role = "output"
-        elif isinstance(m, nn.Embedding) or index[n] == 0:
-            role = "input"
-        elif ATTENTION_NAME.search(n.rsplit(".", 1)[-1]):
-            role = "attention"
-        else:
-            role = "hidden"
-        after_readout = after_readout or n == readout
-        layout[n] = (int(i), getattr(m, "coordcheck_role", role), order[n])
-    return layout

@@ -71,7 +71,7 @@ def main() -> None:
         s = time.perf_counter()
         frame = probe.step(loss=loss)
         end = time.perf_counter()
-        probe.detach()
+        probe.remove()
         probe_step_times.append(end - s)
         rows.append(len(frame))
         return end - t
@@ -83,7 +83,7 @@ def main() -> None:
         loss = fwd_bwd()
         assert probe.step(loss=loss) is None
         end = time.perf_counter()
-        probe.detach()
+        probe.remove()
         return end - t
 
     variants = {"a": bare, "b": probed, "c": watchdog_off}

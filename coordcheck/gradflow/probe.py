@@ -1,14 +1,12 @@
-"""Gradient flow: are gradients reaching every layer at the right scale? One step, or a watchdog.
+"""Gradient-flow probe: are gradients reaching every layer at the right scale? One step, or a watchdog.
 
-Stage: measure (the gradient-flow diagnostic; diagnoses, figure and report live in
-:mod:`coordcheck.gradflow_report`, which never imports torch). Input: an ``nn.Module`` and,
+Stage: measure (the gradient-flow diagnostic; its diagnoses, report and figure live in
+:mod:`coordcheck.gradflow.checks`, :mod:`~coordcheck.gradflow.report` and
+:mod:`~coordcheck.gradflow.plot`, which never import torch). Input: an ``nn.Module`` and,
 optionally, its optimizer and GradScaler inside a training loop — or one batch
-(:func:`gradflow_once`), or the sweep's Hydra config groups (the CLI). Output: a tidy frame,
-one row per (probe step, parameter or module, statistic); schema in
-:mod:`coordcheck.gradflow_report`. The CLI, ``python -m coordcheck.gradflow [overrides]``,
-writes ``gradflow.parquet``, ``gradflow.md``, ``gradflow.json`` and ``gradflow.{png,pdf}``
-into its run directory, prints one line per diagnosis and exits 1 when one blocks (CI gate),
-2 on a user mistake.
+(:func:`gradflow_once`). Output: a tidy frame, one row per (probe step, parameter or module,
+statistic); schema in :mod:`coordcheck.gradflow.schema`. Activation moments and layout come from
+:mod:`coordcheck.moments` and :mod:`coordcheck.layout`, as for the coordinate check's probes.
 
 In a training loop::
 
@@ -19,7 +17,7 @@ In a training loop::
         probe.step(step, loss=loss)   # after backward, before optimizer.step() / zero_grad()
         optimizer.step()
         optimizer.zero_grad()
-    probe.detach()
+    probe.remove()
     print(*(d.line() for d in diagnose(probe.frame)), sep="\\n")
 
 What a probe step records, and how it stays cheap:
@@ -55,11 +53,9 @@ What a probe step records, and how it stays cheap:
 from __future__ import annotations
 
 import math
-import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -69,18 +65,10 @@ from torch import nn
 from coordcheck.data import Batch, as_batch
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import ROOT_MODULE
-from coordcheck.gradflow_report import (
-    ACTIVATION_STATS,
-    COLUMNS,
-    FRAME_NAME,
-    GLOBAL_NAME,
-    UNUSED,
-    Diagnosis,
-    diagnose,
-    exit_code,
-    write_gradflow_report,
-)
-from coordcheck.probes import first_tensor, infer_layout, moment_rows, moments, pool_moments, stats_from_moments
+from coordcheck.gradflow.schema import ACTIVATION_STATS, COLUMNS, GLOBAL_NAME, UNUSED
+from coordcheck.layout import infer_layout
+from coordcheck.moments import N, moment_rows, moments, needed_moments, pool_calls, stats_from_moments
+from coordcheck.probes import first_tensor
 from coordcheck.train import LossFn, cross_entropy, forward_loss
 
 __all__ = ["GradFlowProbe", "gradflow_once", "probe_training", "SATURATING"]
@@ -91,10 +79,11 @@ SATURATING: dict[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = {
     nn.Tanh: lambda y: y.abs() > 0.99,
     nn.Sigmoid: lambda y: (y - 0.5).abs() > 0.49,  # outside [0.01, 0.99]
 }
-# Per call of a module, reduced on the device: shifted sums, max |x| (coordcheck.probes.moments),
-# exact zeros, saturated entries. On the host a count n is put in front: columns N .. SAT.
-MOMENTS = ("shift", "sum", "sumsq", "absmax")
-N, ZEROS, SAT = 0, 5, 6  # columns of the host rows: N, the four MOMENTS, zeros, saturated
+# The activation statistics taken from moments (the others are counts) and the device moments they
+# need; per call of a module these are reduced on the device, followed by its exact zeros and
+# saturated entries.
+MOMENT_STATS = ("mean", "std", "absmax")
+DEVICE_MOMENTS = needed_moments(MOMENT_STATS)
 
 
 def _eager(model: nn.Module) -> nn.Module:
@@ -174,7 +163,7 @@ class GradFlowProbe:
             x = x.detach()
             zeros = x.numel() - torch.count_nonzero(x)
             counts = torch.stack([zeros, sat(x).sum() if sat else zeros]).float()
-            self._vals.append(torch.cat([moments(x, MOMENTS), counts]))  # (6,): MOMENTS, zeros, sat
+            self._vals.append(torch.cat([moments(x, DEVICE_MOMENTS), counts]))  # DEVICE_MOMENTS, zeros, saturated
         self._keys.append(name)
         self._n.append(x.numel())
 
@@ -219,24 +208,26 @@ class GradFlowProbe:
 
     @property
     def frame(self) -> pd.DataFrame:
-        """Every recorded row, in the schema of :mod:`coordcheck.gradflow_report`."""
+        """Every recorded row, in the schema of :mod:`coordcheck.gradflow.schema`."""
         if not self._frames:
             return pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()})
         return pd.concat(self._frames, ignore_index=True)
 
-    def detach(self) -> None:
-        """Remove every hook (forward, gradient, optimizer); the recorded frame stays."""
+    def remove(self) -> None:
+        """Remove every hook (forward, gradient, optimizer); the recorded frame stays (as ``Probes.remove``)."""
         for h in self._handles:
             h.remove()
         self._handles.clear()
         self._reset_forward()
         self._snap = None
 
+    detach = remove  # the old name, kept for old scripts
+
     def __enter__(self) -> GradFlowProbe:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.detach()
+        self.remove()
 
     # -- one probe step ---------------------------------------------------------------
     def _measure(self, step: int, loss: torch.Tensor | None) -> pd.DataFrame:
@@ -253,7 +244,7 @@ class GradFlowProbe:
                 _scalar(None if loss is None else loss.detach(), device),
             ]
             host = torch.cat(parts).cpu().double().numpy()  # the one device-to-host transfer of the probe step
-        width = len(MOMENTS) + 2  # per call: the moments, zeros, saturated
+        width = len(DEVICE_MOMENTS) + 2  # per call: the moments, zeros, saturated
         n_have, n_par, n_act = len(have), len(params), len(self._vals) * width
         gnorm = np.full(n_par, np.nan)
         gnorm[have] = host[:n_have]
@@ -334,26 +325,21 @@ class GradFlowProbe:
     def _activation_rows(self, acts: np.ndarray, layout: dict[str, tuple[int, str, int]]) -> list[tuple]:
         if not self._keys:
             return []
-        raw = np.column_stack([np.asarray(self._n, dtype=np.float64), acts])  # (calls, 7): N, MOMENTS, zeros, sat
-        five = moment_rows(raw[:, N], raw[:, 1:5], MOMENTS)
-        pooled: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # coordcheck.probes' layout, and zeros/saturated
-        for name, row, counts in zip(self._keys, five, raw[:, [ZEROS, SAT]]):  # all calls of a module: one measurement
-            if name in pooled:
-                acc, c = pooled[name]
-                pooled[name] = (pool_moments(acc, row), c + counts)
-            else:
-                pooled[name] = (row.copy(), counts.copy())
-        names = list(pooled)
-        five = np.stack([pooled[n][0] for n in names])
-        counts = np.stack([pooled[n][1] for n in names])  # exact zeros, saturated entries
-        mean, std, absmax = stats_from_moments(five, ["mean", "std", "absmax"]).T
+        m = len(DEVICE_MOMENTS)  # acts (calls, m + 2): the moments, zeros, saturated
+        per_call = moment_rows(np.asarray(self._n, dtype=np.float64), acts[:, :m], DEVICE_MOMENTS)  # (calls, 5)
+        names, five = pool_calls(self._keys, per_call)  # all calls of a module: one measurement
+        pooled: dict[str, np.ndarray] = {}  # exact zeros, saturated entries, summed over the calls
+        for name, c in zip(self._keys, acts[:, m:]):
+            pooled[name] = pooled[name] + c if name in pooled else c.copy()
+        counts = np.stack([pooled[n] for n in names])
+        mean, std, absmax = stats_from_moments(five, MOMENT_STATS).T
         modules = dict(self.model.named_modules())
         rows = []
         for k, name in enumerate(names):
             li, role, _ = layout.get(name, (-1, UNUSED, -1))
             mod = modules.get("" if name == ROOT_MODULE else name)
             saturating = any(isinstance(mod, t) for t in SATURATING)
-            n = five[k, 0]
+            n = five[k, N]
             stats = dict(zip(ACTIVATION_STATS, (mean[k], std[k], absmax[k], counts[k, 0] / n,
                                                 counts[k, 1] / n if saturating else math.nan, n)))
             rows += [("activation", name, name, li, role, s, v) for s, v in stats.items()]
@@ -378,7 +364,7 @@ def _norms(tensors: Sequence[torch.Tensor], device: torch.device) -> torch.Tenso
     return torch.stack([n.to(device) for n in torch._foreach_norm(list(tensors), 2, dtype=torch.float32)])
 
 
-# -- one-shot and CLI ------------------------------------------------------------------
+# -- one-shot ----------------------------------------------------------------------------
 def probe_training(model: nn.Module, batch: Batch | tuple[torch.Tensor, torch.Tensor], *,
                    optimizer: torch.optim.Optimizer | None = None, steps: int = 1, loss_fn: LossFn = cross_entropy,
                    labels: Mapping[str, object] | None = None) -> pd.DataFrame:
@@ -422,75 +408,3 @@ def gradflow_once(model: nn.Module, batch: Batch | tuple[torch.Tensor, torch.Ten
     finally:
         for p, g in zip(params, saved):
             p.grad = g
-
-
-def run(cfg, output_dir: Path) -> tuple[pd.DataFrame, list[Diagnosis], Path]:
-    """The CLI's job: build the model exactly as the sweep does, probe ``cfg.steps`` steps, write
-    ``gradflow.parquet`` and the report into ``output_dir``."""
-    from coordcheck.config import instantiate_node, positive_number
-    from coordcheck.device import resolve_device
-    from coordcheck.parametrization import short_name
-    from coordcheck.frame import atomic_write
-    from coordcheck.models import check_width
-    from coordcheck.parametrization import build_model
-
-    width = check_width(cfg.width)
-    lr = positive_number(cfg.lr, "lr")
-    device = resolve_device(cfg.get("device", "auto"))
-    build = instantiate_node(cfg.model, "model")
-    parametrization = instantiate_node(cfg.parametrization, "parametrization")
-    factory = instantiate_node(cfg.optimizer, "optimizer")
-    data_name = short_name(cfg.data.get("_target_", "custom"), "coordcheck.data")
-    batch = as_batch(instantiate_node(cfg.data, "data"), name=data_name)
-    parametrization.prepare(build, cfg.base_width)
-    with torch.device(device):  # built where it is probed (the batch follows the model)
-        model = build_model(build, width, int(cfg.seed), parametrization)
-    optimizer = factory(model, lr)
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise CoordCheckError(f"the optimizer factory returned {type(optimizer).__name__}, not a torch Optimizer")
-    labels = {"model": short_name(cfg.model._target_, "coordcheck.models"), "parametrization": parametrization.name,
-              "width": width, "optimizer": short_name(cfg.optimizer._target_, "coordcheck.optim"),
-              "lr": lr, "seed": int(cfg.seed), "device": str(device)}
-    frame = probe_training(model, batch, optimizer=optimizer, steps=cfg.steps, labels=labels)
-    diagnoses = diagnose(frame, learning=bool(cfg.learning))
-    atomic_write(output_dir / FRAME_NAME, lambda p: frame.to_parquet(p, index=False))
-    path = write_gradflow_report(frame, diagnoses, output_dir, figures=bool(cfg.figures))
-    return frame, diagnoses, path
-
-
-EXIT: list[int] = []  # exit statuses of the jobs run in this process; the CLI exits with the largest
-
-
-def main(cfg) -> None:
-    """Hydra task function (``conf/gradflow.yaml``)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    try:
-        _, diagnoses, path = run(cfg, Path(HydraConfig.get().runtime.output_dir))
-    except CoordCheckError as e:
-        print(f"coordcheck.gradflow: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    for d in diagnoses:
-        print(f"coordcheck.gradflow: {d.line()}")
-    if not diagnoses:
-        print("coordcheck.gradflow: OK — no diagnosis: gradients reach every layer at a healthy scale")
-    print(f"coordcheck.gradflow: report {path}")
-    EXIT.append(exit_code(diagnoses))
-
-
-def cli() -> None:
-    import hydra
-
-    from coordcheck.config import CONF_DIR, check_choices
-
-    try:
-        check_choices(sys.argv[1:])  # one line for model=foo, before Hydra's multi-line message
-    except CoordCheckError as e:
-        print(f"coordcheck.gradflow: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="gradflow")(main)()
-    sys.exit(max(EXIT, default=0))
-
-
-if __name__ == "__main__":
-    cli()

@@ -1,0 +1,133 @@
+"""Layout: where each recorded module sits in the model's depth, and what it does there.
+
+Stage: measure (shared by both probes, ``coordcheck.probes`` and ``coordcheck.gradflow.probe``).
+Input: an ``nn.Module`` and the names its probe recorded, in the order they first ran (plus the
+captured attention logits and the module that computed each). Output: ``{name: (layer_index,
+role, call_order)}`` (:func:`infer_layout`), the frames' ``layer_index`` and ``role`` columns.
+
+Rules (a module may override both with ``coordcheck_layer_index`` / ``coordcheck_role``
+attributes):
+
+* ``layer_index`` follows depth. The *blocks* are the outermost modules with submodules and
+  parameters that sit directly in an ``nn.ModuleList``, ``nn.Sequential`` or
+  ``nn.ModuleDict`` — every such container in the model, so ResNet stages
+  (``layer1.0`` .. ``layer4.1``) and LLaMA-style ``layers["0"]`` count. Blocks are numbered
+  1..L in the order they first run; everything inside block i gets i. Other modules get the
+  number of blocks that started before them (0 before the first block), or ``L + 1`` after
+  the last. With fewer than two blocks, each module gets the rank of the latest
+  parameterised leaf that ran up to it (input layer 0, ..., readout last).
+* ``role``: ``norm`` for normalisation layers; ``attention`` for the captured attention
+  logits and for modules named like ``*score*``/``*logit*`` inside blocks; ``output`` for
+  ``MuReadout``, for the last parameterised leaf to run (the readout), for ``(logits)`` and
+  for anything that runs after the readout; ``input`` for embeddings and for layer index 0;
+  else ``hidden``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from mup import MuReadout
+from torch import nn
+
+from coordcheck.frame import ROOT_MODULE
+
+__all__ = ["NORM_TYPES", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks", "infer_layout"]
+
+NORM_TYPES = tuple(
+    t for t in (
+        nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, getattr(nn, "RMSNorm", None),
+        nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm,
+    ) if t is not None
+)
+ATTENTION_NAME = re.compile(r"(score|logit)", re.IGNORECASE)
+CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
+UNCALLED = (nn.ModuleList, nn.ModuleDict)  # hold blocks, are never blocks themselves
+
+
+def _has_params(module: nn.Module, recurse: bool = True) -> bool:
+    return next(module.parameters(recurse=recurse), None) is not None
+
+
+def find_blocks(model: nn.Module) -> list[str]:
+    """Names of the outermost modules with submodules and parameters held directly in a container
+    (a ``ModuleList`` / ``ModuleDict`` inside a container holds blocks; it is not one)."""
+    found = []
+    for name, m in model.named_modules():
+        if not isinstance(m, CONTAINERS):
+            continue
+        for child, c in m.named_children():
+            if not isinstance(c, UNCALLED) and next(c.children(), None) is not None and _has_params(c):
+                found.append(f"{name}.{child}" if name else child)
+    return [b for b in found if not any(b.startswith(o + ".") for o in found)]
+
+
+def _is_norm(module: nn.Module) -> bool:
+    return isinstance(module, NORM_TYPES) or type(module).__name__.endswith("Norm")
+
+
+def infer_layout(model: nn.Module, fired: list[str], captured: Mapping[str, str] | None = None
+                 ) -> dict[str, tuple[int, str, int]]:
+    """``{name: (layer_index, role, call_order)}`` for what was recorded at step 0 (in order).
+
+    ``captured`` maps the names of captured attention logits to the module that computed them.
+    """
+    captured = captured or {}
+    modules = {(n or ROOT_MODULE): m for n, m in model.named_modules()}
+    order = {n: i for i, n in enumerate(fired)}
+    real = [n for n in fired if n in modules]
+    leaves = [n for n in real if _has_params(modules[n], recurse=False) and next(modules[n].children(), None) is None]
+    readout = next((n for n in reversed(leaves) if not _is_norm(modules[n])), None)
+
+    def block_of(n: str) -> str | None:
+        return next((b for b in blocks if n == b or n.startswith(b + ".")), None)
+
+    blocks = find_blocks(model)
+    start = {}
+    for n in fired:  # a block starts with the first thing recorded inside it
+        b = block_of(n)
+        if b is not None:
+            start.setdefault(b, order[n])
+    blocks = sorted(start, key=start.get)
+    index: dict[str, int] = {}
+    if len(blocks) >= 2:
+        number = {b: i + 1 for i, b in enumerate(blocks)}
+        last = max(order[n] for n in fired if block_of(n) is not None)
+        for n in fired:
+            b = block_of(n)
+            if b is not None:
+                index[n] = number[b]
+            elif order[n] > last:
+                index[n] = len(blocks) + 1
+            else:
+                index[n] = sum(s < order[n] for s in start.values())
+    else:
+        rank = 0
+        leaf_rank = {n: i for i, n in enumerate(leaves)}
+        for n in fired:
+            rank = leaf_rank.get(n, rank)
+            index[n] = rank
+    layout = {}
+    after_readout = False
+    for n in fired:
+        m = modules.get(n)
+        if m is None:  # captured logits: no module of their own
+            role = "attention" if n in captured else "output"
+            layout[n] = (int(index[n]), role, order[n])
+            after_readout = after_readout or role == "output"
+            continue
+        i = getattr(m, "coordcheck_layer_index", index[n])
+        if _is_norm(m):
+            role = "norm"
+        elif isinstance(m, MuReadout) or n == readout or after_readout or n == ROOT_MODULE:
+            role = "output"
+        elif isinstance(m, nn.Embedding) or index[n] == 0:
+            role = "input"
+        elif ATTENTION_NAME.search(n.rsplit(".", 1)[-1]):
+            role = "attention"
+        else:
+            role = "hidden"
+        after_readout = after_readout or n == readout
+        layout[n] = (int(i), getattr(m, "coordcheck_role", role), order[n])
+    return layout
