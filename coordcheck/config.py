@@ -14,7 +14,6 @@ Nothing here imports torch at import time.
 from __future__ import annotations
 
 import argparse
-import math
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -30,7 +29,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import CoordCheckError, positive_number
 from coordcheck.frame import STATS, digest
 from coordcheck.transfer.fit import TransferRules
 from coordcheck.verdict import Rules
@@ -89,17 +88,6 @@ def instantiate_node(node: DictConfig, group: str, **kwargs: Any) -> Any:
         ) from None
     except OmegaConfBaseException as e:
         raise CoordCheckError(f"{group}: {str(e).splitlines()[0]} (set it on the command line)") from None
-
-
-def positive_number(value: object, key: str) -> float:
-    """``value`` as a finite number > 0, else one line naming ``key`` (``lr must be a positive number, got -1``)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise CoordCheckError(f"{key} must be a positive number, got {value!r}") from None
-    if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
-        raise CoordCheckError(f"{key} must be a positive number, got {value!r}")
-    return number
 
 
 def safe_dirname(name: str) -> str:

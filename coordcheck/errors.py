@@ -9,7 +9,9 @@ propagate. :data:`EXIT` is the one table from an outcome to an exit status, for 
 
 from __future__ import annotations
 
-__all__ = ["CoordCheckError", "EXIT", "OK", "FAILED", "USER_ERROR"]
+import math
+
+__all__ = ["CoordCheckError", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count", "positive_number"]
 
 OK, FAILED, USER_ERROR = 0, 1, 2  # a job that failed, or a sweep with no report, exits FAILED
 EXIT = {  # outcome -> exit status; a verdict's only with --strict / report.strict=true (a CI gate)
@@ -24,3 +26,21 @@ class CoordCheckError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))  # one line, always
+
+
+def check_count(value: object, key: str) -> int:
+    """``value`` as an integer >= 1 (not a bool), else one line naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CoordCheckError(f"{key} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def positive_number(value: object, key: str) -> float:
+    """``value`` as a finite number > 0, else one line naming ``key`` (``lr must be a positive number, got -1``)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise CoordCheckError(f"{key} must be a positive number, got {value!r}") from None
+    if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
+        raise CoordCheckError(f"{key} must be a positive number, got {value!r}")
+    return number

@@ -410,7 +410,7 @@ class Probes:
         host = torch.cat(parts).cpu().double().numpy()  # the one device-to-host transfer of the step
         r, k = len(self._n), len(self._which)
         raw = np.concatenate([moment_rows(np.asarray(self._n, dtype=np.float64), host[: r * k], self._which),
-                              host[r * k : -1].reshape(-1, 5)])
+                              host[r * k : -1].reshape(-1, len(MOMENTS))])
         keys, raw = pool_calls(self._keys + self._mkeys, raw)
         self._last_out = self._softmax_out = None  # hold no activation past the step
         self._vals, self._reduced, self._pending = [], [], 0

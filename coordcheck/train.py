@@ -30,11 +30,12 @@ from tqdm.auto import tqdm
 
 from coordcheck.data import Batch
 from coordcheck.device import autocast, environment, grad_scaler
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.frame import COLUMNS, LOSS_MODULE, ROOT_MODULE, STATS, conform
 from coordcheck.parametrization import Builder, Parametrization, build_model
 from coordcheck import probes as probes_module
-from coordcheck.probes import Probes, StepRecord, first_tensor, select_output, stats_from_moments
+from coordcheck.moments import stats_from_moments
+from coordcheck.probes import Probes, StepRecord, first_tensor, select_output
 
 __all__ = ["RunIdentity", "cross_entropy", "forward_loss", "train_with_probes", "to_frame", "run_width", "resolve_seeds"]
 
@@ -224,8 +225,7 @@ def train_with_probes(
     ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (autocast and a gradient scaler);
     ``skipped_out`` receives the steps after which the fp16 scaler skipped the update.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise CoordCheckError(f"steps must be an integer >= 1, got {steps!r}")
+    check_count(steps, "steps")
     device = next(model.parameters(), torch.empty(0)).device
     inputs, targets = batch.inputs.to(device), batch.targets.to(device)  # moved once
     scaler = grad_scaler(device, precision)

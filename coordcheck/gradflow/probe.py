@@ -63,7 +63,7 @@ import torch
 from torch import nn
 
 from coordcheck.data import Batch, as_batch
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.frame import ROOT_MODULE
 from coordcheck.gradflow.schema import ACTIVATION_STATS, COLUMNS, GLOBAL_NAME, UNUSED
 from coordcheck.layout import infer_layout
@@ -99,8 +99,7 @@ class GradFlowProbe:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *, every: int = 1,
                  scaler: torch.amp.GradScaler | None = None, labels: Mapping[str, object] | None = None):
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise CoordCheckError(f"every must be an integer >= 1, got {every!r}")
+        check_count(every, "every")
         self.model = _eager(model)
         self.optimizer = optimizer
         self.every = every
@@ -370,8 +369,7 @@ def probe_training(model: nn.Module, batch: Batch | tuple[torch.Tensor, torch.Te
                    labels: Mapping[str, object] | None = None) -> pd.DataFrame:
     """``steps`` probe steps on a fixed batch: zero grads, forward, backward, probe; between probe
     steps, ``optimizer.step()``. Step 0 is the model as given. Returns the probe's frame."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise CoordCheckError(f"steps must be an integer >= 1, got {steps!r}")
+    check_count(steps, "steps")
     if steps > 1 and optimizer is None:
         raise CoordCheckError("steps > 1 trains between probe steps: pass an optimizer")
     model = _eager(model)

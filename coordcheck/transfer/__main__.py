@@ -7,7 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from coordcheck import app
 from coordcheck.config import TRANSFER_REPORT, positive_number
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.transfer import app as transfer_app
 
 GROUPS = ("model", "parametrization", "optimizer")
@@ -20,9 +20,7 @@ def _check(cfg: DictConfig, overrides: list) -> None:
     from coordcheck.train import resolve_seeds
 
     for key in ("steps", "eval_batches"):
-        value = cfg.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise CoordCheckError(f"{key} must be an integer >= 1, got {value!r}")
+        check_count(cfg.get(key), key)
     if not positive_number(cfg.diverge, "diverge") > 1:
         raise CoordCheckError(f"diverge must be a number > 1 (a multiple of the first loss), got {cfg.diverge!r}")
     resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)

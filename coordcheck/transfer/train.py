@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from coordcheck.data import Batch, as_batch
 from coordcheck.device import autocast, environment, grad_scaler
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.parametrization import Builder, Parametrization
 from coordcheck.train import LossFn, OptimizerFactory, build_on, cross_entropy, forward_loss, update
 from coordcheck.transfer.frame import DIVERGED, OK, TransferIdentity, conform
@@ -157,10 +157,8 @@ def run_cell(
 
     ``prepared``: ``parametrization.prepare`` already ran for this builder (the API prepares once per grid).
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise CoordCheckError(f"steps must be an integer >= 1, got {steps!r}")
-    if isinstance(eval_batches, bool) or not isinstance(eval_batches, int) or eval_batches < 1:
-        raise CoordCheckError(f"eval_batches must be an integer >= 1, got {eval_batches!r}")
+    check_count(steps, "steps")
+    check_count(eval_batches, "eval_batches")
     if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr) and lr > 0):
         raise CoordCheckError(f"lr must be a positive number, got {lr!r}")
     if not diverge > 1:
