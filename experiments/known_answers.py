@@ -8,18 +8,12 @@ Prints one line per case: expected verdict, actual verdict, and the worst judged
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-import known_models as km  # noqa: E402
-
-from coordcheck import coord_check  # noqa: E402
-from coordcheck.data import tokens  # noqa: E402
-from coordcheck.models import gpt, mlp  # noqa: E402
+from coordcheck import coord_check
+from coordcheck.data import tokens
+from coordcheck.models import gpt, mlp
+from coordcheck.testing import known_models as km
 
 MLP_W, GPT_W = [64, 128, 256, 512], [64, 128, 256]
 RUN = dict(steps=4, seeds=2, progress=False)
