@@ -8,7 +8,7 @@ The runs are the sweep ``conf/experiment/sp_vs_mup.yaml``: widths 128-1024, Adam
     python experiments/sp_vs_mup.py [SWEEP_DIR] [--out docs]
 
 SWEEP_DIR: the directory of ``python -m coordcheck +experiment=sp_vs_mup --multirun``; without it that
-sweep runs here first (2 threads, in a temporary directory; about 2 minutes on 2 cores).
+sweep runs here first (2 threads, in a temporary directory; a few minutes on 2 cores).
 """
 
 from __future__ import annotations
