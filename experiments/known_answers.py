@@ -1,7 +1,7 @@
 """The verdict table for the known-answer models (the cases of tests/test_known_answers.py).
 
 Prints one line per case: expected verdict, actual verdict, and the worst judged series
-(module, tensor, step, slope). About 20 s on 2 cores:
+(module, tensor, step, slope). About 2 minutes on 2 cores:
 
     python experiments/known_answers.py
 """
