@@ -84,7 +84,8 @@ class Bench:
             loss.item()
         elif variant in ("default", "outl1"):
             kw = {} if variant == "default" else {"tensors": ("out",), "stats": ("l1",)}
-            run_width(self.gpt, width, seeds=[0], parametrization=self.par, optimizer=lambda m, lr: adam(m, lr, mu=True),
+            run_width(self.gpt, width, seeds=[0], parametrization=self.par,
+                      optimizer=lambda m, lr: adam(m, lr, mu=True),
                       lr=1e-2, batch=self.batch, steps=self.steps, identity=RunIdentity("bench", "gpt", "mup", "adam",
                                                                                          1e-2, "tokens"),
                       base_width=128, progress=False, device=self.device, **kw)

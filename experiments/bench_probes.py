@@ -40,7 +40,6 @@ from pathlib import Path
 
 T0 = time.perf_counter()
 VARIANTS = "abcde"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _rss_kib(field: str) -> int:
@@ -319,6 +318,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     os.environ.setdefault("MPLBACKEND", "Agg")
     main()

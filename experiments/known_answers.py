@@ -1,25 +1,19 @@
 """The verdict table for the known-answer models (the cases of tests/test_known_answers.py).
 
 Prints one line per case: expected verdict, actual verdict, and the worst judged series
-(module, tensor, step, slope). About 20 s on 2 cores:
+(module, tensor, step, slope). About 2 minutes on 2 cores:
 
     python experiments/known_answers.py
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-import known_models as km  # noqa: E402
-
-from coordcheck import coord_check  # noqa: E402
-from coordcheck.data import tokens  # noqa: E402
-from coordcheck.models import gpt, mlp  # noqa: E402
+from coordcheck import coord_check
+from coordcheck.data import tokens
+from coordcheck.models import gpt, mlp
+from coordcheck.testing import known_models as km
 
 MLP_W, GPT_W = [64, 128, 256, 512], [64, 128, 256]
 RUN = dict(steps=4, seeds=2, progress=False)
@@ -41,7 +35,8 @@ CASES = {
     "SP MLP (Adam)": ("fail", lambda: coord_check(mlp, MLP_W, parametrization="sp", **RUN)),
     "SP GPT (Adam)": ("fail", lambda: coord_check(gpt, GPT_W, data=GPT_DATA, parametrization="sp", **RUN)),
     "muP MLP shapes + torch Adam": ("fail", lambda: coord_check(mlp, MLP_W, optimizer=torch_adam, lr=1e-3, **RUN)),
-    "muP GPT shapes + torch Adam": ("fail", lambda: coord_check(gpt, GPT_W, data=GPT_DATA, optimizer=torch_adam, **RUN)),
+    "muP GPT shapes + torch Adam": ("fail", lambda: coord_check(gpt, GPT_W, data=GPT_DATA, optimizer=torch_adam,
+                                                                **RUN)),
     "hand-written muP": ("pass", lambda: coord_check(km.build, MLP_W, **HAND)),
     "hand-written, no output multiplier": ("fail", lambda: coord_check(km.build_no_multiplier, MLP_W, **HAND)),
     "hand-written, hidden LR not scaled": ("fail", lambda: coord_check(km.build_unscaled_hidden_lr, MLP_W, **HAND)),

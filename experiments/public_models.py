@@ -45,7 +45,8 @@ CASES = {
     "gpt lr 3e-3 128-1024": ("pass", lambda: coord_check(pm.gpt_builder, W_LARGE, **{**GPT, "lr": 3e-3})),
     "gpt attention 1/sqrt(d) lr 3e-3 128-1024": ("fail", lambda: coord_check(pm.gpt_builder, W_LARGE, attn_scale="sqrt",
                                                                              **{**GPT, "lr": 3e-3})),
-    "gpt attention 1/sqrt(d) 128-1024": ("fail", lambda: coord_check(pm.gpt_builder, W_LARGE, attn_scale="sqrt", **GPT)),
+    "gpt attention 1/sqrt(d) 128-1024": ("fail", lambda: coord_check(pm.gpt_builder, W_LARGE, attn_scale="sqrt",
+                                                                     **GPT)),
     "gpt no output multiplier": ("fail", lambda: coord_check(pm.gpt_builder, W_SMALL, output_mult=False, **GPT)),
     "gpt hidden lr unscaled": ("fail", lambda: coord_check(pm.gpt_builder, W_SMALL, scale_hidden_lr=False, **GPT)),
     "encoder (seq-first, log_softmax)": ("pass", lambda: coord_check(pm.encoder_builder, W_SMALL, **ENCODER)),
@@ -68,7 +69,8 @@ def describe(result) -> str:
     worst = v.worst(1)
     if len(worst):
         w = worst.iloc[0]
-        return f"{w['module']} {w['tensor']} step {w['step']} slope {w['slope']:+.2f} [{w['ci_low']:+.2f}, {w['ci_high']:+.2f}]"
+        return (f"{w['module']} {w['tensor']} step {w['step']} slope {w['slope']:+.2f} "
+                f"[{w['ci_low']:+.2f}, {w['ci_high']:+.2f}]")
     m = v.modules.dropna(subset=["margin"]).sort_values("margin")
     if not len(m):
         return "—"

@@ -5,13 +5,13 @@ the step and the slope. Learning rates are ones at which training is stable at e
 (an unstable run is inconclusive by design; see test_verdict).
 """
 
-import known_models as km
 import pytest
 import torch
 
 from coordcheck import coord_check
 from coordcheck.data import tokens
 from coordcheck.models import gpt, mlp
+from coordcheck.testing import known_models as km
 
 MLP_WIDTHS = [64, 128, 256, 512]
 GPT_WIDTHS = [64, 128, 256]

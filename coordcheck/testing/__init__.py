@@ -3,4 +3,8 @@
 ``coordcheck.testing.public_models``: muP models written the way public repositories write
 them (config objects, ``(logits, loss)`` outputs, fused and functional attention, stages,
 ``nn.ModuleDict`` blocks), each correct by default with planted bugs one keyword away.
+
+``coordcheck.testing.known_models``: ``HandMuP``, muP written by hand (an output multiplier and a
+hidden-matrix learning rate scaled by ``base_width / width``, through its own optimizer factory),
+with each of the two switched off as a planted bug.
 """

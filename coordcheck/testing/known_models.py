@@ -1,4 +1,4 @@
-"""Models whose muP answer is known, for the verdict's known-answer tests.
+"""Models whose muP answer is known, for the verdict's known-answer tests and ``experiments/known_answers.py``.
 
 ``HandMuP`` implements muP by hand (no mup package), the way nanoGPT-mup or OLMo-core do:
 an output multiplier ``base_width / width`` on the logits and a hidden-matrix Adam learning

@@ -1,0 +1,32 @@
+"""Experiment overlays (``conf/experiment/``): composed in-process, and one tiny sweep through the real CLI."""
+
+import json
+
+import pytest
+from conftest import run_cli
+from hydra import compose, initialize_config_dir
+
+from coordcheck.config import CONF_DIR, compose_config
+
+
+def test_sp_vs_mup_overlay_only_adds_the_sweep():
+    cfg, base = compose_config(["+experiment=sp_vs_mup"]), compose_config([])
+    assert cfg == base  # every job value is config.yaml's: the overlay holds only what differs
+    assert (cfg.model._target_, cfg.optimizer._target_, cfg.data._target_) == (
+        "coordcheck.models.gpt", "coordcheck.optim.adam", "coordcheck.data.tokens")
+    assert (cfg.lr, cfg.steps, cfg.seeds, cfg.base_width) == (0.01, 10, 3, 128)  # experiments/sp_vs_mup.py's run
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        params = compose("config", overrides=["+experiment=sp_vs_mup"], return_hydra_config=True).hydra.sweeper.params
+    assert dict(params) == {"parametrization": "mup,sp", "width": "128,256,512,1024"}
+
+
+@pytest.mark.slow
+def test_sp_vs_mup_sweep_passes_mup_and_fails_sp(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli("+experiment=sp_vs_mup", "width=16,32,64", "steps=2", "seeds=1", "progress=false",
+                "report.figures=false", f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(list(sweep.rglob("frame.parquet"))) == 6  # the overlay's parametrizations x the command line's widths
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    assert report["widths"] == [16, 32, 64]
+    assert {c["parametrization"]: c["status"] for c in report["configurations"]} == {"mup": "pass", "sp": "fail"}
