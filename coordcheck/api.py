@@ -34,7 +34,9 @@ from coordcheck.verdict import Rules, Verdict
 
 __all__ = ["coord_check", "CoordCheckResult"]
 
-DATA: dict[str, Callable[..., Batch]] = {"tokens": data_mod.tokens, "text": data_mod.text, "gaussian": data_mod.gaussian}
+DATA: dict[str, Callable[..., Batch]] = {
+    "tokens": data_mod.tokens, "text": data_mod.text, "gaussian": data_mod.gaussian,
+}
 
 
 @dataclass
@@ -88,7 +90,8 @@ class CoordCheckResult:
 
 def _default_data(build: Callable, build_kwargs: dict) -> Batch:
     if build in (models.gpt, models.GPT):
-        return data_mod.tokens(vocab_size=build_kwargs.get("vocab_size", 256), seq_len=min(32, build_kwargs.get("context", 64)))
+        return data_mod.tokens(vocab_size=build_kwargs.get("vocab_size", 256),
+                               seq_len=min(32, build_kwargs.get("context", 64)))
     if build in (models.mlp, models.MLP):
         return data_mod.gaussian(dim=build_kwargs.get("in_dim", 32), n_classes=build_kwargs.get("out_dim", 10))
     raise CoordCheckError("no default data for this builder: pass data= (a name or an (inputs, targets) batch)")

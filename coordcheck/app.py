@@ -82,7 +82,8 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     build = instantiate_node(cfg.model, "model")
     parametrization = instantiate_node(cfg.parametrization, "parametrization")
     optimizer = instantiate_node(cfg.optimizer, "optimizer")
-    batch = as_batch(instantiate_node(cfg.data, "data"), name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.data"))
+    batch = as_batch(instantiate_node(cfg.data, "data"),
+                     name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.data"))
     identity = RunIdentity(
         config_id=config_id(cfg),
         model=short_name(cfg.model._target_, "coordcheck.models"),

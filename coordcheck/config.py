@@ -130,7 +130,8 @@ class Knobs:
     """The ``report`` node of one experiment: the fields of ``rules`` (a frozen dataclass), then ``own`` knobs.
 
     ``schema`` is the generated structured-config dataclass (in Hydra's ConfigStore as ``schema/<name>``);
-    ``choices`` are knobs with a closed set of values, ``bounds`` the ranges types cannot say (``{"tol": ((">", 0),)}``),
+    ``choices`` are knobs with a closed set of values, ``bounds`` the ranges types cannot say
+    (``{"tol": ((">", 0),)}``),
     ``help`` one line per knob for the report CLI's ``--help`` (no % signs: argparse formats them).
     """
 
@@ -170,7 +171,8 @@ class Knobs:
             " and ", " ", 1)
 
     def error(self, key: str, value: Any = None, flag: Callable[[str], str] = "report.{}".format) -> str:
-        """One line for a bad knob, named as the user wrote it (``report.tol`` in a sweep, ``--tol`` in a report CLI)."""
+        """One line for a bad knob, named as the user wrote it (``report.tol`` in a sweep, ``--tol`` in a report
+        CLI)."""
         if key not in self.kinds:
             return f"{flag(key)}: unknown knob: choose one of {', '.join(self.kinds)}"
         return f"{flag(key)}: must be {self.expected(key)} (got {value!r})"

@@ -197,7 +197,8 @@ class MLP(nn.Module):
             raise CoordCheckError(f"unknown activation {activation!r}: use one of {sorted(ACTIVATIONS)}")
         self.input = MLPBlock(in_dim, width, activation, bias)
         self.blocks = nn.ModuleList(MLPBlock(width, width, activation, bias) for _ in range(depth - 1))
-        self.readout = MuReadout(width, out_dim, bias=bias, readout_zero_init=readout_zero_init, output_mult=output_mult)
+        self.readout = MuReadout(width, out_dim, bias=bias, readout_zero_init=readout_zero_init,
+                                 output_mult=output_mult)
         self.reset_parameters()
 
     @torch.no_grad()

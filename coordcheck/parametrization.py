@@ -49,7 +49,8 @@ def call_builder(build: Builder, width: int, base_width: int | None = None) -> n
         p.kind is p.VAR_KEYWORD for p in sig.parameters.values()
     ):
         raise CoordCheckError(
-            f"model builder {qualified_name(build)} has no `width` parameter: it must be build(width: int, **kwargs) -> nn.Module"
+            f"model builder {qualified_name(build)} has no `width` parameter: "
+            "it must be build(width: int, **kwargs) -> nn.Module"
         )
     kwargs = {"width": width}
     if base_width is not None and sig is not None and "base_width" in sig.parameters and not (
@@ -64,7 +65,8 @@ def call_builder(build: Builder, width: int, base_width: int | None = None) -> n
             f"model builder {qualified_name(build)} cannot be called as build(width={width}, **model config): {e}"
         ) from None
     if not isinstance(model, nn.Module):
-        raise CoordCheckError(f"model builder {qualified_name(build)} returned {type(model).__name__}, not an nn.Module")
+        raise CoordCheckError(
+            f"model builder {qualified_name(build)} returned {type(model).__name__}, not an nn.Module")
     return model
 
 

@@ -266,7 +266,8 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
         handles, legend_title = _layer_legend(shown, colours, styled)
         legends = [add_legend(g.figure, handles, legend_title)]
         if many and len(role_order) > 1:  # the module legend above shows each module's style
-            legends.append(add_legend(g.figure, {r: legend_line("0.35", markers[r], dashes[r]) for r in role_order}, "role"))
+            roles = {r: legend_line("0.35", markers[r], dashes[r]) for r in role_order}
+            legends.append(add_legend(g.figure, roles, "role"))
         _stack_legends(g.figure, legends)
         if hot:
             _highlight_legend(g.figure, {f"L{i} {m}": legend_line(hot[m], *styled[m], linewidth=HIGHLIGHT_WIDTH)

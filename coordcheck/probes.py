@@ -84,8 +84,8 @@ from coordcheck.moments import (  # noqa: F401  (the moment names: re-exported f
     pool_moments, stats_from_moments,
 )
 
-__all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", "masked_moments", "stats_from_moments", "pool_moments",
-           "STAT_FUNCS", "first_tensor", "select_output", "infer_layout", "LOGITS_MODULE", "MASK_BELOW"]
+__all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", "masked_moments", "stats_from_moments",
+           "pool_moments", "STAT_FUNCS", "first_tensor", "select_output", "infer_layout", "LOGITS_MODULE", "MASK_BELOW"]
 
 LOGITS_MODULE = "(logits)"  # the input of a model's final (log_)softmax, when no module returns it
 MASK_BELOW = -1e4  # softmax inputs at or below this are masked positions (-inf, -1e9, finfo.min), not logits

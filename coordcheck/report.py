@@ -129,7 +129,8 @@ class Report:
             "",
         ]
         if len(v.configs) > 1:
-            lines += ["## Configurations", "", "| parametrization | optimizer | lr | status | reason |", "|---|---|---|---|---|"]
+            lines += ["## Configurations", "", "| parametrization | optimizer | lr | status | reason |",
+                      "|---|---|---|---|---|"]
             for c in v.configs.itertuples():
                 lines.append(f"| {md_escape(c.parametrization)} | {md_escape(c.optimizer)} | {c.lr:g} | {c.status} | "
                              f"{md_escape(c.reason)} |")
@@ -165,8 +166,8 @@ class Report:
         if len(loss):
             steps = sorted(loss["step"].unique())
             shown = sorted({steps[0], steps[len(steps) // 2], steps[-1]})
-            table = loss[loss["step"].isin(shown)].pivot_table(index="width", columns="step", values="value", dropna=False,
-                                                                 aggfunc="mean")
+            table = loss[loss["step"].isin(shown)].pivot_table(index="width", columns="step", values="value",
+                                                                 dropna=False, aggfunc="mean")
             lines += ["", "Loss by width (mean over seeds; under muP at a sound learning rate the curves coincide "
                       "and wider is not worse):", "", "| width | " + " | ".join(f"step {t}" for t in shown) + " |",
                       "|---|" + "---|" * len(shown)]

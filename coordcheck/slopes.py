@@ -79,7 +79,8 @@ def fit_slopes(frame: pd.DataFrame) -> pd.DataFrame:
     slope = np.where(undefined, np.nan, slope)
     half = t_quantile(n - 2) * stderr
     out = pd.DataFrame({
-        "slope": slope, "intercept": np.where(undefined, np.nan, intercept), "stderr": np.where(undefined, np.nan, stderr),
+        "slope": slope, "intercept": np.where(undefined, np.nan, intercept),
+        "stderr": np.where(undefined, np.nan, stderr),
         "ci_low": np.where(undefined, np.nan, slope - half), "ci_high": np.where(undefined, np.nan, slope + half),
         "n_widths": flags["n_widths"].to_numpy(), "n_points": s["points"].to_numpy(),
         "all_zero": flags["all_zero"].to_numpy(), "any_zero": flags["any_zero"].to_numpy(),

@@ -37,7 +37,8 @@ from coordcheck import probes as probes_module
 from coordcheck.moments import stats_from_moments
 from coordcheck.probes import Probes, StepRecord, first_tensor, select_output
 
-__all__ = ["RunIdentity", "cross_entropy", "forward_loss", "train_with_probes", "to_frame", "run_width", "resolve_seeds"]
+__all__ = ["RunIdentity", "cross_entropy", "forward_loss", "train_with_probes", "to_frame", "run_width",
+           "resolve_seeds"]
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,8 @@ def _blame(model: nn.Module, e: BaseException) -> tuple[nn.Module | None, str | 
     return module, name, str(Path(last).resolve()).startswith(_TORCH_DIR)
 
 
-def call_model(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, forward_targets: bool | str = False) -> object:
+def call_model(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
+               forward_targets: bool | str = False) -> object:
     """``model(inputs)``; with ``forward_targets`` also the targets, positionally (True) or by that keyword."""
     if forward_targets is True:
         return model(inputs, targets)
@@ -318,7 +320,8 @@ def run_width(
     ``device``: where the model is built (directly, under a ``torch.device`` context) and trained;
     ``precision``: ``fp32`` / ``bf16`` / ``fp16`` (see :mod:`coordcheck.device`)."""
     if grad_clip is not None and (isinstance(grad_clip, bool) or not grad_clip > 0):
-        raise CoordCheckError(f"grad_clip must be a positive number (a global gradient norm) or null, got {grad_clip!r}")
+        raise CoordCheckError(
+            f"grad_clip must be a positive number (a global gradient norm) or null, got {grad_clip!r}")
     t0 = time.perf_counter()
     parametrization.prepare(build, base_width)
     bar = progress if isinstance(progress, tqdm) else tqdm(

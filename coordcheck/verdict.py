@@ -75,10 +75,12 @@ class Rules:
 
 
 # Captured q k^T * scale at step 0: independent q and k give q.k ~ sqrt(d_head), so muP's 1/d_head scale shrinks the
-# logits like width^-0.5 (measured: -0.50 and -0.51 on two public-style models); 1/sqrt(d_head) leaves them flat (-0.01).
+# logits like width^-0.5 (measured: -0.50 and -0.51 on two public-style models); 1/sqrt(d_head) leaves them flat
+# (-0.01).
 QK_INIT_SLOPE = -0.5
 QK_INIT_DIAGNOSIS = ("attention logits do not shrink at initialisation (independent q and k give q.k ~ sqrt(d_head), "
-                     "which q.k/d_head shrinks like width^-0.5): scores are scaled by 1/sqrt(d_head) instead of 1/d_head")
+                     "which q.k/d_head shrinks like width^-0.5): scores are scaled by 1/sqrt(d_head) instead of "
+                     "1/d_head")
 
 # (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
 EXPECT = {
@@ -324,7 +326,8 @@ def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
         role = g["role"].iloc[0]
         learned = g[(g["tensor"] == "delta") & (g["step"] >= 1)]
         long_enough = learned["step"].nunique() >= min_window  # a zero readout delays hidden updates by a step
-        if status in ("pass", "zero") and role in ("hidden", "output") and long_enough and (learned["status"] == "zero").all():
+        if (status in ("pass", "zero") and role in ("hidden", "output") and long_enough
+                and (learned["status"] == "zero").all()):
             status, diagnosis = "inconclusive", "does not change during training (frozen, or lr=0?)"
         n_transient = int((g["status"] == "transient").sum())
         rows.append((*key, int(g["layer_index"].iloc[0]), role, status, w["tensor"], int(w["step"]), w["slope"],
@@ -404,7 +407,8 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
             k = judged[judged["status"] == "inconclusive"]
             status = "inconclusive"
             reason = (f"{len(set(k['module']))} module(s) could not be decided (e.g. {k['module'].iloc[0]} "
-                      f"{k['tensor'].iloc[0]} step {k['step'].iloc[0]}: {k['diagnosis'].iloc[0] or 'interval overlaps the band'})"
+                      f"{k['tensor'].iloc[0]} step {k['step'].iloc[0]}: "
+                      f"{k['diagnosis'].iloc[0] or 'interval overlaps the band'})"
                       " — add seeds or widths")
         else:
             status, reason = "pass", f"every judged series is flat within tolerance over widths " \
@@ -416,7 +420,8 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     modules = _module_table(series, rules.min_window)
     if len(modules):  # module-level "does not learn" makes a passing configuration inconclusive
         for c in configs:
-            stuck = modules[(modules["config_id"] == c["config_id"]) & (modules["diagnosis"].str.startswith("does not change"))]
+            stuck = modules[(modules["config_id"] == c["config_id"])
+                            & (modules["diagnosis"].str.startswith("does not change"))]
             if c["status"] == "pass" and len(stuck):
                 c["status"] = "inconclusive"
                 c["reason"] = f"{stuck['module'].iloc[0]} does not change during training (frozen, or lr=0?)"

@@ -1,4 +1,4 @@
-"""``python -m coordcheck.transfer [overrides] --multirun``: the learning-rate sweep (see ``coordcheck.transfer.app``)."""
+"""``python -m coordcheck.transfer [overrides] --multirun``: the learning-rate sweep (``coordcheck.transfer.app``)."""
 
 from __future__ import annotations
 

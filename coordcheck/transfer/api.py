@@ -192,7 +192,8 @@ def transfer(
                        else optimizer)
             key = [model_name, repr(sorted(build_kwargs.items())), par.name, opt_name, data_name, steps, seeds,
                    eval_batches, base_width, diverge, output, forward_targets, grad_clip,
-                   loss if loss in (None, "model") else qualified_name(loss)] + ([precision] if precision != "fp32" else [])
+                   loss if loss in (None, "model") else qualified_name(loss),
+                   *([precision] if precision != "fp32" else [])]
             identity = TransferIdentity(config_id=digest(key), model=model_name, parametrization=par.name,
                                         optimizer=opt_name, data=data_name)
             par.prepare(builder, base_width)

@@ -148,7 +148,8 @@ def _fit_se(x: np.ndarray, y: np.ndarray) -> float:
 def _one_optimum(x: np.ndarray, y: np.ndarray, grid: np.ndarray, rules: TransferRules) -> dict:
     """Optimum of one curve (``x`` sorted log2 lr, ``y`` loss, NaN = diverged) on the full ``grid``."""
     finite = np.isfinite(y)
-    out = {"optimum": math.nan, "optimum_loss": math.nan, "fit_se": math.nan, "fit_df": 0, "argmin": math.nan, "n_finite": int(finite.sum()), "edge": ""}
+    out = {"optimum": math.nan, "optimum_loss": math.nan, "fit_se": math.nan, "fit_df": 0, "argmin": math.nan,
+           "n_finite": int(finite.sum()), "edge": ""}
     if finite.sum() < rules.min_points:
         out["edge"] = "few"
         return out

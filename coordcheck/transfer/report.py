@@ -182,7 +182,8 @@ class TransferReport:
         if len(div):
             lines += ["Stopped early (loss non-finite or above its limit); no held-out loss.", "",
                       "| parametrization | width | lr | seeds |", "|---|---|---|---|"]
-            lines += [f"| {md_escape(d.parametrization)} | {d.width} | {d.lr:.3g} | {d.seeds} |" for d in div.itertuples()]
+            lines += [f"| {md_escape(d.parametrization)} | {d.width} | {d.lr:.3g} | {d.seeds} |"
+                      for d in div.itertuples()]
         else:
             lines.append("None.")
         if self.problems:
