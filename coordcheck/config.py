@@ -37,7 +37,7 @@ from coordcheck.verdict import Rules
 __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config", "instantiate_node", "check_run",
            "positive_number", "safe_dirname", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
            "TransferOptions", "report_options", "transfer_options", "rules_of", "knob_error", "options",
-           "check_choices", "compose_config", "check_command_line"]
+           "check_choices", "compose_config", "check_command_line", "check_values"]
 
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
@@ -362,6 +362,27 @@ def _is_report(key: str) -> bool:
 
 _FLAGS = {"-m": 0, "--multirun": 0, "-r": 0, "--run": 0, "--resolve": 0, "-c": 1, "--cfg": 1, "-p": 1,
           "--package": 1}  # Hydra's flags that keep the usual config, and how many values each takes
+
+
+def _scalar(text: object) -> object:
+    """A swept value as the YAML scalar it stands for (``"64"`` -> 64, ``"1e-3"`` -> 0.001, else the text)."""
+    if not isinstance(text, str):
+        return text
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def check_values(cfg: DictConfig, overrides: list, checks: Mapping[str, Callable[[Any], Any]]) -> None:
+    """``checks[key](value)`` for every value a key takes in this command: each of its swept values
+    (``lr=0.01,-1 --multirun``), or its composed one; a bad one raises its check's one-line error."""
+    swept = {o.key_or_group: list(o.sweep_string_iterator()) for o in overrides if o.is_sweep_override()}
+    for key, check in checks.items():
+        for value in swept.get(key) or [cfg.get(key)]:
+            check(_scalar(value))
 
 
 def check_command_line(argv: list[str], *, config_name: str = "config",

@@ -17,10 +17,12 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig
 
-from coordcheck.config import CONF_DIR, check_choices, check_command_line, instantiate_node, positive_number
+from coordcheck.config import (
+    CONF_DIR, check_choices, check_command_line, check_values, instantiate_node, positive_number,
+)
 from coordcheck.data import as_batch
 from coordcheck.device import resolve_device
-from coordcheck.errors import OK, USER_ERROR, CoordCheckError
+from coordcheck.errors import OK, USER_ERROR, CoordCheckError, check_count
 from coordcheck.frame import atomic_write
 from coordcheck.gradflow.checks import Diagnosis, diagnose, exit_code
 from coordcheck.gradflow.probe import probe_training
@@ -80,11 +82,10 @@ def main(cfg: DictConfig) -> None:
 
 
 def check_overrides(cfg: DictConfig, overrides: list) -> None:
-    """The keys of ``conf/gradflow.yaml`` that can be checked before anything runs: ``lr``, every swept value
-    included (the run keys are checked by ``config.check_command_line``; the rest where it is used)."""
-    swept = {o.key_or_group: list(o.sweep_string_iterator()) for o in overrides if o.is_sweep_override()}
-    for value in swept.get("lr") or [cfg.get("lr")]:
-        positive_number(value, "lr")
+    """The keys of ``conf/gradflow.yaml`` that can be checked before anything runs: ``lr``, ``width`` and
+    ``steps``, every swept value included (the run keys are checked by ``config.check_command_line``)."""
+    check_values(cfg, overrides, {"lr": lambda v: positive_number(v, "lr"), "width": check_width,
+                                  "steps": lambda v: check_count(v, "steps")})
 
 
 def cli() -> None:

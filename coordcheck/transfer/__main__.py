@@ -6,7 +6,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck import app
-from coordcheck.config import TRANSFER_REPORT, positive_number
+from coordcheck.config import TRANSFER_REPORT, check_values, positive_number
 from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.transfer import app as transfer_app
 
@@ -24,14 +24,7 @@ def _check(cfg: DictConfig, overrides: list) -> None:
     if not positive_number(cfg.diverge, "diverge") > 1:
         raise CoordCheckError(f"diverge must be a number > 1 (a multiple of the first loss), got {cfg.diverge!r}")
     resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
-    swept = {o.key_or_group: list(o.sweep_string_iterator()) for o in overrides if o.is_sweep_override()}
-    for key, check in (("lr", lambda v: positive_number(v, "lr")), ("width", check_width)):
-        for v in swept.get(key) or [cfg.get(key)]:
-            try:
-                check(float(v) if key == "width" else v)
-            except ValueError:
-                raise CoordCheckError(f"{key} must be a positive {'integer' if key == 'width' else 'number'}, "
-                                      f"got {v!r}") from None
+    check_values(cfg, overrides, {"lr": lambda v: positive_number(v, "lr"), "width": check_width})
 
 
 def cli() -> None:
