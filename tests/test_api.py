@@ -90,4 +90,4 @@ def test_result_plot_writes_pdf_and_png_titled_with_the_verdict(tmp_path, layout
     fig = r.plot(tmp_path / "coord_check", layout=layout)
     assert (tmp_path / "coord_check.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "coord_check.pdf").read_bytes()[:4] == b"%PDF"
-    assert r.verdict.title in (fig._suptitle.get_text() if fig._suptitle else "")
+    assert fig.get_suptitle() == r.verdict.title

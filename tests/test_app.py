@@ -33,6 +33,7 @@ def test_config_id_ignores_width_only():
     assert config_id(a) == config_id(b) != config_id(c)
 
 
+@pytest.mark.slow
 def test_multirun_writes_one_frame_per_width(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli("width=16,32,64", *TINY, f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
@@ -73,6 +74,7 @@ def test_single_run_user_error_is_one_line_and_exit_2(tmp_path):
     assert json.loads((tmp_path / "run" / "job.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_multirun_keeps_good_widths_when_one_fails(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli("width=16,30,32", *TINY, f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
@@ -81,6 +83,7 @@ def test_multirun_keeps_good_widths_when_one_fails(tmp_path):
     assert "not divisible by n_head=4" in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_mlp_sweep_passes_end_to_end(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli("model=mlp", "width=64,128,256", "seeds=2", "steps=4", "progress=false", "report.figures=false",

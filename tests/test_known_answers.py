@@ -13,6 +13,8 @@ from coordcheck import coord_check
 from coordcheck.data import tokens
 from coordcheck.models import gpt, mlp
 
+pytestmark = pytest.mark.slow  # every case trains real models for its verdict
+
 MLP_WIDTHS = [64, 128, 256, 512]
 GPT_WIDTHS = [64, 128, 256]
 RUN = dict(steps=4, seeds=2, progress=False)

@@ -26,6 +26,7 @@ def test_default_config_composes_with_the_default_grid():
     assert cfg.data._target_ == "coordcheck.data.text_stream" and cfg.steps == 150
 
 
+@pytest.mark.slow
 def test_tiny_sweep_writes_the_report_resumes_and_gates(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli("--multirun", *TINY, f"hydra.sweep.dir={sweep}", cwd=tmp_path, module="coordcheck.transfer")
@@ -84,6 +85,7 @@ def test_bad_input_end_to_end_is_exit_2_and_one_line(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow
 def test_a_failed_job_loses_nothing_else(tmp_path):
     # width 30 is not a multiple of the GPT's 4 heads: that job fails, the other widths run and are reported
     sweep = tmp_path / "s"
