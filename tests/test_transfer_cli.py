@@ -1,4 +1,5 @@
-"""``python -m coordcheck.transfer``: the real CLI in a subprocess, as a user runs it (a tiny grid)."""
+"""``python -m coordcheck.transfer``: the real CLI in a subprocess, as a user runs it (a tiny grid), and bad input
+through the same ``cli()`` in this process."""
 
 from __future__ import annotations
 
