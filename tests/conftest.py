@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
 import random
 import subprocess
 import sys
@@ -32,5 +35,25 @@ def run_cli(*args: str, cwd: Path, module: str = "coordcheck", timeout: int = 30
     """Run ``python -m <module> args`` in a subprocess, as a user would."""
     return subprocess.run(
         [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-        env={**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "HYDRA_FULL_ERROR": "0", **(env or {})},
+        env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "HYDRA_FULL_ERROR": "0", **(env or {})},
     )
+
+
+def run_in_process(monkeypatch: pytest.MonkeyPatch, *args: str, module: str = "coordcheck") -> int:
+    """``python -m <module> args`` in this process, through the same ``cli()``: its exit status, without the
+    seconds a fresh interpreter takes to start. Read what it printed with ``capsys``."""
+    cli = importlib.import_module(f"{module}.__main__").cli
+    monkeypatch.setattr(sys, "argv", [module, *args])
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # as run_cli: Hydra prints an error, it does not raise it
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        with pytest.raises(SystemExit) as done:
+            cli()
+    finally:  # Hydra configures logging for its job (a console and a file handler): undo it for the next test
+        for h in root.handlers:
+            if h not in handlers:
+                h.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return done.value.code

@@ -33,6 +33,7 @@ def test_config_id_ignores_width_only():
     assert config_id(a) == config_id(b) != config_id(c)
 
 
+@pytest.mark.slow
 def test_multirun_writes_one_frame_per_width(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli("width=16,32,64", *TINY, f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
@@ -64,15 +65,16 @@ def test_multirun_writes_one_frame_per_width(tmp_path):
 
 
 def test_single_run_user_error_is_one_line_and_exit_2(tmp_path):
+    # end to end, in a fresh interpreter as a user runs it: exit 2 and one line, no traceback (the other bad inputs
+    # are checked in this process: test_resilience.py)
     r = run_cli("width=66", *TINY, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert r.returncode == 2
-    err = [line for line in r.stderr.splitlines() if line.startswith("coordcheck: error:")]
-    assert err == ["coordcheck: error: width 66 is not divisible by n_head=4: use widths that are multiples of 4 "
-                   "(or change n_head)"]
-    assert "Traceback" not in r.stderr
+    assert r.stderr == ("coordcheck: error: width 66 is not divisible by n_head=4: use widths that are multiples of 4 "
+                        "(or change n_head)\n")
     assert json.loads((tmp_path / "run" / "job.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_multirun_keeps_good_widths_when_one_fails(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli("width=16,30,32", *TINY, f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
@@ -81,12 +83,7 @@ def test_multirun_keeps_good_widths_when_one_fails(tmp_path):
     assert "not divisible by n_head=4" in r.stdout + r.stderr
 
 
-def test_unknown_builder_is_one_line(tmp_path):
-    r = run_cli("model._target_=nowhere.build", *TINY, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "model._target_=nowhere.build could not be used" in r.stderr
-
-
+@pytest.mark.slow
 def test_mlp_sweep_passes_end_to_end(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli("model=mlp", "width=64,128,256", "seeds=2", "steps=4", "progress=false", "report.figures=false",

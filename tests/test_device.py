@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from conftest import run_cli
+from conftest import run_in_process
 
 from coordcheck import app, config, coord_check
 from coordcheck.data import tokens
@@ -53,11 +52,11 @@ def test_autocast_runs_the_forward_in_bf16_on_the_cpu():
 
 
 @no_cuda
-def test_cli_device_cuda_without_cuda_is_exit_2_one_line(tmp_path):
-    r = run_cli("device=cuda", "steps=1", "seeds=1", cwd=tmp_path)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip() == ("coordcheck: error: device=cuda, but torch sees no CUDA device here: use device=cpu "
-                                "(or auto)")
+def test_cli_device_cuda_without_cuda_is_exit_2_one_line(monkeypatch, capsys, tmp_path):
+    assert run_in_process(monkeypatch, "device=cuda", "steps=1", "seeds=1", f"hydra.run.dir={tmp_path / 'run'}") == 2
+    assert capsys.readouterr().err == ("coordcheck: error: device=cuda, but torch sees no CUDA device here: use "
+                                       "device=cpu (or auto)\n")
+    assert not (tmp_path / "run").exists()  # refused when composed: no job ran
 
 
 @pytest.mark.parametrize("override, words", [("precision=fp8", "precision must be one of"),

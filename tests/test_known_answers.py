@@ -13,6 +13,8 @@ from coordcheck.data import tokens
 from coordcheck.models import gpt, mlp
 from coordcheck.testing import known_models as km
 
+pytestmark = pytest.mark.slow  # every case trains real models for its verdict
+
 MLP_WIDTHS = [64, 128, 256, 512]
 GPT_WIDTHS = [64, 128, 256]
 RUN = dict(steps=4, seeds=2, progress=False)

@@ -8,6 +8,7 @@ import pytest
 from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_wheel_runs_a_sweep_without_the_checkout(tmp_path):
     pytest.importorskip("setuptools")
     wheels, target = tmp_path / "wheels", tmp_path / "site"

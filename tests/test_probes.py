@@ -135,7 +135,7 @@ def test_checkpoint_recomputation_is_not_double_counted():
     loss = model(x).sum()
     rec = probes.end_step(loss)
     loss.backward()  # recomputes self.inner: its hooks fire outside the probed forward
-    assert probes._keys == [] or len(probes._keys) == len(rec.keys)
+    assert probes._keys == rec.keys  # the recomputation in backward recorded nothing more
     i = rec.keys.index(("inner.0", "out"))
     assert rec.moments[i, 0] == 12  # n = 3 x 4, one call
 

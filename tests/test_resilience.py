@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -9,14 +10,15 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_in_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordcheck.app import safe_dirname
+from coordcheck import report
+from coordcheck.config import check_choices, check_command_line
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import FRAME_NAME, FrameError, read_frame
-from coordcheck.sweep import aggregate
+from coordcheck.sweep import JOB_NAME, aggregate
 
 GPT_TINY = ["width=16,32,64", "seeds=2", "steps=3", "threads=1", "progress=false", "model.n_layer=1",
             "model.context=8", "data.seq_len=8", "data.batch_size=2", "report.figures=false"]
@@ -28,6 +30,7 @@ def _frames(sweep):
         .sort_values(["width", "seed", "step", "module", "tensor", "stat"]).reset_index(drop=True)
 
 
+@pytest.mark.slow
 def test_basic_joblib_and_submitit_give_identical_frames_and_verdicts(tmp_path):
     verdicts, frames = {}, {}
     for launcher in ("basic", "parallel", "submitit_local"):
@@ -43,6 +46,7 @@ def test_basic_joblib_and_submitit_give_identical_frames_and_verdicts(tmp_path):
         assert verdicts[launcher] == verdicts["basic"]
 
 
+@pytest.mark.slow
 def test_a_failing_width_keeps_the_others_and_is_listed(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli(*MLP_TINY, "model._target_=cli_builders.flaky", "width=16,32,64,128", f"hydra.sweep.dir={sweep}",
@@ -56,6 +60,7 @@ def test_a_failing_width_keeps_the_others_and_is_listed(tmp_path):
     assert [p["status"] for p in report["jobs"]["problems"]] == ["failed"]
 
 
+@pytest.mark.slow
 def test_two_widths_left_is_inconclusive(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli(*MLP_TINY, "model._target_=cli_builders.flaky", "width=16,32,64", f"hydra.sweep.dir={sweep}",
@@ -65,6 +70,7 @@ def test_two_widths_left_is_inconclusive(tmp_path):
     assert report["status"] == "inconclusive" and report["widths"] == [16, 64]
 
 
+@pytest.mark.slow
 def test_diverging_run_is_a_recorded_failure_not_a_crash(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli(*MLP_TINY, "optimizer=sgd", "lr=1e30", "width=16,32,64", f"hydra.sweep.dir={sweep}", "--multirun",
@@ -75,25 +81,51 @@ def test_diverging_run_is_a_recorded_failure_not_a_crash(tmp_path):
     assert report["divergence"]
 
 
-def test_resume_skips_finished_jobs_and_reaggregates(tmp_path):
-    sweep = tmp_path / "sweep"
+@pytest.fixture(scope="module")
+def mlp_sweep(tmp_path_factory):
+    """``MLP_TINY width=16,32,64``, run once for the module; tests take a copy (:func:`sweep_copy`)."""
+    cwd = tmp_path_factory.mktemp("mlp")
+    r = run_cli(*MLP_TINY, "width=16,32,64", f"hydra.sweep.dir={cwd / 'sweep'}", "--multirun", cwd=cwd)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return cwd / "sweep"
+
+
+@pytest.fixture
+def sweep_copy(mlp_sweep, tmp_path):
+    return shutil.copytree(mlp_sweep, tmp_path / "sweep")
+
+
+@pytest.mark.slow
+def test_resume_skips_finished_jobs_and_reaggregates(tmp_path, sweep_copy):
+    sweep = sweep_copy
     args = [*MLP_TINY, "width=16,32,64", f"hydra.sweep.dir={sweep}", "--multirun"]
-    assert run_cli(*args, cwd=tmp_path).returncode == 0
-    stamps = {f: f.stat().st_mtime_ns for f in sweep.rglob(FRAME_NAME)}
+    first = {f.parent.name: f.stat().st_mtime_ns for f in sweep.rglob(FRAME_NAME)}
+    assert sorted(first) == [f"model=mlp,seeds=1,steps=3,width={w}" for w in (16, 32, 64)]
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.count("coordcheck: report") == 1
-    assert {f: f.stat().st_mtime_ns for f in sweep.rglob(FRAME_NAME)} == stamps  # nothing redone
+    assert {f.parent.name: f.stat().st_mtime_ns for f in sweep.rglob(FRAME_NAME)} == first  # nothing redone
     log = "".join(p.read_text() for p in sweep.rglob("coordcheck.log"))
     assert log.count("already done with the same configuration") == 3
     changed = run_cli(*MLP_TINY[:1], "seeds=1", "steps=4", *MLP_TINY[3:], "width=16,32,64",
                       f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
-    assert changed.returncode == 0  # a different config writes its own job directories
+    assert changed.returncode == 0, changed.stderr[-2000:]
+    # a different config writes its own job directories, beside the first config's, which it leaves alone
+    frames = {f.parent.name: f for f in sweep.rglob(FRAME_NAME)}
+    new = sorted(set(frames) - set(first))
+    assert new == [f"model=mlp,seeds=1,steps=4,width={w}" for w in (16, 32, 64)]
+    assert {name: frames[name].stat().st_mtime_ns for name in first} == first
+    for name in new:
+        assert sorted(read_frame(frames[name])["step"].unique()) == [0, 1, 2, 3, 4]
+        assert json.loads((frames[name].parent / JOB_NAME).read_text())["status"] == "ok"
+        assert "already done" not in (frames[name].parent / "coordcheck.log").read_text()
+    assert aggregate(sweep).frame["config_id"].nunique() == 2
 
 
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 def test_kill_midway_leaves_no_partial_files_and_resume_finishes(tmp_path):
     sweep = tmp_path / "sweep"
     args = [*MLP_TINY, "model._target_=cli_builders.slow", "width=16,32,64", f"hydra.sweep.dir={sweep}", "--multirun"]
@@ -137,8 +169,11 @@ def test_sigterm_during_a_job_is_unwound(tmp_path):
     assert not (run / FRAME_NAME).exists() and not list(run.glob("*.tmp"))
 
 
-BAD_INPUT = [
+BAD_COMMAND_LINE = [  # caught when the command line is composed, before Hydra runs anything
     (["model=foo"], "unknown model 'foo': choose one of custom, gpt, mlp"),
+    (["report.tol=abc"], "report.tol: must be a number > 0 (got 'abc')"),
+]
+BAD_JOB = [  # caught by the job itself, which records it in its job.json
     (["width=0"], "width must be a positive integer, got 0"),
     (["width=abc"], "width must be a positive integer, got 'abc'"),
     (["width=66"], "width 66 is not divisible by n_head=4"),
@@ -150,57 +185,61 @@ BAD_INPUT = [
     (["model=mlp", "data.dim=5"], "data does not fit the model"),
     (["model=custom", "model._target_=cli_builders.raises_in_forward", "data=mlp", "parametrization=none"],
      "the model raised an error in (root) (TypeError"),
-    (["report.tol=abc"], "report.tol: must be a number > 0 (got 'abc')"),
     (["steps=0"], "steps must be an integer >= 1, got 0"),
     (["lr=-1"], "lr must be a positive number"),
     (["model=custom"], "Missing mandatory value"),
 ]
 
 
-@pytest.mark.parametrize("args,message", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
-def test_bad_input_is_one_line_and_nonzero(tmp_path, args, message):
-    r = run_cli(*args, "progress=false", "seeds=1", "steps=1" if "steps=0" not in args else "seeds=1",
-                f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    assert r.returncode == 2, r.stderr[-1500:]
-    errors = [line for line in r.stderr.splitlines() if line.startswith("coordcheck: error:")]
-    assert len(errors) == 1 and message in errors[0], r.stderr[-1500:]
-    assert "Traceback" not in r.stderr
+@pytest.mark.parametrize("args,message", BAD_COMMAND_LINE, ids=[" ".join(a) for a, _ in BAD_COMMAND_LINE])
+def test_bad_command_line_is_one_line_before_any_job(args, message):
+    argv = [*args, "progress=false", "seeds=1", "steps=1"]
+    with pytest.raises(CoordCheckError) as e:  # what app.run_command checks, in its order, before Hydra runs
+        check_choices(argv)
+        check_command_line(argv)
+    assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_corrupt_and_foreign_files_in_a_sweep_are_listed(tmp_path):
-    sweep = tmp_path / "sweep"
-    assert run_cli(*MLP_TINY, "width=16,32,64", f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path).returncode == 0
+@pytest.mark.parametrize("args,message", BAD_JOB, ids=[" ".join(a) for a, _ in BAD_JOB])
+def test_bad_input_in_a_job_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, args, message):
+    check_choices(args)  # composes: only the job can tell
+    check_command_line(args)
+    code = run_in_process(monkeypatch, *args, "progress=false", "seeds=1", *([] if "steps=0" in args else ["steps=1"]),
+                          f"hydra.run.dir={tmp_path / 'run'}")
+    err = capsys.readouterr().err
+    assert code == 2, err[-1500:]
+    assert len(err.splitlines()) == 1 and err.startswith("coordcheck: error: ") and message in err, err[-1500:]
+    job = json.loads((tmp_path / "run" / JOB_NAME).read_text())
+    assert job["status"] == "failed" and message in job["error"] and "traceback" not in job
+
+
+@pytest.mark.slow
+def test_corrupt_and_foreign_files_in_a_sweep_are_listed(capsys, sweep_copy):
+    sweep = sweep_copy
     (sweep / "junk").mkdir()
     (sweep / "junk" / FRAME_NAME).write_bytes(b"\x00not parquet")
     (sweep / "foreign").mkdir()
     pd.DataFrame({"x": [1, 2]}).to_parquet(sweep / "foreign" / FRAME_NAME)
-    r = run_cli(str(sweep), "--no-figures", cwd=tmp_path, module="coordcheck.report")
-    assert r.returncode == 0 and "Traceback" not in r.stderr
-    assert "job junk corrupt" in r.stdout and "job foreign corrupt" in r.stdout
+    assert report.main([str(sweep), "--no-figures"]) == 0
+    out = capsys.readouterr().out
+    assert "job junk corrupt" in out and "job foreign corrupt" in out
+    listed = json.loads((sweep / "report" / "report.json").read_text())["jobs"]
+    assert {p["job"]: p["status"] for p in listed["problems"]} == {"junk": "corrupt", "foreign": "corrupt"}
+    assert len(listed["ok"]) == 3
 
 
-def test_long_job_directory_names_stay_distinct():
-    long = "model._target_=" + "my_pkg.models." * 15 + "build,optimizer._target_=" + "my_pkg.optim." * 10 + "make"
-    names = {safe_dirname(f"{long},width={w}") for w in (128, 256, 512)}
-    assert len(names) == 3 and all(len(n) <= 200 for n in names)
-
-
-def test_job_directory_names_cannot_escape():
-    assert safe_dirname("data.path=../../etc,width=64") == "data.path=__/__/etc,width=64".replace("/", "_")
-    for name in ["../..", "/abs/path", "a/../../b", "..", ""]:
-        d = safe_dirname(name)
-        assert "/" not in d and ".." not in d and d not in ("", ".")
-
-
+@pytest.mark.slow
 def test_override_with_a_path_stays_inside_the_sweep(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli(*MLP_TINY, "width=16,32,64", "+note=../../../escape", f"hydra.sweep.dir={sweep}", "--multirun",
                 cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-1000:]
     frames = list(tmp_path.rglob(FRAME_NAME))
-    assert frames and all(sweep in f.parents for f in frames), (r.stderr[-1000:], frames)
+    assert len(frames) == 3 and all(f.parent.parent == sweep for f in frames), frames
 
 
 # -- property-based ----------------------------------------------------------------------
+@pytest.mark.slow  # hypothesis: 40 drawn configurations, the valid ones trained
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(widths=st.lists(st.one_of(st.integers(-4, 48), st.floats(-2, 40), st.text(max_size=3)), min_size=0, max_size=4),
        steps=st.one_of(st.integers(-1, 2), st.floats(0, 2)), seeds=st.one_of(st.integers(-1, 2), st.lists(st.integers(0, 3), max_size=2)),

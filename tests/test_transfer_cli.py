@@ -1,15 +1,15 @@
-"""``python -m coordcheck.transfer``: the real CLI in a subprocess, as a user runs it (a tiny grid)."""
+"""``python -m coordcheck.transfer``: the real CLI in a subprocess, as a user runs it (a tiny grid), and bad input
+through the same ``cli()`` in this process."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, run_in_process
 
 from coordcheck import app
-from coordcheck.errors import CoordCheckError
-from coordcheck.transfer.app import grid_size, transfer_options
+from coordcheck.transfer.app import grid_size
 
 TINY = ["width=32,64", "lr=0.001953125,0.0078125,0.03125", "parametrization=mup", "steps=3", "eval_batches=1",
         "base_width=32", "progress=false"]
@@ -27,14 +27,7 @@ def test_default_config_composes_with_the_default_grid():
     assert cfg.data._target_ == "coordcheck.data.text_stream" and cfg.steps == 150
 
 
-def test_report_knobs_are_checked():
-    assert transfer_options({"tol": 1})["tol"] == 1.0
-    for bad, words in [({"tol": -1}, "report.tol: must be a number > 0"), ({"tols": 1}, "unknown knob"), ({"strict": "maybe"}, "true or false"),
-                       ({"size": "poster"}, "one of paper, slides")]:
-        with pytest.raises(CoordCheckError, match=words):
-            transfer_options(bad)
-
-
+@pytest.mark.slow
 def test_tiny_sweep_writes_the_report_resumes_and_gates(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli("--multirun", *TINY, f"hydra.sweep.dir={sweep}", cwd=tmp_path, module="coordcheck.transfer")
@@ -61,18 +54,39 @@ def test_tiny_sweep_writes_the_report_resumes_and_gates(tmp_path):
     assert report.returncode == expected and "μTransfer" in report.stdout
 
 
-@pytest.mark.parametrize("args, words", [
-    (["lr=0.01,-1"], "lr must be a positive number"),
-    (["report.tol=0"], "report.tol: must be a number > 0"),
+BAD_INPUT = [
+    (["lr=0.01,-1"], "lr must be a positive number, got '-1'"),
+    (["report.tol=0"], "report.tol: must be a number > 0 (got 0.0)"),
     (["precision=fp8"], "precision must be one of fp32, bf16, fp16"),
-])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
-    r = run_cli("--multirun", *args, f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path, module="coordcheck.transfer")
-    assert r.returncode == 2
-    assert words in r.stderr and "Traceback" not in r.stderr
+    (["width=64,abc"], "width must be a positive integer, got 'abc'"),
+    (["model=foo"], "unknown model 'foo': choose one of "),
+    (["steps=0"], "steps must be an integer >= 1, got 0"),
+    (["diverge=1"], "diverge must be a number > 1"),
+    (["eval_batches=0"], "eval_batches must be an integer >= 1, got 0"),
+    (["seeds=0"], "seeds must be >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("args, words", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, args, words):
+    code = run_in_process(monkeypatch, "--multirun", *args, f"hydra.sweep.dir={tmp_path / 's'}",
+                          module="coordcheck.transfer")
+    out, err = capsys.readouterr()
+    assert code == 2 and not out
+    assert err.startswith(f"coordcheck: error: {words}") and len(err.splitlines()) == 1, err
     assert not (tmp_path / "s").exists()  # nothing ran
 
 
+def test_bad_input_end_to_end_is_exit_2_and_one_line(tmp_path):
+    # in a fresh interpreter, as a user runs it: exit 2, one line, no traceback, nothing run
+    r = run_cli("--multirun", "lr=0.01,-1", f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path,
+                module="coordcheck.transfer")
+    assert r.returncode == 2
+    assert r.stderr == "coordcheck: error: lr must be a positive number, got '-1'\n" and not r.stdout
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow
 def test_a_failed_job_loses_nothing_else(tmp_path):
     # width 30 is not a multiple of the GPT's 4 heads: that job fails, the other widths run and are reported
     sweep = tmp_path / "s"

@@ -1,4 +1,5 @@
-"""The learning-rate sweep's engine and API: fresh batches, divergence, bad input (small real runs)."""
+"""The learning-rate sweep's engine and API: divergence, data sources, bad input (small real runs; its fresh batches:
+test_data.py)."""
 
 from __future__ import annotations
 
@@ -15,27 +16,6 @@ from coordcheck.transfer.frame import COLUMNS, TransferIdentity
 from coordcheck.transfer.train import check_data_source, run_cell
 
 IDENTITY = TransferIdentity("cfg", "gpt", "mup", "adam", "text")
-
-
-def take(it, n):
-    return [next(it) for _ in range(n)]
-
-
-def test_text_stream_is_fresh_deterministic_and_holds_out_its_tail():
-    a, b = take(text_stream("train", 0), 3), take(text_stream("train", 0), 3)
-    assert all(torch.equal(x.inputs, y.inputs) for x, y in zip(a, b))  # same seed, same batches, same order
-    assert not torch.equal(a[0].inputs, a[1].inputs)  # a fresh batch every step
-    assert not torch.equal(a[0].inputs, next(text_stream("train", 1)).inputs)
-    held = next(text_stream("heldout", 0, batch_size=4, seq_len=16))
-    assert held.inputs.shape == (4, 16) and torch.equal(held.inputs[:, 1:], held.targets[:, :-1])
-    assert a[0].policy == "fresh" and a[0].name == "text"
-
-
-@pytest.mark.parametrize("kwargs, words", [({"split": "test"}, "split must be one of"),
-                                           ({"vocab_size": 100}, "vocab_size >= 256")])
-def test_text_stream_bad_arguments_are_one_line(kwargs, words):
-    with pytest.raises(CoordCheckError, match=words):
-        text_stream(**kwargs)
 
 
 def cell(lr, *, data=text_stream, steps=4, seeds=(0,), **kwargs):

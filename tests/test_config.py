@@ -1,0 +1,257 @@
+"""The configuration layer (``coordcheck.config``): knob schemas generated from rules dataclasses, their checks and
+flags, the command-line checks made before Hydra runs anything, and the small helpers every command shares."""
+
+import argparse
+from dataclasses import dataclass, fields
+from typing import get_args
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from coordcheck import app, config, report
+from coordcheck.config import (
+    REPORT, TRANSFER_REPORT, Knobs, check_choices, check_command_line, compose_config, instantiate_node,
+    positive_number, resolved_config, safe_dirname, transfer_options,
+)
+from coordcheck.errors import CoordCheckError
+from coordcheck.transfer.fit import TransferRules
+from coordcheck.verdict import Rules
+
+
+@dataclass(frozen=True)
+class ToyRules:
+    """A verdict's rules as a new experiment would write them: each field becomes a knob."""
+
+    tol: float = 0.5
+    n: int = 3
+    name: str = "a"
+
+
+TOY = Knobs(name="toy_report", rules=ToyRules, own=(("strict", bool, False), ("size", config.Size, config.Size.paper)),
+            help={"tol": "how far it may move"}, choices={"size": config.Size},
+            bounds={"tol": ((">", 0),), "n": ((">=", 2),)})
+
+
+# -- Knobs: one schema per experiment, generated from its rules ------------------------------------------------------
+def test_the_schema_is_the_rules_fields_then_the_own_knobs_with_their_defaults():
+    assert [(f.name, f.type) for f in fields(TOY.schema)] == [
+        ("tol", float), ("n", int), ("name", str), ("strict", bool), ("size", config.Size)]
+    assert TOY.schema.__name__ == "ToyReportOptions" and TOY.schema.__module__ == "coordcheck.config"
+    assert TOY.values() == {"tol": 0.5, "n": 3, "name": "a", "strict": False, "size": "paper"}
+    assert TOY.values({"tol": 0.1, "size": "slides"}) == {**TOY.values(), "tol": 0.1, "size": "slides"}
+    assert TOY.rules_of(TOY.values({"n": 5})) == ToyRules(n=5)
+    assert ConfigStore.instance().load("schema/toy_report.yaml").node.n == 3  # typed when a config is composed
+
+
+def test_the_transfer_report_knobs_are_the_fields_of_transfer_rules():
+    assert list(TRANSFER_REPORT.kinds) == [f.name for f in fields(TransferRules)] + ["figures", "size", "strict"]
+    cfg = compose_config([], "transfer")
+    assert OmegaConf.get_type(cfg.report) is config.TransferOptions
+    assert transfer_options(cfg.report) == transfer_options(), "conf/transfer.yaml's report values drifted"
+    assert TRANSFER_REPORT.rules_of(transfer_options()) == TransferRules()
+
+
+@pytest.mark.parametrize("node, message", [
+    ({"tol": 0}, "report.tol: must be a number > 0 (got 0.0)"),
+    ({"n": 1}, "report.n: must be an integer >= 2 (got 1)"),
+    ({"n": "x"}, "report.n: must be an integer >= 2 (got 'x')"),
+    ({"tols": 1}, "report.tols: unknown knob: choose one of tol, n, name, strict, size"),
+    ({"size": "huge"}, "report.size: must be one of paper, slides (got 'huge')"),
+    ({"strict": "maybe"}, "report.strict: must be true or false (got 'maybe')"),
+    (3, "report: must hold the knobs tol, n, name, strict, size (got 3)"),
+])
+def test_a_bad_knob_is_one_line_naming_it(node, message):
+    with pytest.raises(CoordCheckError) as e:
+        TOY.values(node)
+    assert str(e.value) == message
+
+
+def test_a_bad_knob_is_named_as_the_user_wrote_it():
+    with pytest.raises(CoordCheckError) as e:
+        TOY.values({"n": 1}, flag=lambda k: "--" + k)
+    assert str(e.value) == "--n: must be an integer >= 2 (got 1)"
+    with pytest.raises(CoordCheckError) as e:
+        config.report_options({"min_window": 0}, flag=lambda k: "--" + k.replace("_", "-"))
+    assert str(e.value) == "--min-window: must be an integer >= 1 (got 0)"
+    with pytest.raises(CoordCheckError, match=r"report.level: must be a number > 0 and < 1 \(got 1.0\)"):
+        transfer_options({"level": 1.0})
+
+
+def test_report_knobs_are_checked():
+    assert transfer_options({"tol": 1})["tol"] == 1.0
+    for bad, words in [({"tol": -1}, "report.tol: must be a number > 0"), ({"tols": 1}, "unknown knob"),
+                       ({"strict": "maybe"}, "true or false"), ({"size": "poster"}, "one of paper, slides")]:
+        with pytest.raises(CoordCheckError, match=words):
+            transfer_options(bad)
+
+
+def test_add_flags_makes_one_flag_per_knob_typed_by_the_schema():
+    parser = argparse.ArgumentParser()
+    TOY.add_flags(parser)
+    assert vars(parser.parse_args([])) == TOY.values()
+    args = parser.parse_args(["--tol", "0.3", "--n", "4", "--name", "b", "--strict", "--size", "slides"])
+    assert vars(args) == {"tol": 0.3, "n": 4, "name": "b", "strict": True, "size": "slides"}
+    assert parser.parse_args(["--no-strict"]).strict is False
+    usage = parser.format_help()
+    assert "how far it may move (default 0.5)" in usage and "--size {paper,slides}" in usage
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--size", "huge"])  # choices from the schema's enum
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--n", "2.5"])  # an int knob takes an int
+
+
+def test_add_flags_only_some_knobs_and_steps_as_a_list(capsys):
+    parser = argparse.ArgumentParser()
+    REPORT.add_flags(parser, only=("tol", "steps"))
+    assert [a.dest for a in parser._actions] == ["help", "tol", "steps"]
+    assert vars(parser.parse_args(["--steps", "0,3,10"])) == {"tol": 0.2, "steps": [0, 3, 10]}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--steps", "0,x"])
+    assert "--steps takes comma-separated integers, got '0,x'" in capsys.readouterr().err
+
+
+def test_report_knobs_are_the_fields_of_rules_then_the_reports_own(capsys):
+    assert list(config.KNOBS) == [f.name for f in fields(Rules)] + ["figures", "size", "steps", "strict", "layout"]
+    with initialize_config_dir(config_dir=app.CONF_DIR, version_base="1.3"):
+        cfg = compose("config")
+    assert OmegaConf.get_type(cfg.report) is config.ReportOptions
+    assert config.report_options(cfg.report) == config.report_options(), "conf/config.yaml's report values drifted from Rules"
+    assert config.rules_of(config.report_options()) == Rules()
+    from coordcheck import plot
+
+    assert [m.value for m in config.Size] == list(get_args(plot.Size))
+    assert [m.value for m in config.Layout] == list(get_args(plot.Layout))
+    with pytest.raises(SystemExit):
+        report.main(["--help"])
+    usage = capsys.readouterr().out
+    assert all(f"--{f.name.replace('_', '-')} " in usage for f in fields(Rules)) and "--layout {grid,guide}" in usage
+
+
+BAD_TYPES = [
+    ("report.tol=abc", "report.tol: must be a number > 0 (got 'abc')"),
+    ("report.stat=foo", "report.stat: must be one of std, l1, rms, mean, absmax (got 'foo')"),
+    ("report.size=huge", "report.size: must be one of paper, slides (got 'huge')"),
+    ("report.strict=maybe", "report.strict: must be true or false (got 'maybe')"),
+    ("report.layout=foo", "report.layout: must be one of grid, guide (got 'foo')"),
+    ("report.min_widths=2.5", "report.min_widths: must be an integer >= 2 (got '2.5')"),
+    ("report.steps=abc", "report.steps: must be null or a list of steps >= 0, e.g. [0,3,10] (got 'abc')"),
+    ("report.tolerance=0.1", "report.tolerance: unknown knob: choose one of stat, tol, shrink_tol, "),
+]
+BAD_VALUES = [  # Hydra composes these; the checks that follow composition reject them
+    ("+report.tolerance=0.1", "report.tolerance: unknown knob: choose one of stat, tol, shrink_tol, "),
+    ("report.tol=0", "report.tol: must be a number > 0 (got 0.0)"),
+    ("report.tol=nan", "report.tol: must be a number > 0 (got nan)"),
+    ("report.shrink_tol=-0.1", "report.shrink_tol: must be a number > 0 (got -0.1)"),
+    ("report.min_widths=1", "report.min_widths: must be an integer >= 2 (got 1)"),
+    ("report.min_window=0", "report.min_window: must be an integer >= 1 (got 0)"),
+    ("report.steps=[0,-1]", "report.steps: must be null or a list of steps >= 0, e.g. [0,3,10] (got [0, -1])"),
+    ("report.tol=0.1,0.2", "report.tol: one value per sweep, its report is made once at the end (got '0.1,0.2')"),
+    ("report.steps=0,3", ("report.steps: one value per sweep, its report is made once at the end (got '0,3'): "
+                          "write a list as [0,3,10]")),
+]
+
+
+@pytest.mark.parametrize("override,message", BAD_TYPES, ids=[o for o, _ in BAD_TYPES])
+def test_report_knob_of_the_wrong_type_fails_composition(override, message):
+    with initialize_config_dir(config_dir=app.CONF_DIR, version_base="1.3"), pytest.raises(ConfigCompositionException):
+        compose("config", overrides=[override])
+    with pytest.raises(CoordCheckError) as e:
+        config.check_command_line(["width=16,32,64", override, "--multirun"])
+    assert str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("override,message", BAD_VALUES, ids=[o for o, _ in BAD_VALUES])
+def test_report_knob_out_of_range_is_one_line(override, message):
+    with pytest.raises(CoordCheckError) as e:
+        config.check_command_line(["width=16,32,64", override, "--multirun"])
+    assert str(e.value).startswith(message)
+
+
+def test_good_report_knobs_pass_the_check_and_reach_the_options():
+    knobs = ["report.stat=l1", "report.steps=[0,3]", "report.strict=true", "report.layout=guide", "report.min_widths=4",
+             "report.size=slides"]
+    config.check_command_line(["--multirun", "width=16,32", *knobs])
+    opts = config.report_options(config.compose_config(knobs).report)
+    assert opts == {**config.report_options(), "stat": "l1", "steps": [0, 3], "strict": True, "layout": "guide",
+                    "min_widths": 4, "size": "slides"}
+
+
+# -- small helpers -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value, number", [(1, 1.0), ("0.5", 0.5), (2.5, 2.5), (1e-30, 1e-30)])
+def test_positive_number_takes_finite_numbers_above_zero(value, number):
+    assert positive_number(value, "lr") == number
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), True, "abc", None, [1]])
+def test_positive_number_names_its_key(value):
+    with pytest.raises(CoordCheckError) as e:
+        positive_number(value, "lr")
+    assert str(e.value) == f"lr must be a positive number, got {value!r}"
+
+
+def test_long_job_directory_names_stay_distinct():
+    long = "model._target_=" + "my_pkg.models." * 15 + "build,optimizer._target_=" + "my_pkg.optim." * 10 + "make"
+    names = {safe_dirname(f"{long},width={w}") for w in (128, 256, 512)}
+    assert len(names) == 3 and all(len(n) <= 200 for n in names)
+    assert all(n.startswith(long[:100]) for n in names)  # still readable: cut, then a hash of the whole name
+
+
+def test_job_directory_names_cannot_escape():
+    assert safe_dirname("data.path=../../etc,width=64") == "data.path=__/__/etc,width=64".replace("/", "_")
+    for name in ["../..", "/abs/path", "a/../../b", "..", ""]:
+        d = safe_dirname(name)
+        assert "/" not in d and ".." not in d and d not in ("", ".")
+    assert safe_dirname("width=64,lr=0.01") == "width=64,lr=0.01"  # an ordinary name is kept as it is
+    assert safe_dirname("a b/c") == "a_b_c" and safe_dirname("") == "job"
+
+
+def test_resolved_config_is_plain_values_without_the_keys_asked_and_default_run_keys():
+    cfg = compose_config(["model=mlp", "precision=bf16"])
+    plain = resolved_config(cfg, ("width", "report"))
+    assert "width" not in plain and "report" not in plain and plain["lr"] == cfg.lr
+    assert plain["precision"] == "bf16"  # a run key away from its default stays: it changes the frame
+    assert "device" not in plain and "compile" not in plain  # at their defaults: left out, old ids stay
+    assert plain["data"]["_target_"] == "coordcheck.data.gaussian"  # data: ${model} resolved
+    assert "${" not in repr(plain)
+
+
+def test_instantiate_node_errors_name_the_group():
+    with pytest.raises(CoordCheckError) as e:
+        instantiate_node(OmegaConf.create({"_target_": "nowhere.build"}), "model")
+    assert str(e.value).startswith("model._target_=nowhere.build could not be used (")
+    with pytest.raises(CoordCheckError) as e:
+        instantiate_node(OmegaConf.create({"_target_": "coordcheck.data.gaussian", "dim": "???"}), "data")
+    assert str(e.value) == "data: Missing mandatory value: dim (set it on the command line)"
+    assert instantiate_node(OmegaConf.create({"_target_": "coordcheck.data.gaussian", "dim": 3}), "data").inputs.shape[1] == 3
+
+
+# -- the command line, checked before Hydra runs anything ----------------------------------------------------------------
+def test_check_choices_names_each_unknown_option_of_a_group():
+    with pytest.raises(CoordCheckError) as e:
+        check_choices(["model=gpt,foo", "--multirun"])
+    assert str(e.value) == "unknown model 'foo': choose one of custom, gpt, mlp (conf/model/)"
+    with pytest.raises(CoordCheckError, match="unknown data 'foo': choose one of custom, gpt, mlp, text"):
+        check_choices(["data=foo"])
+    check_choices(["data=foo"], groups=("model",))  # only the groups named are checked
+    check_choices(["model=mlp", "model.depth=3", "width=8"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["width=["], "cannot parse 'width=[': "),
+    (["nokey=1"], "Could not override 'nokey'. To append to your config use +nokey=1"),
+])
+def test_an_override_hydra_cannot_compose_is_one_line(argv, message):
+    with pytest.raises(CoordCheckError) as e:
+        check_command_line(argv)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+    assert "Config search path" not in str(e.value)
+
+
+def test_other_hydra_flags_leave_the_command_line_to_hydra():
+    for argv in (["--help", "report.tol=abc"], ["-cd", "elsewhere", "report.tol=abc"]):
+        assert check_command_line(argv) is None  # Hydra types the knobs against the same schema
+    with pytest.raises(CoordCheckError, match="report.tol"):
+        check_command_line(["--cfg", "job", "report.tol=abc"])  # --cfg keeps the usual config: checked
