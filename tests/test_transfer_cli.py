@@ -55,7 +55,7 @@ def test_tiny_sweep_writes_the_report_resumes_and_gates(tmp_path):
 
 
 BAD_INPUT = [
-    (["lr=0.01,-1"], "lr must be a positive number, got '-1'"),
+    (["lr=0.01,-1"], "lr must be a positive number, got -1"),
     (["report.tol=0"], "report.tol: must be a number > 0 (got 0.0)"),
     (["precision=fp8"], "precision must be one of fp32, bf16, fp16"),
     (["width=64,abc"], "width must be a positive integer, got 'abc'"),
@@ -82,7 +82,7 @@ def test_bad_input_end_to_end_is_exit_2_and_one_line(tmp_path):
     r = run_cli("--multirun", "lr=0.01,-1", f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path,
                 module="coordcheck.transfer")
     assert r.returncode == 2
-    assert r.stderr == "coordcheck: error: lr must be a positive number, got '-1'\n" and not r.stdout
+    assert r.stderr == "coordcheck: error: lr must be a positive number, got -1\n" and not r.stdout
     assert not (tmp_path / "s").exists()
 
 
