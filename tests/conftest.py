@@ -31,7 +31,8 @@ def _seed_and_close():
         sys.modules["matplotlib.pyplot"].close("all")
 
 
-def run_cli(*args: str, cwd: Path, module: str = "coordcheck", timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path, module: str = "coordcheck", timeout: int = 300,
+            env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m <module> args`` in a subprocess, as a user would."""
     return subprocess.run(
         [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,

@@ -10,7 +10,8 @@ from hydra.utils import instantiate
 from coordcheck.app import CONF_DIR, config_id
 from coordcheck.frame import COLUMNS, read_frame
 
-TINY = ["seeds=2", "steps=2", "progress=false", "model.n_layer=1", "model.context=8", "data.batch_size=2", "data.seq_len=8"]
+TINY = ["seeds=2", "steps=2", "progress=false", "model.n_layer=1", "model.context=8", "data.batch_size=2",
+        "data.seq_len=8"]
 
 
 @pytest.mark.parametrize("model", ["gpt", "mlp"])
@@ -18,7 +19,8 @@ TINY = ["seeds=2", "steps=2", "progress=false", "model.n_layer=1", "model.contex
 @pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
 def test_every_config_group_composes_and_instantiates(model, parametrization, optimizer):
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={model}", f"parametrization={parametrization}", f"optimizer={optimizer}"])
+        cfg = compose("config", overrides=[f"model={model}", f"parametrization={parametrization}",
+                                           f"optimizer={optimizer}"])
     assert cfg.data._target_.endswith({"gpt": "tokens", "mlp": "gaussian"}[model])
     assert cfg.optimizer.mu == (parametrization == "mup")
     build = instantiate(cfg.model)

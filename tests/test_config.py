@@ -118,7 +118,7 @@ def test_report_knobs_are_the_fields_of_rules_then_the_reports_own(capsys):
     with initialize_config_dir(config_dir=app.CONF_DIR, version_base="1.3"):
         cfg = compose("config")
     assert OmegaConf.get_type(cfg.report) is config.ReportOptions
-    assert config.report_options(cfg.report) == config.report_options(), "conf/config.yaml's report values drifted from Rules"
+    assert config.report_options(cfg.report) == config.report_options(), "conf/config.yaml's report drifted from Rules"
     assert config.rules_of(config.report_options()) == Rules()
     from coordcheck import plot
 
@@ -225,15 +225,17 @@ def test_instantiate_node_errors_name_the_group():
     with pytest.raises(CoordCheckError) as e:
         instantiate_node(OmegaConf.create({"_target_": "coordcheck.data.gaussian", "dim": "???"}), "data")
     assert str(e.value) == "data: Missing mandatory value: dim (set it on the command line)"
-    assert instantiate_node(OmegaConf.create({"_target_": "coordcheck.data.gaussian", "dim": 3}), "data").inputs.shape[1] == 3
+    batch = instantiate_node(OmegaConf.create({"_target_": "coordcheck.data.gaussian", "dim": 3}), "data")
+    assert batch.inputs.shape[1] == 3
 
 
-# -- the command line, checked before Hydra runs anything ----------------------------------------------------------------
+# -- the command line, checked before Hydra runs anything -------------------------------------------------------------
 def test_check_choices_names_each_unknown_option_of_a_group():
     with pytest.raises(CoordCheckError) as e:
         check_choices(["model=gpt,foo", "--multirun"])
     assert str(e.value) == "unknown model 'foo': choose one of custom, gpt, mlp (conf/model/)"
-    with pytest.raises(CoordCheckError, match="unknown data 'foo': choose one of custom, gaussian, gpt, mlp, text, tokens"):
+    with pytest.raises(CoordCheckError,
+                       match="unknown data 'foo': choose one of custom, gaussian, gpt, mlp, text, tokens"):
         check_choices(["data=foo"])
     check_choices(["data=foo"], groups=("model",))  # only the groups named are checked
     check_choices(["model=mlp", "model.depth=3", "width=8"])

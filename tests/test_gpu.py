@@ -24,7 +24,8 @@ def test_no_sync_in_hooks_and_one_transfer_per_step(monkeypatch):
     probes = Probes(model)
     transfers = []
     real_cpu = torch.Tensor.cpu
-    monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: transfers.append(self.shape) or real_cpu(self, *a, **k))
+    monkeypatch.setattr(torch.Tensor, "cpu",
+                        lambda self, *a, **k: transfers.append(self.shape) or real_cpu(self, *a, **k))
     for step in range(3):
         probes.begin_step(step)
         torch.cuda.synchronize()

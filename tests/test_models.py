@@ -47,7 +47,8 @@ class NoReadout(nn.Module):
 def test_missing_mureadout_is_named():
     p = Mup()
     p.prepare(NoReadout, 16)
-    with pytest.raises(CoordCheckError, match=r"module 'head' \(Linear\) maps the width to a fixed size but is not a mup.MuReadout"):
+    with pytest.raises(CoordCheckError,
+                       match=r"module 'head' \(Linear\) maps the width to a fixed size but is not a mup.MuReadout"):
         build_model(NoReadout, 32, 0, p)
 
 

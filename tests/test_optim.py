@@ -1,4 +1,4 @@
-"""Optimizer factories (``coordcheck.optim``): the mup variant scales per-layer learning rates, the torch one does not."""
+"""Optimizer factories (``coordcheck.optim``): the mup variant scales per-layer learning rates, torch's does not."""
 
 import pytest
 import torch

@@ -49,9 +49,10 @@ def tidy(widths=WIDTHS, seeds=SEEDS, steps=range(4), parametrizations=("mup", "s
             out = (1 + layer) * w ** _exponent(par, role, step) * (1 + seed / 10)
             value = out * (step / 10 if tensor == "delta" else 1.0) * scale
             rows.append({**config, "module": module, "layer_index": layer, "role": role,
-                         "call_order": [m[0] for m in modules].index(module), "tensor": tensor, "stat": stat, "value": value})
-        rows.append({**config, "module": LOSS_MODULE, "layer_index": -1, "role": "loss", "call_order": -1, "tensor": "loss",
-                     "stat": "value", "value": 5 * np.exp(-step / (2 + w / 64)) + 0.1 * seed})
+                         "call_order": [m[0] for m in modules].index(module), "tensor": tensor, "stat": stat,
+                         "value": value})
+        rows.append({**config, "module": LOSS_MODULE, "layer_index": -1, "role": "loss", "call_order": -1,
+                     "tensor": "loss", "stat": "value", "value": 5 * np.exp(-step / (2 + w / 64)) + 0.1 * seed})
     return conform(pd.DataFrame(rows, columns=list(COLUMNS)))
 
 
@@ -143,7 +144,8 @@ def test_coords_axes_show_real_widths_on_log_axes():
     for ax in fig.axes[-4:]:  # the bottom row carries the (shared) tick labels
         assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128", "256"]
     assert _steps_shown(fig, 4) == ["step 0", "step 1", "step 2", "step 3"]
-    assert fig.axes[0].get_ylabel() == "mup\nstd of out" and fig.axes[-1].get_xlabel() == "width"  # row named in y label
+    assert fig.axes[0].get_ylabel() == "mup\nstd of out"  # the row is named in the y label
+    assert fig.axes[-1].get_xlabel() == "width"
 
 
 def test_coords_lines_are_seed_geometric_means_one_per_module():

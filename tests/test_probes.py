@@ -324,7 +324,8 @@ def test_identity_like_modules_are_not_rows():
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.fc, self.drop, self.id, self.shortcut = nn.Linear(8, 8), nn.Dropout(0.0), nn.Identity(), nn.Sequential()
+            self.fc, self.drop = nn.Linear(8, 8), nn.Dropout(0.0)
+            self.id, self.shortcut = nn.Identity(), nn.Sequential()
 
         def forward(self, x):
             return self.id(self.drop(self.fc(x))) + self.shortcut(x)

@@ -242,7 +242,8 @@ def test_override_with_a_path_stays_inside_the_sweep(tmp_path):
 @pytest.mark.slow  # hypothesis: 40 drawn configurations, the valid ones trained
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(widths=st.lists(st.one_of(st.integers(-4, 48), st.floats(-2, 40), st.text(max_size=3)), min_size=0, max_size=4),
-       steps=st.one_of(st.integers(-1, 2), st.floats(0, 2)), seeds=st.one_of(st.integers(-1, 2), st.lists(st.integers(0, 3), max_size=2)),
+       steps=st.one_of(st.integers(-1, 2), st.floats(0, 2)),
+       seeds=st.one_of(st.integers(-1, 2), st.lists(st.integers(0, 3), max_size=2)),
        base_width=st.one_of(st.integers(-2, 32), st.none()))
 def test_config_surface_either_runs_or_says_what_to_change(widths, steps, seeds, base_width):
     from coordcheck import coord_check

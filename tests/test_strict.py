@@ -37,8 +37,9 @@ def sweep(passing_sweep, tmp_path):
 @pytest.mark.parametrize("knobs,verdict,code", [([], "pass", 0), (["report.min_widths=4"], "inconclusive", 2)])
 def test_strict_exit_status_is_the_verdict(monkeypatch, sweep, knobs, verdict, code):
     frames = {f: f.stat().st_mtime_ns for f in sweep.rglob(FRAME_NAME)}
-    assert run_in_process(monkeypatch, *PASSING, *knobs, f"hydra.sweep.dir={sweep}", "--multirun") == 0  # not strict: 0, as before
-    assert run_in_process(monkeypatch, *PASSING, *knobs, "report.strict=true", f"hydra.sweep.dir={sweep}", "--multirun") == code
+    assert run_in_process(monkeypatch, *PASSING, *knobs, f"hydra.sweep.dir={sweep}", "--multirun") == 0  # not strict
+    assert run_in_process(monkeypatch, *PASSING, *knobs, "report.strict=true", f"hydra.sweep.dir={sweep}",
+                          "--multirun") == code
     assert status(sweep) == verdict
     # report knobs neither name job directories nor change a job: every job was resumed, none re-run
     assert {f: f.stat().st_mtime_ns for f in sweep.rglob(FRAME_NAME)} == frames
@@ -116,7 +117,8 @@ def test_a_bad_knob_that_reaches_the_callback_is_a_user_error(monkeypatch, tmp_p
     assert app.OUTCOME.exit_code == 2
     assert (tmp_path / "report" / "error.txt").read_text() == "report.tol: must be a number > 0 (got -1.0)\n"
     message = "report.tol: must be a number > 0 (got -1.0)"
-    assert capsys.readouterr().err.splitlines() == [f"coordcheck: error: {message}", f"coordcheck: no report: {message}"]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"coordcheck: error: {message}", f"coordcheck: no report: {message}"]
 
 
 # -- layout ----------------------------------------------------------------------------------------------------------
@@ -135,8 +137,8 @@ def test_layout_reaches_the_coord_check_figure(monkeypatch, sweep):
 
     for name in ("plot_coords", "plot_slopes", "plot_loss"):
         monkeypatch.setattr(plot, name, fake(name))
-    assert run_in_process(monkeypatch, *PASSING, "report.figures=true", "report.layout=guide", f"hydra.sweep.dir={sweep}",
-               "--multirun") == 0
+    assert run_in_process(monkeypatch, *PASSING, "report.figures=true", "report.layout=guide",
+                          f"hydra.sweep.dir={sweep}", "--multirun") == 0
     assert report.main([str(sweep), "--layout", "guide"]) == 0
     assert report.main([str(sweep)]) == 0
     assert [layout for name, layout in seen if name == "plot_coords"] == ["guide", "guide", "grid"]

@@ -199,7 +199,8 @@ def test_passing_modules_show_their_worst_slope_and_margin():
     v = judge(make_frame(HEALTHY, noise=0.02))
     m = v.modules.set_index("module")
     assert m["slope"].notna().all() and m["margin"].notna().all() and (m["margin"] > 0).all()
-    assert m.loc["h1", "margin"] == pytest.approx(min(0.2 - m.loc["h1", "slope"], m.loc["h1", "slope"] + 0.35), abs=1e-9)
+    slope = m.loc["h1", "slope"]
+    assert m.loc["h1", "margin"] == pytest.approx(min(0.2 - slope, slope + 0.35), abs=1e-9)
 
 
 @pytest.mark.parametrize("parametrization,absent,present", [
@@ -211,7 +212,8 @@ def test_diagnoses_fit_the_setup(parametrization, absent, present):
 
     texts = [likely_cause(role, "delta", 3, "grows", parametrization) for role in ("hidden", "output")]
     assert not any(absent in t for t in texts) and any(present in t for t in texts)
-    assert "embedding learning rate is scaled like a hidden matrix" in likely_cause("input", "delta", 3, "shrinks", "mup")
+    text = likely_cause("input", "delta", 3, "shrinks", "mup")
+    assert "embedding learning rate is scaled like a hidden matrix" in text
 
 
 def test_pure_qk_logits_must_shrink_at_initialisation():

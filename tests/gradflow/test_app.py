@@ -22,8 +22,8 @@ def test_cli_healthy_mlp_exits_0(tmp_path):
 
 
 def test_cli_blocking_diagnosis_exits_1(tmp_path):
-    r = run_cli("model=mlp", "model._target_=tests.gradflow.gradflow_models.detached_mlp", "parametrization=none", "width=32",
-                "figures=false", f"hydra.run.dir={tmp_path}", cwd=tmp_path, module="coordcheck.gradflow")
+    r = run_cli("model=mlp", "model._target_=tests.gradflow.gradflow_models.detached_mlp", "parametrization=none",
+                "width=32", "figures=false", f"hydra.run.dir={tmp_path}", cwd=tmp_path, module="coordcheck.gradflow")
     assert r.returncode == 1, r.stderr[-2000:]
     assert "coordcheck.gradflow: ERROR broken_graph: " in r.stdout and " — fix: " in r.stdout
     assert json.loads((tmp_path / "gradflow.json").read_text())["status"] == "error"
