@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from coordcheck import app
+from coordcheck.config import GROUPS, check_choices, options  # noqa: F401  (re-exported for old imports)
 
 
 

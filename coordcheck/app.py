@@ -38,14 +38,16 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from coordcheck.config import (  # noqa: F401  (CONF_DIR ... compose_config: re-exported, users' scripts import them)
-    CONF_DIR, GROUPS, NOT_IN_ID, NOT_IN_JOB, REPORT, Knobs, ReportOptions, check_choices, check_command_line,
-    compose_config, instantiate_node, positive_number, report_options, resolved_config, rules_of, safe_dirname,
+from coordcheck.config import (  # noqa: F401  (CONF_DIR ... Layout: re-exported, users' scripts import them)
+    CONF_DIR, GROUPS, KNOBS, LAYOUTS, NOT_IN_ID, NOT_IN_JOB, REPO_CONF, REPORT, RUN_DEFAULTS, SIZES, Knobs, Layout,
+    ReportOptions, Size, Stat, check_choices, check_command_line, check_run, compose_config, instantiate_node,
+    knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
 )
 from coordcheck.errors import EXIT, USER_ERROR, CoordCheckError
 from coordcheck.frame import FRAME_NAME, atomic_write, digest, write_frame
 from coordcheck.report import ERROR_NAME, REPORT_DIR
 from coordcheck.sweep import JOB_NAME
+from coordcheck.text import write_json
 
 __all__ = ["run_job", "config_id", "job_hash", "SweepCallback", "JOB_NAME", "CONF_DIR", "safe_dirname", "ReportOptions",
            "report_options", "rules_of", "check_command_line", "compose_config", "Outcome", "OUTCOME", "ERROR_NAME"]
@@ -57,10 +59,6 @@ def config_id(cfg: DictConfig) -> str:
     """Short hash of the resolved config without width: the same for every job of a sweep."""
     return digest(resolved_config(cfg, NOT_IN_ID))
 
-
-def write_json(path: Path, payload: dict) -> Path:
-    text = json.dumps(payload, indent=2, default=str)
-    return atomic_write(path, lambda p: p.write_text(text))
 
 
 def run_job(cfg: DictConfig, output_dir: Path) -> dict:

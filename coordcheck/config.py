@@ -14,7 +14,6 @@ Nothing here imports torch at import time.
 from __future__ import annotations
 
 import argparse
-import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
@@ -29,8 +28,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from coordcheck.errors import CoordCheckError, positive_number
-from coordcheck.frame import STATS, digest
+from coordcheck.errors import CoordCheckError, expected, in_range, positive_number
+from coordcheck.frame import digest
 from coordcheck.transfer.fit import TransferRules
 from coordcheck.verdict import Rules
 
@@ -111,14 +110,14 @@ def safe_dirname(name: str) -> str:
 
 SIZES = ("paper", "slides")  # plot.Size and plot.Layout (plot imports matplotlib: too slow for the config path)
 LAYOUTS = ("grid", "guide")
-_COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt}
 
 
 def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
     return Enum(name, {v: v for v in values}, module=__name__)
 
 
-Stat, Size, Layout = _choice("Stat", STATS), _choice("Size", SIZES), _choice("Layout", LAYOUTS)
+Stat = _choice("Stat", next(f for f in fields(Rules) if f.name == "stat").metadata["choices"])
+Size, Layout = _choice("Size", SIZES), _choice("Layout", LAYOUTS)
 
 
 def _flag(key: str) -> str:
@@ -127,20 +126,20 @@ def _flag(key: str) -> str:
 
 @dataclass(eq=False)
 class Knobs:
-    """The ``report`` node of one experiment: the fields of ``rules`` (a frozen dataclass), then ``own`` knobs.
+    """The ``report`` node of one experiment: the fields of ``rules`` (a frozen dataclass of
+    :func:`coordcheck.errors.knob` fields: default, range, choices and help are defined there, once), then ``own``
+    knobs, the report's, as ``(name, type, default, help)``.
 
-    ``schema`` is the generated structured-config dataclass (in Hydra's ConfigStore as ``schema/<name>``);
-    ``choices`` are knobs with a closed set of values, ``bounds`` the ranges types cannot say
-    (``{"tol": ((">", 0),)}``),
-    ``help`` one line per knob for the report CLI's ``--help`` (no % signs: argparse formats them).
+    ``schema`` is the generated structured-config dataclass ``schema_name`` (in Hydra's ConfigStore as
+    ``schema/<name>``, and a module attribute of this module so that configs pickle by reference); ``choices`` maps
+    knobs with a closed set of values to their Enum (the own knobs' and the rules' alike).
     """
 
     name: str
+    schema_name: str
     rules: type
-    own: tuple[tuple[str, Any, Any], ...]  # (name, type, default) of the report's own knobs
-    help: dict[str, str]
+    own: tuple[tuple[str, Any, Any, str], ...]
     choices: dict[str, type[Enum]] = field(default_factory=dict)
-    bounds: dict[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         hints, defaults = get_type_hints(self.rules), self.rules()
@@ -150,25 +149,26 @@ class Knobs:
             default = getattr(defaults, f.name)
             return f.name, kind, field(default=kind(default) if f.name in self.choices else default)
 
-        cls_name = "".join(w.capitalize() for w in self.name.split("_")) + "Options"
         self.schema = make_dataclass(
-            cls_name, [*(knob(f) for f in fields(self.rules)), *((n, k, field(default=d)) for n, k, d in self.own)],
+            self.schema_name,
+            [*(knob(f) for f in fields(self.rules)), *((n, k, field(default=d)) for n, k, d, _ in self.own)],
             namespace={"__doc__": f"The ``report`` config node: the fields of ``{self.rules.__name__}``, then the "
                                   "report's own knobs."})
         self.schema.__module__ = __name__  # pickled by reference with the config (joblib, submitit)
         self.kinds: dict[str, Any] = {f.name: f.type for f in fields(self.schema)}
+        self.bounds = {f.name: f.metadata.get("bounds", ()) for f in fields(self.rules)}
+        self.help = {**{f.name: f.metadata.get("help", "") for f in fields(self.rules)},
+                     **{n: h for n, _, _, h in self.own}}  # one line per knob, for --help (no % signs: argparse)
         ConfigStore.instance().store(group="schema", name=self.name, node=self.schema)
 
     def expected(self, key: str) -> str:
         """What a knob takes, in words: ``a number > 0``, ``one of paper, slides``, ``true or false``."""
         kind = self.kinds[key]
         if isinstance(kind, type) and issubclass(kind, Enum):
-            return "one of " + ", ".join(m.value for m in kind)
+            return expected(str, choices=tuple(m.value for m in kind))
         if key == "steps":
             return "null or a list of steps >= 0, e.g. [0,3,10]"
-        words = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(kind, "a value")
-        return " and ".join([words, *(f"{op} {bound}" for op, bound in self.bounds.get(key, ()))]).replace(
-            " and ", " ", 1)
+        return expected(kind, self.bounds.get(key, ()))
 
     def error(self, key: str, value: Any = None, flag: Callable[[str], str] = "report.{}".format) -> str:
         """One line for a bad knob, named as the user wrote it (``report.tol`` in a sweep, ``--tol`` in a report
@@ -192,7 +192,7 @@ class Knobs:
         except OmegaConfBaseException as e:
             raise CoordCheckError(self.error(str(e.full_key or e.key).removeprefix("report."), e.value, flag)) from None
         for key, checks in self.bounds.items():
-            if key in values and not all(_COMPARE[op](values[key], bound) for op, bound in checks):
+            if key in values and not in_range(values[key], checks):
                 raise CoordCheckError(self.error(key, values[key], flag))
         if any(step < 0 for step in values.get("steps") or ()):
             raise CoordCheckError(self.error("steps", values["steps"], flag))
@@ -231,45 +231,23 @@ def _steps(text: str) -> list[int]:
 
 
 REPORT = Knobs(
-    name="report", rules=Rules,
-    own=(("figures", bool, True), ("size", Size, Size.paper), ("steps", Optional[List[int]], None),
-         ("strict", bool, False), ("layout", Layout, Layout.grid)),
+    name="report", schema_name="ReportOptions", rules=Rules,
+    own=(("figures", bool, True, "draw the figures (coord_check, slopes, loss)"),
+         ("size", Size, Size.paper, "figure size: a paper column or 16:9 slides"),
+         ("steps", Optional[List[int]], None,
+          "steps shown in the coord-check figure, e.g. 0,3,10 (null: up to 4 spread over the run)"),
+         ("strict", bool, False, "exit 1 on fail, 2 when inconclusive, 0 on pass (a CI gate)"),
+         ("layout", Layout, Layout.grid,
+          "coord-check figure: grid (a panel per step) or guide (a panel per kind of activation, a line per step)")),
     choices={"stat": Stat, "size": Size, "layout": Layout},
-    bounds={"tol": ((">", 0),), "shrink_tol": ((">", 0),), "rise": ((">=", 0),), "rise_floor": ((">=", 0),),
-            "min_widths": ((">=", 2),), "min_window": ((">=", 1),), "persist": ((">=", 1),), "gross": ((">=", 0),)},
-    help={
-        "stat": "statistic judged: std (activation std) or l1 (mean |x|, as the mup package)",
-        "tol": "max growth slope d log2(stat) / d log2(width)",
-        "shrink_tol": "max shrink slope for series that must not vanish (hidden out, every delta)",
-        "rise": "instability: loss above (1 + rise) x its running minimum ...",
-        "rise_floor": "... and above it by more than this fraction of the step-0 loss",
-        "min_widths": "fewer widths than this is inconclusive",
-        "min_window": "updated steps the stable window must hold, else inconclusive",
-        "persist": "a violation after updates must last this many consecutive judged steps ...",
-        "gross": "... unless its whole interval lies more than this beyond the band",
-        "figures": "draw the figures (coord_check, slopes, loss)",
-        "size": "figure size: a paper column or 16:9 slides",
-        "steps": "steps shown in the coord-check figure, e.g. 0,3,10 (null: up to 4 spread over the run)",
-        "strict": "exit 1 on fail, 2 when inconclusive, 0 on pass (a CI gate)",
-        "layout": "coord-check figure: grid (a panel per step) or guide (a panel per kind of activation, a line per "
-                  "step)",
-    },
 )
 TRANSFER_REPORT = Knobs(
-    name="transfer_report", rules=TransferRules,
-    own=(("figures", bool, True), ("size", Size, Size.paper), ("strict", bool, False)),
+    name="transfer_report", schema_name="TransferOptions", rules=TransferRules,
+    own=(("figures", bool, True, "draw the figures (transfer, optimum)"),
+         ("size", Size, Size.paper, "figure size: a paper column or 16:9 slides"),
+         ("strict", bool, False,
+          "exit 1 when it does not transfer, 2 when inconclusive, 0 when it transfers (a CI gate)")),
     choices={"size": Size},
-    bounds={"tol": ((">", 0),), "min_points": ((">=", 3),), "min_widths": ((">=", 2),),
-            "level": ((">", 0), ("<", 1))},
-    help={
-        "tol": "largest |shift| of the optimum that transfers, octaves of lr per width doubling",
-        "min_points": "finite learning rates a width needs for an optimum (a parabola needs 3)",
-        "min_widths": "widths with an optimum the shift needs",
-        "level": "confidence level of the intervals",
-        "figures": "draw the figures (transfer, optimum)",
-        "size": "figure size: a paper column or 16:9 slides",
-        "strict": "exit 1 when it does not transfer, 2 when inconclusive, 0 when it transfers (a CI gate)",
-    },
 )
 ReportOptions, TransferOptions = REPORT.schema, TRANSFER_REPORT.schema
 KNOBS: dict[str, Any] = REPORT.kinds
@@ -364,25 +342,22 @@ _FLAGS = {"-m": 0, "--multirun": 0, "-r": 0, "--run": 0, "--resolve": 0, "-c": 1
           "--package": 1}  # Hydra's flags that keep the usual config, and how many values each takes
 
 
-def _scalar(text: object) -> object:
-    """A swept value as the YAML scalar it stands for (``"64"`` -> 64, ``"1e-3"`` -> 0.001, else the text)."""
-    if not isinstance(text, str):
-        return text
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+def _swept(override: Any) -> list | None:
+    """The values a sweep override takes, parsed as Hydra parses them (``0.01,-1`` -> [0.01, -1]; a quoted value as
+    its text); None for sweeps Hydra enumerates only as it runs them (``interval()``, ``glob()``)."""
+    try:
+        return [getattr(v, "text", v) for v in override.sweep_iterator()]
+    except HydraException:
+        return None
 
 
 def check_values(cfg: DictConfig, overrides: list, checks: Mapping[str, Callable[[Any], Any]]) -> None:
     """``checks[key](value)`` for every value a key takes in this command: each of its swept values
     (``lr=0.01,-1 --multirun``), or its composed one; a bad one raises its check's one-line error."""
-    swept = {o.key_or_group: list(o.sweep_string_iterator()) for o in overrides if o.is_sweep_override()}
+    swept = {o.key_or_group: _swept(o) for o in overrides if o.is_sweep_override()}
     for key, check in checks.items():
         for value in swept.get(key) or [cfg.get(key)]:
-            check(_scalar(value))
+            check(value)
 
 
 def check_command_line(argv: list[str], *, config_name: str = "config",

@@ -10,8 +10,12 @@ propagate. :data:`EXIT` is the one table from an outcome to an exit status, for 
 from __future__ import annotations
 
 import math
+import operator
+from dataclasses import field, fields
+from typing import Any
 
-__all__ = ["CoordCheckError", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count", "positive_number"]
+__all__ = ["CoordCheckError", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count", "check_flag", "positive_number",
+           "knob", "check_knobs", "expected", "in_range"]
 
 OK, FAILED, USER_ERROR = 0, 1, 2  # a job that failed, or a sweep with no report, exits FAILED
 EXIT = {  # outcome -> exit status; a verdict's only with --strict / report.strict=true (a CI gate)
@@ -28,10 +32,17 @@ class CoordCheckError(ValueError):
         super().__init__(" ".join(str(message).split()))  # one line, always
 
 
-def check_count(value: object, key: str) -> int:
-    """``value`` as an integer >= 1 (not a bool), else one line naming ``key``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CoordCheckError(f"{key} must be an integer >= 1, got {value!r}")
+def check_count(value: object, key: str, minimum: int = 1) -> int:
+    """``value`` as an integer >= ``minimum`` (not a bool), else one line naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise CoordCheckError(f"{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_flag(value: object, key: str) -> bool:
+    """``value`` as a bool, else one line naming ``key`` (``figures=3`` is not silently true)."""
+    if not isinstance(value, bool):
+        raise CoordCheckError(f"{key} must be true or false, got {value!r}")
     return value
 
 
@@ -44,3 +55,42 @@ def positive_number(value: object, key: str) -> float:
     if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
         raise CoordCheckError(f"{key} must be a positive number, got {value!r}")
     return number
+
+
+_COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+
+
+def in_range(value: Any, bounds: tuple[tuple[str, float], ...]) -> bool:
+    """Whether ``value`` is finite and meets every bound (``(">", 0)``, ...)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return all(_COMPARE[op](value, bound) for op, bound in bounds)
+
+
+def knob(default: Any, *bounds: tuple[str, float], help: str, choices: tuple[str, ...] = ()) -> Any:
+    """A field of a rules dataclass (``verdict.Rules``, ``transfer.fit.TransferRules``): its default, its range
+    (``(">", 0)``, ...), its closed set of values and a help line — the one definition the config schema, the report
+    CLI's flags and :func:`check_knobs` all read."""
+    return field(default=default, metadata={"bounds": bounds, "help": help, "choices": choices})
+
+
+def expected(kind: type, bounds: tuple[tuple[str, float], ...] = (), choices: tuple[str, ...] = ()) -> str:
+    """What a knob takes, in words: ``a number > 0``, ``an integer >= 3``, ``one of std, l1``, ``true or false``."""
+    if choices:
+        return "one of " + ", ".join(choices)
+    words = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(kind, "a value")
+    return " and ".join([words, *(f"{op} {bound}" for op, bound in bounds)]).replace(" and ", " ", 1)
+
+
+def check_knobs(rules: Any) -> None:
+    """Every :func:`knob` field of ``rules`` against its type, range and choices; one line for a bad one."""
+    for f in fields(rules):
+        value, kind = getattr(rules, f.name), type(f.default)
+        bounds, choices = f.metadata.get("bounds", ()), f.metadata.get("choices", ())
+        if kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        ok = ok and in_range(value, bounds) and (not choices or value in choices)
+        if not ok:
+            raise CoordCheckError(f"{f.name} must be {expected(kind, bounds, choices)}, got {value!r}")

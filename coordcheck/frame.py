@@ -127,9 +127,15 @@ def conform(df: pd.DataFrame, source: str = "frame", columns: dict[str, str] = C
 
 
 def _umask() -> int:
-    mask = os.umask(0)  # reading the umask means setting it: put it straight back
-    os.umask(mask)
-    return mask
+    """This process's umask: from /proc on Linux (reading it changes nothing); elsewhere os.umask, which can only be
+    read by setting it, so it is put straight back."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o077)  # briefly the strictest mask, never a looser one
+        os.umask(mask)
+        return mask
 
 
 def atomic_write(path: Path, write) -> Path:

@@ -81,7 +81,7 @@ from coordcheck.layout import (  # noqa: F401  (the layout names: re-exported fo
 )
 from coordcheck.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moments, needed_moments, pool_calls,
-    pool_moments, stats_from_moments,
+    pool_moments, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
 )
 
 __all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", "masked_moments", "stats_from_moments",

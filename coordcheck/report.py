@@ -39,7 +39,6 @@ verdict's flags (``--stat``, ``--tol``, ``--min-widths``, ...) are generated fro
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -53,7 +52,7 @@ from coordcheck.errors import EXIT, OK, USER_ERROR, CoordCheckError
 from coordcheck.frame import atomic_write
 from coordcheck.slopes import fit_slopes
 from coordcheck.sweep import JobProblem, Sweep, aggregate, job_facts, sweep_config
-from coordcheck.text import md_escape, num, records
+from coordcheck.text import md_escape, num, records, write_json
 from coordcheck.verdict import Rules, Verdict, judge
 
 __all__ = ["Report", "build_report", "write_report", "report_sweep", "main", "EXIT"]
@@ -244,8 +243,7 @@ def write_report(
     atomic_write(out / "verdict.csv", lambda p: report.verdict.series.to_csv(p, index=False))
     if figures:
         report.figures = _write_figures(report, out, steps, size, layout)
-    text = json.dumps(report.payload(), indent=2, allow_nan=False, default=str)
-    atomic_write(out / "report.json", lambda p: p.write_text(text))
+    write_json(out / "report.json", report.payload(), allow_nan=False)
     md = report.markdown()
     return atomic_write(out / "report.md", lambda p: p.write_text(md))
 

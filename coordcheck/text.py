@@ -51,7 +51,8 @@ def records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
     return [json_safe(dict(zip(cols, row))) for row in df[cols].itertuples(index=False)]
 
 
-def write_json(path: str | Path, payload: dict) -> Path:
-    """``payload`` as indented JSON, written atomically (anything JSON cannot hold as its ``str``)."""
-    text = json.dumps(payload, indent=2, default=str)
+def write_json(path: str | Path, payload: dict, *, allow_nan: bool = True) -> Path:
+    """``payload`` as indented JSON, written atomically (anything JSON cannot hold as its ``str``).
+    ``allow_nan=False``: a NaN or an infinity is an error (strict JSON; make the payload :func:`json_safe` first)."""
+    text = json.dumps(payload, indent=2, allow_nan=allow_nan, default=str)
     return atomic_write(Path(path), lambda p: p.write_text(text))

@@ -50,7 +50,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.frame import QK_LOGITS
+from coordcheck.errors import check_knobs, knob
+from coordcheck.frame import QK_LOGITS, STATS
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
 __all__ = ["Rules", "Verdict", "judge", "find_instability", "likely_cause", "STATUSES"]
@@ -61,17 +62,25 @@ _RANK = {"pass": 0, "zero": 0, "skip": 0, "transient": 0, "inconclusive": 1, "fa
 
 @dataclass(frozen=True)
 class Rules:
-    """The numbers behind the verdict; every one can be overridden (CLI: ``--tol`` etc.)."""
+    """The numbers behind the verdict; every one can be overridden (sweep: ``report.tol``; CLI: ``--tol``), and each
+    is checked against its range when set (:func:`coordcheck.errors.check_knobs`)."""
 
-    stat: str = "std"  # the statistic judged: activation std (``l1`` for parity with mup)
-    tol: float = 0.2  # max growth exponent (and half-band for flat series)
-    shrink_tol: float = 0.35  # max shrink exponent for series that must not vanish
-    rise: float = 0.5  # instability: loss above (1 + rise) x its running minimum ...
-    rise_floor: float = 0.1  # ... and above it by more than rise_floor x the step-0 loss
-    min_widths: int = 3
-    min_window: int = 2  # updated steps (>= 1) that the stable window must contain
-    persist: int = 2  # a violation after updates must last this many consecutive judged steps ...
-    gross: float = 0.4  # ... unless its whole 95% interval lies more than this beyond the band
+    stat: str = knob("std", choices=STATS,
+                     help="statistic judged: std (activation std) or l1 (mean |x|, as the mup package)")
+    tol: float = knob(0.2, (">", 0), help="max growth slope d log2(stat) / d log2(width) (and half-band of flat "
+                                          "series)")
+    shrink_tol: float = knob(0.35, (">", 0), help="max shrink slope for series that must not vanish (hidden out, "
+                                                  "every delta)")
+    rise: float = knob(0.5, (">=", 0), help="instability: loss above (1 + rise) x its running minimum ...")
+    rise_floor: float = knob(0.1, (">=", 0), help="... and above it by more than this fraction of the step-0 loss")
+    min_widths: int = knob(3, (">=", 2), help="fewer widths than this is inconclusive")
+    min_window: int = knob(2, (">=", 1), help="updated steps the stable window must hold, else inconclusive")
+    persist: int = knob(2, (">=", 1), help="a violation after updates must last this many consecutive judged "
+                                           "steps ...")
+    gross: float = knob(0.4, (">=", 0), help="... unless its whole interval lies more than this beyond the band")
+
+    def __post_init__(self) -> None:
+        check_knobs(self)
 
 
 # Captured q k^T * scale at step 0: independent q and k give q.k ~ sqrt(d_head), so muP's 1/d_head scale shrinks the

@@ -16,23 +16,23 @@ from coordcheck.config import (
     REPORT, TRANSFER_REPORT, Knobs, check_choices, check_command_line, compose_config, instantiate_node,
     positive_number, resolved_config, safe_dirname, transfer_options,
 )
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import CoordCheckError, knob
 from coordcheck.transfer.fit import TransferRules
 from coordcheck.verdict import Rules
 
 
 @dataclass(frozen=True)
 class ToyRules:
-    """A verdict's rules as a new experiment would write them: each field becomes a knob."""
+    """A verdict's rules as a new experiment would write them: each field (default, range, help) becomes a knob."""
 
-    tol: float = 0.5
-    n: int = 3
-    name: str = "a"
+    tol: float = knob(0.5, (">", 0), help="how far it may move")
+    n: int = knob(3, (">=", 2), help="how many")
+    name: str = knob("a", help="a name")
 
 
-TOY = Knobs(name="toy_report", rules=ToyRules, own=(("strict", bool, False), ("size", config.Size, config.Size.paper)),
-            help={"tol": "how far it may move"}, choices={"size": config.Size},
-            bounds={"tol": ((">", 0),), "n": ((">=", 2),)})
+TOY = Knobs(name="toy_report", schema_name="ToyReportOptions", rules=ToyRules,
+            own=(("strict", bool, False, "exit non-zero"), ("size", config.Size, config.Size.paper, "figure size")),
+            choices={"size": config.Size})
 
 
 # -- Knobs: one schema per experiment, generated from its rules ------------------------------------------------------
@@ -257,3 +257,37 @@ def test_other_hydra_flags_leave_the_command_line_to_hydra():
         assert check_command_line(argv) is None  # Hydra types the knobs against the same schema
     with pytest.raises(CoordCheckError, match="report.tol"):
         check_command_line(["--cfg", "job", "report.tol=abc"])  # --cfg keeps the usual config: checked
+
+
+def test_check_values_reads_sweeps_as_hydra_parses_them():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from coordcheck.config import check_values
+
+    seen = []
+    checks = {"lr": lambda v: seen.append(positive_number(v, "lr")), "width": lambda v: seen.append(v)}
+    parse = OverridesParser.create().parse_overrides
+    check_values(compose_config([]), parse(["lr='0.01',1e-3", "width=range(16,48,16)"]), checks)
+    assert seen == [0.01, 0.001, 16, 32]
+    seen.clear()
+    check_values(compose_config([]), parse(["lr=interval(0.001,0.1)"]), checks)  # Hydra's to expand: the default
+    assert seen == [0.01, 256]
+    with pytest.raises(CoordCheckError, match="lr must be a positive number, got -1"):
+        check_values(compose_config([]), parse(["lr=0.01,-1"]), checks)
+
+
+def test_composed_configs_pickle_with_their_report_schema():
+    import pickle
+
+    for name, schema in (("config", config.ReportOptions), ("transfer", config.TransferOptions)):
+        cfg = pickle.loads(pickle.dumps(compose_config([], name)))
+        assert OmegaConf.get_type(cfg.report) is schema
+
+
+def test_knob_ranges_and_help_come_from_the_rules_fields():
+    from dataclasses import fields
+
+    for knobs, rules in ((config.REPORT, Rules), (config.TRANSFER_REPORT, TransferRules)):
+        for f in fields(rules):
+            assert knobs.bounds[f.name] == f.metadata["bounds"] and knobs.help[f.name] == f.metadata["help"]
+    assert config.TRANSFER_REPORT.expected("level") == "a number > 0 and < 1"

@@ -201,3 +201,15 @@ def test_writing_a_report_twice_keeps_each_directory_honest(tmp_path):
     write_transfer_report(report, tmp_path / "b", figures=False)
     assert json.loads((tmp_path / "b" / "transfer.json").read_text())["figures"] == {}
     assert "transfer.png" not in (tmp_path / "b" / "transfer.md").read_text()
+
+
+def test_a_job_that_left_no_frame_turns_transfers_into_inconclusive():
+    optima, verdict = judged(curve_frame(0.0, noise=0.01))
+    assert verdict.status == TRANSFERS
+    missing = [JobProblem("lr=0.0625,width=512", "failed", "CUDA out of memory")]
+    rules = TransferRules()
+    again = judge_transfer(optima, fit_shifts(optima, rules), rules, problems=missing)
+    assert again.status == "inconclusive" and "1 job(s) left no frame (lr=0.0625,width=512" in again.reason
+    bad_optima, bad = judged(curve_frame(-1.0, noise=0.01))
+    assert bad.status == "does not transfer"
+    assert judge_transfer(bad_optima, fit_shifts(bad_optima, rules), rules, problems=missing).status == bad.status

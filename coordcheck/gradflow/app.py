@@ -22,7 +22,7 @@ from coordcheck.config import (
 )
 from coordcheck.data import as_batch
 from coordcheck.device import resolve_device
-from coordcheck.errors import OK, USER_ERROR, CoordCheckError, check_count
+from coordcheck.errors import OK, USER_ERROR, CoordCheckError, check_count, check_flag
 from coordcheck.frame import atomic_write
 from coordcheck.gradflow.checks import Diagnosis, diagnose, exit_code
 from coordcheck.gradflow.probe import probe_training
@@ -82,10 +82,13 @@ def main(cfg: DictConfig) -> None:
 
 
 def check_overrides(cfg: DictConfig, overrides: list) -> None:
-    """The keys of ``conf/gradflow.yaml`` that can be checked before anything runs: ``lr``, ``width`` and
-    ``steps``, every swept value included (the run keys are checked by ``config.check_command_line``)."""
+    """The keys of ``conf/gradflow.yaml`` that can be checked before anything runs, every swept value included
+    (the run keys are checked by ``config.check_command_line``)."""
     check_values(cfg, overrides, {"lr": lambda v: positive_number(v, "lr"), "width": check_width,
-                                  "steps": lambda v: check_count(v, "steps")})
+                                  "steps": lambda v: check_count(v, "steps"),
+                                  "seed": lambda v: check_count(v, "seed", minimum=0),
+                                  "learning": lambda v: check_flag(v, "learning"),
+                                  "figures": lambda v: check_flag(v, "figures")})
 
 
 def cli() -> None:

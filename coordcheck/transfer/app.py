@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -27,11 +28,16 @@ from coordcheck.config import (  # noqa: F401  (transfer_options: re-exported)
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import digest
 
-__all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "grid_size", "NOT_IN_ID"]
+__all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "rules_of", "grid_size", "NOT_IN_ID"]
 
 log = logging.getLogger("coordcheck")
 
 NOT_IN_ID = ("width", "lr", "device", *NOT_IN_JOB)  # a grid's config_id: the same for every (width, lr)
+def rules_of(options: Mapping[str, Any]) -> Any:
+    """:class:`TransferRules` from the report knobs (``config.TRANSFER_REPORT.rules_of``)."""
+    return TRANSFER_REPORT.rules_of(options)
+
+
 def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     """Train ``cfg.width`` at ``cfg.lr`` for every seed; write ``transfer.parquet`` (``job.json`` is the caller's)."""
     from coordcheck.device import check_precision, resolve_device

@@ -36,13 +36,15 @@ The numbers, in order:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import CoordCheckError, check_knobs, knob
 
 __all__ = ["TransferRules", "TransferVerdict", "curves", "fit_optima", "fit_shifts", "judge_transfer",
            "wider_not_worse", "parabola_vertex", "TRANSFERS", "DOES_NOT", "INCONCLUSIVE", "STATUSES", "CONTROL"]
@@ -65,20 +67,15 @@ class TransferRules:
     octave (one grid step).
     """
 
-    tol: float = 0.5
-    min_points: int = 3  # finite (width, lr) points a width needs for an optimum
-    min_widths: int = 2  # widths with an optimum the shift needs
-    level: float = 0.95  # interval of the optimum and of the shift
+    tol: float = knob(0.5, (">", 0), help="largest |shift| of the optimum that transfers, octaves of lr per width "
+                                          "doubling")
+    min_points: int = knob(3, (">=", 3), help="finite learning rates a width needs for an optimum (a parabola "
+                                              "needs 3)")
+    min_widths: int = knob(2, (">=", 2), help="widths with an optimum the shift needs")
+    level: float = knob(0.95, (">", 0), ("<", 1), help="confidence level of the intervals of the optimum and the shift")
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.tol, (int, float)) and self.tol > 0):
-            raise CoordCheckError(f"tol must be a number > 0 (octaves per width doubling), got {self.tol!r}")
-        if not (isinstance(self.min_points, int) and self.min_points >= 3):
-            raise CoordCheckError(f"min_points must be an integer >= 3 (a parabola needs 3), got {self.min_points!r}")
-        if not (isinstance(self.min_widths, int) and self.min_widths >= 2):
-            raise CoordCheckError(f"min_widths must be an integer >= 2, got {self.min_widths!r}")
-        if not (isinstance(self.level, float) and 0 < self.level < 1):
-            raise CoordCheckError(f"level must be a number between 0 and 1, got {self.level!r}")
+        check_knobs(self)
 
     @property
     def z(self) -> float:
@@ -333,8 +330,12 @@ def _judge_one(s: pd.Series, o: pd.DataFrame, rules: TransferRules) -> tuple[str
     return INCONCLUSIVE, f"shift {interval} straddles ±{rules.tol:g}: add seeds or steps"
 
 
-def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRules | None = None) -> TransferVerdict:
-    """The sweep's verdict: each parametrization's status, and the sweep's from those under test."""
+def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRules | None = None,
+                   problems: Sequence[Any] = ()) -> TransferVerdict:
+    """The sweep's verdict: each parametrization's status, and the sweep's from those under test.
+
+    ``problems``: the jobs that left no frame (objects with ``job`` and ``error``, as ``coordcheck.sweep.JobProblem``);
+    any turns ``transfers`` into ``inconclusive`` (a missing point can hide the optimum)."""
     rules = rules or TransferRules()
     if shifts.empty:
         raise CoordCheckError("nothing to judge: the frame has no held-out losses")
@@ -356,4 +357,8 @@ def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRu
         if c["status"] == TRANSFERS:
             reason += f" (note: the sp control transfers too, shift {_octaves(c['shift'])}: the grid may be too " \
                       f"coarse or the run too short to tell them apart)"
+    if problems and status == TRANSFERS:
+        status = INCONCLUSIVE
+        reason = (f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error}): a missing point "
+                  f"can hide the optimum; re-run the sweep (finished jobs are skipped)")
     return TransferVerdict(status, reason, shifts, rules)

@@ -37,7 +37,7 @@ hide an optimum).
 
 from __future__ import annotations
 
-import json
+import argparse
 import math
 import sys
 from dataclasses import asdict, dataclass, field
@@ -50,11 +50,9 @@ from coordcheck.errors import EXIT, CoordCheckError
 from coordcheck.frame import atomic_write
 from coordcheck.report import REPORT_DIR, environment_line, environments
 from coordcheck.sweep import JobProblem, aggregate, job_facts, sweep_config
-from coordcheck.text import md_escape, num, records
+from coordcheck.text import md_escape, num, records, write_json
 from coordcheck.transfer import frame as transfer_frame
 from coordcheck.transfer.fit import (
-    INCONCLUSIVE,
-    TRANSFERS,
     TransferRules,
     TransferVerdict,
     curves,
@@ -68,7 +66,6 @@ __all__ = ["TransferReport", "build_transfer_report", "write_transfer_report", "
            "EXIT", "SCHEMA"]
 
 SCHEMA = "coordcheck.transfer/1"
-SIZES = ("paper", "slides")
 
 
 def _lr(log2_lr: float) -> str:
@@ -206,18 +203,14 @@ def build_transfer_report(
     frame: pd.DataFrame, *, rules: TransferRules | None = None, problems: list[JobProblem] | None = None,
     jobs: list[str] | None = None, command: str | None = None, config: str | None = None,
 ) -> TransferReport:
-    """Fit optima and shifts and judge a loss frame; failed jobs turn ``transfers`` into ``inconclusive``."""
+    """Fit optima and shifts and judge a loss frame (with the jobs that left no frame: ``judge_transfer``)."""
     rules = rules or TransferRules()
     if frame.empty:
         raise CoordCheckError("no losses to report: every job failed or the frame is empty")
     frame = transfer_frame.conform(frame)
     optima = fit_optima(frame, rules)
-    verdict = judge_transfer(optima, fit_shifts(optima, rules), rules)
     problems = list(problems or [])
-    if problems and verdict.status == TRANSFERS:
-        verdict.status = INCONCLUSIVE
-        verdict.reason = (f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error}): a missing "
-                          f"point can hide the optimum; re-run the sweep (finished jobs are skipped)")
+    verdict = judge_transfer(optima, fit_shifts(optima, rules), rules, problems=problems)
     return TransferReport(frame, curves(frame), optima, verdict, wider_not_worse(frame, optima), problems,
                           list(jobs or []), command, config)
 
@@ -234,8 +227,7 @@ def write_transfer_report(report: TransferReport, out_dir: str | Path, *, figure
     report.figures, report.notes = {}, []  # this directory's own (a cached report may be written twice)
     if figures:
         report.figures = _write_figures(report, out, size)
-    text = json.dumps(report.payload(), indent=2, allow_nan=False, default=str)
-    atomic_write(out / "transfer.json", lambda p: p.write_text(text))
+    write_json(out / "transfer.json", report.payload(), allow_nan=False)
     md = report.markdown()
     return atomic_write(out / "transfer.md", lambda p: p.write_text(md))
 
@@ -277,6 +269,15 @@ def report_transfer_sweep(sweep_dir: str | Path, *, rules: TransferRules | None 
     report.environment = environments([job_facts(sweep_dir / job) for job in sweep.jobs])
     path = write_transfer_report(report, sweep_dir / REPORT_DIR, figures=figures, size=size)
     return report, path
+
+
+def rule_flags(p: argparse.ArgumentParser) -> None:
+    """``--tol``, ``--min-points``, ``--min-widths``, ``--level``: the fields of :class:`TransferRules`."""
+    from dataclasses import fields
+
+    from coordcheck.config import TRANSFER_REPORT
+
+    TRANSFER_REPORT.add_flags(p, only=tuple(f.name for f in fields(TransferRules)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,12 +37,19 @@ def test_cli_user_mistake_is_one_line_and_exit_2(tmp_path):
         "(or change n_head)"]
 
 
-def test_bad_override_is_one_line_and_exit_2_before_anything_runs(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("args,message", [
+    (["lr=-1"], "lr must be a positive number, got -1"),
+    (["seed=abc"], "seed must be an integer >= 0, got 'abc'"),  # was a ValueError traceback
+    (["figures=3"], "figures must be true or false, got 3"),  # was silently true
+    (["learning=maybe"], "learning must be true or false, got 'maybe'"),
+    (["lr=0.01,-1", "--multirun"], "lr must be a positive number, got -1"),
+])
+def test_bad_override_is_one_line_and_exit_2_before_anything_runs(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["coordcheck.gradflow", "lr=-1"])
+    monkeypatch.setattr(sys, "argv", ["coordcheck.gradflow", *args])
     with pytest.raises(SystemExit) as stop:
         cli()
     assert stop.value.code == 2
     err = capsys.readouterr().err
-    assert err.splitlines() == ["coordcheck.gradflow: error: lr must be a positive number, got -1"]
+    assert err.splitlines() == [f"coordcheck.gradflow: error: {message}"]
     assert not list(tmp_path.iterdir())  # no run directory: Hydra never started
