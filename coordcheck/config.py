@@ -101,12 +101,11 @@ def safe_dirname(name: str) -> str:
     return cleaned or "job"
 
 
-
 # -- the report knobs ------------------------------------------------------------------------------------------------
 # One schema per experiment for `report.*`, registered in Hydra's ConfigStore (so the config is typed when it is
 # composed) and turned into the flags of its report CLI. The verdict's knobs are generated from the fields of its rules
 # dataclass (verdict.Rules, transfer.fit.TransferRules) — a rule added there is a knob here — followed by the report's
-# own knobs. Ranges the types cannot say are in `bounds`.
+# own knobs. Ranges and help lines are on the rules' fields (coordcheck.errors.knob).
 
 SIZES = ("paper", "slides")  # plot.Size and plot.Layout (plot imports matplotlib: too slow for the config path)
 LAYOUTS = ("grid", "guide")
@@ -120,7 +119,8 @@ Stat = _choice("Stat", next(f for f in fields(Rules) if f.name == "stat").metada
 Size, Layout = _choice("Size", SIZES), _choice("Layout", LAYOUTS)
 
 
-def _flag(key: str) -> str:
+def cli_flag(key: str) -> str:
+    """A knob as a report CLI spells it: ``--shrink-tol`` for ``shrink_tol``."""
     return "--" + key.replace("_", "-")
 
 
@@ -160,6 +160,11 @@ class Knobs:
         self.help = {**{f.name: f.metadata.get("help", "") for f in fields(self.rules)},
                      **{n: h for n, _, _, h in self.own}}  # one line per knob, for --help (no % signs: argparse)
         ConfigStore.instance().store(group="schema", name=self.name, node=self.schema)
+
+    def not_in_dirname(self) -> list[str]:
+        """``hydra.job.config.override_dirname.exclude_keys`` (its resolver): what does not change a job's frame does
+        not name its directory, so a re-run with other report knobs finds (and resumes) the same jobs."""
+        return [*(k for k in NOT_IN_JOB if k != "report"), "device", *(f"report.{k}" for k in self.kinds)]
 
     def expected(self, key: str) -> str:
         """What a knob takes, in words: ``a number > 0``, ``one of paper, slides``, ``true or false``."""
@@ -219,8 +224,8 @@ class Knobs:
                 flag = dict(type=_steps)
             else:
                 flag = dict(type=kind if kind in (int, float) else str)
-            what = self.help.get(f.name, f"a rule of the verdict ({self.rules.__module__}.{self.rules.__name__})")
-            parser.add_argument(_flag(f.name), default=default, **flag, help=f"{what} (default {default})")
+            parser.add_argument(cli_flag(f.name), default=default, **flag,
+                                help=f"{self.help[f.name]} (default {default})")
 
 
 def _steps(text: str) -> list[int]:
@@ -273,19 +278,8 @@ def rules_of(options: Mapping[str, Any]) -> Rules:
     return REPORT.rules_of(options)
 
 
-def _not_in_dirname() -> list[str]:
-    """``hydra.job.config.override_dirname.exclude_keys``: what does not change a job's frame does not name its
-    directory, so a re-run with other report knobs finds (and resumes) the same jobs."""
-    return [*(k for k in NOT_IN_JOB if k != "report"), "device", *(f"report.{k}" for k in KNOBS)]
-
-
-def _not_in_transfer_dirname() -> list[str]:
-    """The same for the μTransfer sweep's report knobs."""
-    return [*(k for k in NOT_IN_JOB if k != "report"), "device", *(f"report.{k}" for k in TRANSFER_REPORT.kinds)]
-
-
-for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_in_dirname", _not_in_dirname),
-                         ("coordcheck_not_in_transfer_dirname", _not_in_transfer_dirname)):
+for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_in_dirname", REPORT.not_in_dirname),
+                         ("coordcheck_not_in_transfer_dirname", TRANSFER_REPORT.not_in_dirname)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _resolver)
 

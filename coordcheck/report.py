@@ -337,6 +337,8 @@ def report_command(argv: list[str], *, prog: str, description: str, knobs: Any, 
     """A report CLI: ``SWEEP_DIR`` and one flag per knob of ``knobs`` (a :class:`coordcheck.config.Knobs`), then
     ``report(sweep_dir, rules=..., <the report's own knobs>)``; the summary on stdout. Returns the exit status:
     2 for a bad flag or directory (one line), else 0, or with ``--strict`` the verdict's (``errors.EXIT``)."""
+    from coordcheck.config import cli_flag
+
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("sweep_dir", type=Path, help=sweep_help)
     knobs.add_flags(p)
@@ -344,7 +346,7 @@ def report_command(argv: list[str], *, prog: str, description: str, knobs: Any, 
     t0 = time.perf_counter()
     rule_names = {f.name for f in fields(knobs.rules)}
     try:
-        opts = knobs.values({k: getattr(args, k) for k in knobs.kinds}, flag=lambda k: "--" + k.replace("_", "-"))
+        opts = knobs.values({k: getattr(args, k) for k in knobs.kinds}, flag=cli_flag)
         own = {k: v for k, v in opts.items() if k not in rule_names and k != "strict"}
         if "steps" in own:
             own["steps"] = own["steps"] or None
