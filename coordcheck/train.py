@@ -36,6 +36,7 @@ from coordcheck.parametrization import Builder, Parametrization, build_model
 from coordcheck import probes as probes_module
 from coordcheck.moments import stats_from_moments
 from coordcheck.probes import Probes, StepRecord, first_tensor, select_output
+from coordcheck.shapes import n_params, param_shapes
 
 __all__ = ["RunIdentity", "cross_entropy", "forward_loss", "train_with_probes", "to_frame", "run_width",
            "resolve_seeds"]
@@ -328,11 +329,13 @@ def run_width(
         total=len(seeds) * (steps + 1), desc=f"width {width}", disable=not progress, leave=False
     )
     device = torch.device(device)
-    frames, facts = [], {"width": width, "seeds": list(seeds), "diverged": [], **environment(device, precision)}
+    frames, facts = [], {"config_id": identity.config_id, "width": width, "seeds": list(seeds), "diverged": [],
+                         **environment(device, precision)}
     try:
         for seed in seeds:
             model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr)
-            facts["n_params"] = sum(p.numel() for p in model.parameters())
+            facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.shapes)
+            facts["n_params"] = n_params(facts["shapes"])
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
                 on_step=lambda rec: bar.update(1), output=output, forward_targets=forward_targets, grad_clip=grad_clip,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+from mup import MuReadout
 from torch import nn
 
 from coordcheck.models import mlp
@@ -47,3 +48,22 @@ class _RaisesInForward(nn.Module):
 
 def raises_in_forward(width: int) -> nn.Module:
     return _RaisesInForward(width)
+
+
+def build_no_width(n_layer: int = 2, **kw) -> nn.Module:
+    """Ignores the width it is given (the hidden size is hard-coded), as the user's builder in issue 20 did."""
+    hidden = 32
+    layers = [nn.Linear(16, hidden), nn.ReLU()]
+    for _ in range(n_layer - 1):
+        layers += [nn.Linear(hidden, hidden), nn.ReLU()]
+    return nn.Sequential(*layers, MuReadout(hidden, 10))
+
+
+def capped(width: int, **kwargs) -> nn.Module:
+    """Widens up to 32, then stops (``min(width, 32)``: a cap left from debugging)."""
+    return mlp(min(width, 32), **kwargs)
+
+
+def deeper(width: int, **kwargs) -> nn.Module:
+    """Reads ``width`` as a depth: more layers of a fixed size, no wider."""
+    return mlp(16, depth=width // 8, **kwargs)

@@ -1,0 +1,96 @@
+"""Parameter shapes per width: the evidence that the builder uses the width it is given.
+
+Stage: judge (the setup, before any slope). Input: the parameter shapes of the model each job
+built (``{name: [dims]}``, recorded by ``coordcheck.train`` and ``coordcheck.transfer.train`` in
+the job's facts as ``shapes``, so in ``job.json`` too). Output: one line saying what is wrong
+with the setup (:func:`width_problem`), or ``None``, and a per-width table of parameter counts
+and fingerprints for the reports (:func:`model_table`). Identical models at every width give flat
+slopes and an optimum that stays put, so without this check a builder that ignores ``width``
+would pass. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from coordcheck.frame import digest
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["Shapes", "param_shapes", "n_params", "fingerprint", "shapes_by_config", "width_problem", "model_table"]
+
+Shapes = Mapping[str, Sequence[int]]  # parameter name -> its dims, as model.named_parameters() gives them
+
+FIX = "make build(width=...) set the layer sizes"
+
+
+def param_shapes(model: nn.Module) -> dict[str, list[int]]:
+    """``{name: [dims]}`` of every parameter of ``model`` (shared parameters once), in registration order."""
+    return {name: list(p.shape) for name, p in model.named_parameters()}
+
+
+def n_params(shapes: Shapes) -> int:
+    return sum(math.prod(dims) for dims in shapes.values())
+
+
+def fingerprint(shapes: Shapes) -> str:
+    """Short hash of the sorted (name, dims) list: two models have the same one iff every parameter matches."""
+    return digest(sorted((name, list(dims)) for name, dims in shapes.items()))
+
+
+def shapes_by_config(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, Shapes]]:
+    """``{config_id: {width: shapes}}`` from job facts (``job.json`` or the API's); facts without ``shapes`` (jobs
+    written before they were recorded) are left out. Jobs of one width (another seed, another lr) built the same
+    model: the first one is kept."""
+    out: dict[str, dict[int, Shapes]] = {}
+    for f in facts:
+        if f.get("shapes") is not None and f.get("width") is not None:
+            out.setdefault(str(f.get("config_id")), {}).setdefault(int(f["width"]), f["shapes"])
+    return out
+
+
+def _widths(ws: Sequence[int]) -> str:
+    return f"{', '.join(map(str, ws[:-1]))} and {ws[-1]}"
+
+
+def width_problem(by_width: Mapping[int, Shapes]) -> str | None:
+    """Why these models cannot tell anything about width (one line that says what to change), or ``None``.
+
+    Widths whose models have the same fingerprint built the same model; at every width: the builder ignores
+    ``width``. Models that all differ, but in which no parameter present at both the narrowest and the widest width
+    has a dimension larger at the widest, do not grow with width either (e.g. width sets the number of layers).
+    """
+    widths = sorted(by_width)
+    if len(widths) < 2:
+        return None
+    groups: dict[str, list[int]] = {}
+    for w in widths:
+        groups.setdefault(fingerprint(by_width[w]), []).append(w)
+    same = [ws for ws in groups.values() if len(ws) > 1]
+    if len(groups) == 1:
+        return (f"the builder ignores `width`: every width ({', '.join(map(str, widths))}) built the same "
+                f"{n_params(by_width[widths[0]])}-parameter model — {FIX}")
+    if same:
+        told = "; ".join(f"widths {_widths(ws)} built the same {n_params(by_width[ws[0]])}-parameter model"
+                         for ws in same)
+        return f"{told}: the builder ignores `width` there — {FIX} at every width"
+    narrow, wide = by_width[widths[0]], by_width[widths[-1]]
+    grows = any(len(narrow[k]) == len(wide[k]) and any(b > a for a, b in zip(narrow[k], wide[k]))
+                for k in narrow.keys() & wide.keys())
+    if not grows:
+        return (f"no parameter grows with width: from width {widths[0]} to {widths[-1]} the model goes from "
+                f"{n_params(narrow)} to {n_params(wide)} parameters, but none present at both widths gets larger "
+                f"— {FIX} (width is the hidden size, not the number of layers)")
+    return None
+
+
+def model_table(facts: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per (configuration, width) with recorded shapes: ``config_id, width, n_params, fingerprint``."""
+    rows = [(cid, w, n_params(s), fingerprint(s))
+            for cid, by_width in shapes_by_config(facts).items() for w, s in sorted(by_width.items())]
+    return pd.DataFrame(rows, columns=["config_id", "width", "n_params", "fingerprint"])
