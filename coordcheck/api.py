@@ -54,7 +54,7 @@ class CoordCheckResult:
 
     @functools.cached_property
     def _report(self) -> Report:
-        report = build_report(self.frame, rules=self.rules)
+        report = build_report(self.frame, rules=self.rules, facts=self.facts)
         report.environment = environments(self.facts)
         return report
 

@@ -27,6 +27,8 @@ Never imports torch.
     figures         {name: relative path}
     notes           [figures that could not be drawn, and why]
     environment     [{device, device_name, torch, cuda, precision}]: where the jobs ran (from job.json)
+    models          [{config_id, width, n_params, fingerprint}]: the model each width built (from job.json's
+                    shapes; rule 9 fails widths that built the same one)
     command, config the exact command line and resolved config, when known
 
 NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inconclusive
@@ -108,6 +110,7 @@ class Report:
             "figures": self.figures,
             "notes": self.notes,
             "environment": self.environment,
+            "models": records(v.models, ["config_id", "width", "n_params", "fingerprint"]),
             "command": self.command,
             "config": self.config,
         }
@@ -189,7 +192,11 @@ class Report:
                     lines += [f"![{name}]({path})", ""]
         lines += ["", "## How this was run", ""]
         lines += [f"- {environment_line(e)}" for e in self.environment]
-        if self.environment:
+        for c in v.configs.itertuples() if len(v.models) else []:  # the model each width built (rule 9)
+            built = v.models[v.models["config_id"] == c.config_id]
+            if len(built):
+                lines.append(f"- {c.parametrization + ': ' if len(v.configs) > 1 else ''}{models_line(built)}")
+        if self.environment or len(v.models):
             lines.append("")
         if self.command:
             lines += ["```", self.command, "```", ""]
@@ -207,6 +214,18 @@ def environment_line(e: dict) -> str:
     return md_escape(f"{e.get('device')} ({e.get('device_name')}), torch {e.get('torch')}{cuda}, {e.get('precision')}")
 
 
+def models_line(models: pd.DataFrame) -> str:
+    """``parameters by width: 64: 1738, 128: 1738 (same model as 64)`` — one configuration's rows of
+    ``Verdict.models``."""
+    seen: dict[str, int] = {}
+    parts = []
+    for r in models.sort_values("width").itertuples():
+        same = f" (same model as {seen[r.fingerprint]})" if r.fingerprint in seen else ""
+        seen.setdefault(r.fingerprint, r.width)
+        parts.append(f"{r.width}: {r.n_params}{same}")
+    return "parameters by width: " + ", ".join(parts)
+
+
 def environments(facts: list[dict]) -> list[dict]:
     """The distinct (device, device_name, torch, cuda, precision) of some jobs' facts, in first-seen order."""
     out: list[dict] = []
@@ -220,13 +239,15 @@ def environments(facts: list[dict]) -> list[dict]:
 def build_report(
     frame: pd.DataFrame, *, rules: Rules = Rules(), problems: list[JobProblem] | None = None,
     jobs: list[str] | None = None, command: str | None = None, config: str | None = None,
+    facts: list[dict] | None = None,
 ) -> Report:
-    """Fit slopes and judge a tidy frame (with the jobs that left no frame: rule 8 of the verdict)."""
+    """Fit slopes and judge a tidy frame (with the jobs that left no frame: rule 8 of the verdict; with the jobs'
+    ``facts``, their parameter shapes: rule 9)."""
     if frame.empty:
         raise CoordCheckError("no measurements to report: every job failed or the frame is empty")
     slopes = fit_slopes(frame)
     problems = list(problems or [])
-    verdict = judge(frame, slopes, rules, problems=problems)  # a job that left no frame: not a pass (rule 8)
+    verdict = judge(frame, slopes, rules, problems=problems, facts=list(facts or []))  # rules 8 and 9
     return Report(frame, slopes, verdict, problems, list(jobs or []), command, config)
 
 
@@ -295,9 +316,10 @@ def report_sweep(
             f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; first: "
             f"{sweep.problems[0].job}: {sweep.problems[0].error})"
         )
+    facts = [job_facts(sweep_dir / job) for job in sweep.jobs]
     report = build_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs, command=command,
-                          config=config)
-    report.environment = environments([job_facts(sweep_dir / job) for job in sweep.jobs])
+                          config=config, facts=facts)
+    report.environment = environments(facts)
     path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps, size=size, layout=layout)
     return report, path
 

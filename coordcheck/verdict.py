@@ -37,13 +37,20 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    width w".
 8. **Widths.** Fewer than ``min_widths`` widths is ``inconclusive``, never ``pass``; so is a sweep
    in which a job left no frame (``judge(..., problems=...)``): a width is missing from the evidence.
-9. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
+9. **The model grows with width.** From the parameter shapes each job recorded (``judge(...,
+   facts=...)``, :mod:`coordcheck.shapes`): widths that built the same model (every name and shape
+   alike) fail — "the builder ignores `width`: every width built the same N-parameter model", or
+   "widths 128 and 256 built the same ..." — and so does a sweep in which no parameter present at the
+   narrowest and the widest width is larger at the widest. Identical models are flat at every step:
+   without this rule they would pass. Jobs that recorded no shapes are not checked
+   (:func:`_fail_fixed_models`).
+10. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
    ``pass``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +59,7 @@ import pandas as pd
 
 from coordcheck.errors import check_knobs, knob
 from coordcheck.frame import QK_LOGITS, STATS
+from coordcheck.shapes import model_table, shapes_by_config, width_problem
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
 __all__ = ["Rules", "Verdict", "judge", "find_instability", "likely_cause", "STATUSES"]
@@ -183,6 +191,7 @@ class Verdict:
     configs: pd.DataFrame  # one row per configuration: status, reason, window
     instability: pd.DataFrame
     divergence: list[str] = field(default_factory=list)
+    models: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (configuration, width): n_params, fingerprint
 
     @property
     def passed(self) -> bool:
@@ -347,17 +356,37 @@ def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
 
 
 def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules = Rules(),
-          problems: Sequence[Any] = ()) -> Verdict:
+          problems: Sequence[Any] = (), facts: Sequence[Mapping[str, Any]] = ()) -> Verdict:
     """Judge a sweep's tidy frame; see the module docstring for the rules.
 
     ``problems``: the sweep's jobs that left no frame (objects with ``job`` and ``error``, as
     ``coordcheck.sweep.JobProblem``); any makes a passing verdict inconclusive (rule 8).
+    ``facts``: the jobs' facts (``job.json``, or ``CoordCheckResult.facts``); their ``config_id``, ``width`` and
+    ``shapes`` say whether the model grows with width (rule 9).
     """
     verdict = _judge(frame, slopes, rules)
     if problems and verdict.status == "pass":
         verdict.status = "inconclusive"
         verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
+    _fail_fixed_models(verdict, facts)
     return verdict
+
+
+def _fail_fixed_models(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> None:
+    """Rule 9: a configuration whose widths built the same model (or models that do not grow) fails, whatever its
+    slopes say — they are flat because nothing changed. The setup's failure comes first in the reason."""
+    verdict.models = model_table(facts)
+    if verdict.configs.empty:
+        return
+    built = shapes_by_config(facts)
+    first = None
+    for i, c in verdict.configs.iterrows():
+        problem = width_problem(built.get(str(c["config_id"]), {}))
+        if problem is not None:
+            verdict.configs.loc[i, ["status", "reason"]] = ["fail", problem]
+            first = first or (problem if len(verdict.configs) == 1 else f"{c['parametrization']}: {problem}")
+    if first is not None:
+        verdict.status, verdict.reason = "fail", first
 
 
 def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Verdict:

@@ -107,3 +107,22 @@ def test_report_side_never_imports_torch(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(sweep)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-1000:]
     assert (sweep / "report" / "coord_check.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_sweep_whose_widths_built_the_same_model_fails_with_the_evidence(tmp_path, capsys):
+    sweep = _sweep(tmp_path, make_frame(HEALTHY, widths=(64, 128, 256)))
+    for w in (64, 128, 256):  # job.json as a width-ignoring builder leaves it
+        (sweep / f"width={w}" / "job.json").write_text(json.dumps(
+            {"status": "ok", "config_id": "cfg", "width": w, "n_params": 1930,
+             "shapes": {"0.weight": [32, 16], "0.bias": [32], "2.weight": [32, 32], "2.bias": [32],
+                        "4.weight": [10, 32], "4.bias": [10]}}))
+    assert main([str(sweep), "--strict", "--no-figures"]) == 1
+    reason = ("the builder ignores `width`: every width (64, 128, 256) built the same 1930-parameter model — make "
+              "build(width=...) set the layer sizes")
+    assert f"coordcheck: FAIL — {reason}" in capsys.readouterr().out
+    payload = json.loads((sweep / "report" / "report.json").read_text())
+    assert payload["status"] == "fail" and payload["reason"] == reason
+    assert [(m["width"], m["n_params"]) for m in payload["models"]] == [(64, 1930), (128, 1930), (256, 1930)]
+    md = (sweep / "report" / "report.md").read_text()
+    assert md_escape(reason) in md
+    assert "parameters by width: 64: 1930, 128: 1930 (same model as 64), 256: 1930 (same model as 64)" in md

@@ -226,3 +226,47 @@ def test_pure_qk_logits_must_shrink_at_initialisation():
     other = make_frame({**HEALTHY, ("h.0.attn.(sdpa+mask)", "attention", "out"): 0.0,
                         ("h.0.attn.(softmax)", "attention", "out"): 0.0}, noise=0.02)
     assert judge(other).status == "pass"
+
+
+# -- rule 9: the model must grow with width --------------------------------------------------------
+
+
+def _facts(config_id, hidden_by_width):
+    """Job facts as ``job.json`` holds them: a two-matrix model whose hidden size is ``hidden_by_width[width]``."""
+    return [{"config_id": config_id, "width": w, "shapes": {"fc.weight": [h, 16], "head.weight": [10, h]}}
+            for w, h in hidden_by_width.items()]
+
+
+def test_widths_that_built_the_same_model_fail_whatever_the_slopes():
+    frame = make_frame(HEALTHY)  # flat everywhere: what identical models give
+    assert judge(frame).status == "pass"
+    v = judge(frame, facts=_facts("cfg", {w: 32 for w in (64, 128, 256, 512)}))
+    assert v.status == "fail" and not v.passed
+    assert v.reason == ("the builder ignores `width`: every width (64, 128, 256, 512) built the same 832-parameter "
+                        "model — make build(width=...) set the layer sizes")
+    assert v.configs["status"].tolist() == ["fail"] and v.configs["reason"].tolist() == [v.reason]
+    assert v.models["n_params"].tolist() == [832] * 4 and v.models["fingerprint"].nunique() == 1
+
+
+def test_widths_that_grow_keep_the_verdict_and_are_listed():
+    v = judge(make_frame(HEALTHY), facts=_facts("cfg", {w: w for w in (64, 128, 256, 512)}))
+    assert v.status == "pass" and v.models["n_params"].tolist() == [26 * w for w in (64, 128, 256, 512)]
+
+
+def test_only_the_configuration_whose_widths_built_the_same_model_fails():
+    a = make_frame(HEALTHY)
+    b = make_frame({**HEALTHY, ("h1", "hidden", "delta"): 1.0}, identity=dict(config_id="sp", parametrization="sp"))
+    import pandas as pd
+
+    facts = _facts("cfg", {64: 64, 128: 128, 256: 128, 512: 128}) + _facts("sp", {w: w for w in (64, 128, 256, 512)})
+    v = judge(pd.concat([a, b], ignore_index=True), facts=facts)
+    assert v.status == "fail"
+    assert v.reason.startswith("mup: widths 128, 256 and 512 built the same 3328-parameter model: the builder "
+                               "ignores `width` there")  # the setup's failure first, before sp's slopes
+    assert dict(zip(v.configs["parametrization"], v.configs["status"])) == {"mup": "fail", "sp": "fail"}
+    assert v.configs.set_index("parametrization").loc["sp", "reason"].startswith("1 module(s) violate muP (h1)")
+
+
+def test_facts_without_shapes_are_not_judged():
+    old = [{"config_id": "cfg", "width": w, "n_params": 832} for w in (64, 128, 256, 512)]  # an older job.json
+    assert judge(make_frame(HEALTHY), facts=old).status == "pass"
