@@ -59,7 +59,7 @@ class TransferResult:
 
     @functools.cached_property
     def _report(self) -> TransferReport:
-        report = build_transfer_report(self.frame, rules=self.rules)
+        report = build_transfer_report(self.frame, rules=self.rules, facts=self.facts)
         report.environment = environments(self.facts)
         return report
 

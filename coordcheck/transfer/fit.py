@@ -26,7 +26,9 @@ The numbers, in order:
 5. **Verdict** per parametrization: ``transfers`` when the shift's interval lies within
    ±``tol``; ``does not transfer`` when it lies outside; ``inconclusive`` when it straddles
    ±``tol`` (add seeds or steps), when an optimum is missing (rule 3) or when fewer than
-   ``min_widths`` widths have one. The sweep's verdict is that of the parametrizations under
+   ``min_widths`` widths have one; ``does not transfer``, whatever the shift, when the widths built
+   the same model or models that do not grow (``judge_transfer(..., facts=...)``,
+   :func:`coordcheck.shapes.width_problem`). The sweep's verdict is that of the parametrizations under
    test; standard parametrization (``sp``), when swept beside them, is the control and is
    expected not to transfer.
 6. **Wider is not worse.** The held-out loss of every width at the narrowest width's optimum
@@ -36,7 +38,7 @@ The numbers, in order:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from statistics import NormalDist
@@ -45,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from coordcheck.errors import CoordCheckError, check_knobs, knob
+from coordcheck.shapes import shapes_by_config, width_problem
 
 __all__ = ["TransferRules", "TransferVerdict", "curves", "fit_optima", "fit_shifts", "judge_transfer",
            "wider_not_worse", "parabola_vertex", "TRANSFERS", "DOES_NOT", "INCONCLUSIVE", "STATUSES", "CONTROL"]
@@ -331,11 +334,13 @@ def _judge_one(s: pd.Series, o: pd.DataFrame, rules: TransferRules) -> tuple[str
 
 
 def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRules | None = None,
-                   problems: Sequence[Any] = ()) -> TransferVerdict:
+                   problems: Sequence[Any] = (), facts: Sequence[Mapping[str, Any]] = ()) -> TransferVerdict:
     """The sweep's verdict: each parametrization's status, and the sweep's from those under test.
 
     ``problems``: the jobs that left no frame (objects with ``job`` and ``error``, as ``coordcheck.sweep.JobProblem``);
-    any turns ``transfers`` into ``inconclusive`` (a missing point can hide the optimum)."""
+    any turns ``transfers`` into ``inconclusive`` (a missing point can hide the optimum). ``facts``: the jobs' facts
+    (``job.json``, or ``TransferResult.facts``): a parametrization whose widths built the same model, or models that
+    do not grow, does not transfer (:func:`coordcheck.shapes.width_problem`), whatever its optima say."""
     rules = rules or TransferRules()
     if shifts.empty:
         raise CoordCheckError("nothing to judge: the frame has no held-out losses")
@@ -344,6 +349,9 @@ def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRu
     shifts = shifts.reset_index(drop=True)
     judged = [_judge_one(s, optima[(optima.config_id == s.config_id) & (optima.parametrization == s.parametrization)],
                          rules) for _, s in shifts.iterrows()]
+    built = shapes_by_config(facts)  # identical models at every width: the optimum stays put because nothing changed
+    judged = [(DOES_NOT, p) if (p := width_problem(built.get(str(s.config_id), {}))) else j
+              for j, (_, s) in zip(judged, shifts.iterrows())]
     shifts["status"] = [j[0] for j in judged]
     shifts["reason"] = [j[1] for j in judged]
     shifts["control"] = (shifts["parametrization"] == CONTROL) & (shifts["parametrization"].nunique() > 1)

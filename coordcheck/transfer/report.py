@@ -202,15 +202,17 @@ class TransferReport:
 def build_transfer_report(
     frame: pd.DataFrame, *, rules: TransferRules | None = None, problems: list[JobProblem] | None = None,
     jobs: list[str] | None = None, command: str | None = None, config: str | None = None,
+    facts: list[dict] | None = None,
 ) -> TransferReport:
-    """Fit optima and shifts and judge a loss frame (with the jobs that left no frame: ``judge_transfer``)."""
+    """Fit optima and shifts and judge a loss frame (with the jobs that left no frame and the jobs' facts:
+    ``judge_transfer``)."""
     rules = rules or TransferRules()
     if frame.empty:
         raise CoordCheckError("no losses to report: every job failed or the frame is empty")
     frame = transfer_frame.conform(frame)
     optima = fit_optima(frame, rules)
     problems = list(problems or [])
-    verdict = judge_transfer(optima, fit_shifts(optima, rules), rules, problems=problems)
+    verdict = judge_transfer(optima, fit_shifts(optima, rules), rules, problems=problems, facts=list(facts or []))
     return TransferReport(frame, curves(frame), optima, verdict, wider_not_worse(frame, optima), problems,
                           list(jobs or []), command, config)
 
@@ -264,9 +266,10 @@ def report_transfer_sweep(sweep_dir: str | Path, *, rules: TransferRules | None 
         raise CoordCheckError(f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; "
                               f"first: {first.job}: {first.error})")
     command, config = sweep_config(sweep_dir, program="python -m coordcheck.transfer")
+    facts = [job_facts(sweep_dir / job) for job in sweep.jobs]
     report = build_transfer_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs,
-                                   command=command, config=config)
-    report.environment = environments([job_facts(sweep_dir / job) for job in sweep.jobs])
+                                   command=command, config=config, facts=facts)
+    report.environment = environments(facts)
     path = write_transfer_report(report, sweep_dir / REPORT_DIR, figures=figures, size=size)
     return report, path
 

@@ -33,6 +33,7 @@ from coordcheck.data import Batch, as_batch
 from coordcheck.device import autocast, environment, grad_scaler
 from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.parametrization import Builder, Parametrization
+from coordcheck.shapes import n_params, param_shapes
 from coordcheck.train import LossFn, OptimizerFactory, build_on, cross_entropy, forward_loss, update
 from coordcheck.transfer.frame import DIVERGED, OK, TransferIdentity, conform
 
@@ -168,12 +169,13 @@ def run_cell(
         parametrization.prepare(build, base_width)
     bar = progress if isinstance(progress, tqdm) else tqdm(
         total=len(seeds) * steps, desc=f"width {width} lr {lr:g}", disable=not progress, leave=False)
-    rows, facts = [], {"width": width, "lr": lr, "seeds": list(seeds), "diverged": [],
-                       **environment(torch.device(device), precision)}
+    rows, facts = [], {"config_id": identity.config_id, "width": width, "lr": lr, "seeds": list(seeds),
+                       "diverged": [], **environment(torch.device(device), precision)}
     try:
         for seed in seeds:
             model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr)
-            facts["n_params"] = sum(p.numel() for p in model.parameters())
+            facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.shapes)
+            facts["n_params"] = n_params(facts["shapes"])
             losses, heldout, diverged = train_once(
                 model, opt, data, seed=seed, steps=steps, eval_batches=eval_batches, loss_fn=loss_fn, output=output,
                 forward_targets=forward_targets, grad_clip=grad_clip, diverge=diverge, on_step=lambda: bar.update(1),

@@ -213,3 +213,16 @@ def test_a_job_that_left_no_frame_turns_transfers_into_inconclusive():
     bad_optima, bad = judged(curve_frame(-1.0, noise=0.01))
     assert bad.status == "does not transfer"
     assert judge_transfer(bad_optima, fit_shifts(bad_optima, rules), rules, problems=missing).status == bad.status
+
+
+def test_widths_that_built_the_same_model_do_not_transfer_whatever_the_optima():
+    same = [{"config_id": "cfg-mup", "width": w, "lr": 2.0 ** x, "shapes": {"fc.weight": [32, 16]}}
+            for w in WIDTHS for x in (-9, -8)]  # one fact per (width, lr) job, as job.json holds them
+    frame = curve_frame(0.0)  # the optimum stays put, as it does when nothing changes with width
+    assert build_transfer_report(frame).status == TRANSFERS
+    report = build_transfer_report(frame, facts=same)
+    assert report.status == DOES_NOT and EXIT[report.status] == 1
+    assert report.verdict.reason == ("mup: the builder ignores `width`: every width (128, 256, 512) built the same "
+                                     "512-parameter model — make build(width=...) set the layer sizes")
+    grows = [{**f, "shapes": {"fc.weight": [f["width"], 16]}} for f in same]
+    assert build_transfer_report(frame, facts=grows).status == TRANSFERS

@@ -115,3 +115,16 @@ def test_divergence_is_relative_to_the_first_loss_even_when_it_is_negative():
     shift = lambda out, y: torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)) - 10  # noqa: E731
     frame, facts = cell(2.0 ** -9, loss_fn=shift, steps=4)
     assert facts["diverged"] == [] and (frame.loss < 0).all()
+
+
+def test_a_builder_that_ignores_width_does_not_transfer():
+    def build_no_width(n_layer=1, **kw):  # as a user might: the width is swallowed by **kw, the size hard-coded
+        return models.gpt(16, n_layer=n_layer, n_head=2, context=32)
+
+    r = coordcheck.transfer(build_no_width, widths=[16, 32, 64], lrs=[2.0 ** -8, 2.0 ** -4], steps=2,
+                            seeds=1, eval_batches=1, progress=False)
+    n = {f["n_params"] for f in r.facts}
+    assert len(n) == 1 and {f["shapes"]["lm_head.weight"][1] for f in r.facts} == {16}
+    assert r.verdict.status == "does not transfer" and not r.transfers
+    assert r.verdict.reason == (f"mup: the builder ignores `width`: every width (16, 32, 64) built the same "
+                                f"{n.pop()}-parameter model — make build(width=...) set the layer sizes")
