@@ -2,14 +2,16 @@
 
 import pytest
 import torch
+from cli_builders import build_no_width, capped
 from synthetic import make_frame
 from test_verdict import HEALTHY
 from torch import nn
 
 from coordcheck import CoordCheckResult, coord_check
+from coordcheck.data import gaussian
 from coordcheck.errors import CoordCheckError
 from coordcheck.models import gpt, mlp
-from coordcheck.verdict import Rules
+from coordcheck.verdict import Rules, judge
 
 TINY = dict(steps=1, seeds=1, progress=False)
 
@@ -66,6 +68,25 @@ def test_a_pair_of_tensors_is_custom_data():
     x, y = torch.randn(8, 32), torch.randint(0, 10, (8,))
     frame = coord_check(mlp, [16], data=(x, y), **TINY).frame
     assert set(frame["data"]) == {"custom"} and set(frame["data_policy"]) == {"fixed"}
+
+
+def test_a_builder_that_ignores_width_fails_in_process():
+    r = coord_check(build_no_width, [64, 128, 256], data=gaussian(dim=16), steps=3, seeds=1, progress=False)
+    assert judge(r.frame).status == "pass"  # flat everywhere: on its slopes alone it would pass (issue 20)
+    assert r.verdict.status == "fail" and not r.passed
+    assert r.verdict.reason == ("the builder ignores `width`: every width (64, 128, 256) built the same 1930-parameter "
+                                "model — make build(width=...) set the layer sizes")
+    assert "**Verdict: FAIL**" in r.report() and "parameters by width: 64: 1930, 128: 1930 (same model as 64)" \
+        in r.report()
+
+
+def test_a_builder_capped_at_some_width_fails_naming_the_widths():
+    r = coord_check(capped, [16, 32, 64], data="gaussian", **TINY)
+    assert r.verdict.status == "fail"
+    assert r.verdict.reason.startswith(f"widths 32 and 64 built the same {r.facts[1]['n_params']}-parameter model: "
+                                       "the builder ignores `width` there — make build(width=...) set the layer "
+                                       "sizes at every width")
+    assert r.facts[0]["n_params"] < r.facts[1]["n_params"] == r.facts[2]["n_params"]
 
 
 # -- CoordCheckResult: the verdict, report and figure of a frame -----------------------------------------------------

@@ -94,3 +94,22 @@ def test_mlp_sweep_passes_end_to_end(tmp_path):
     assert "coordcheck: PASS" in r.stdout
     gate = run_cli(str(sweep), "--strict", "--no-figures", cwd=tmp_path, module="coordcheck.report")
     assert gate.returncode == 0 and "PASS" in gate.stdout
+    models = json.loads((sweep / "report" / "report.json").read_text())["models"]
+    assert [m["width"] for m in models] == [64, 128, 256] and len({m["fingerprint"] for m in models}) == 3  # rule 9
+
+
+@pytest.mark.slow
+def test_a_builder_that_ignores_width_fails_end_to_end(tmp_path):
+    """Issue 20: a builder that swallows ``width`` in ``**kw`` passed, exit 0, with the same model at every width."""
+    sweep = tmp_path / "sweep"
+    reason = ("the builder ignores `width`: every width (16, 32, 64) built the same 1930-parameter model — make "
+              "build(width=...) set the layer sizes")
+    r = run_cli("model=custom", "model._target_=cli_builders.build_no_width", "data=gaussian", "data.dim=16",
+                "width=16,32,64", "seeds=1", "steps=3", "progress=false", "report.figures=false", "report.strict=true",
+                f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert f"coordcheck: FAIL — {reason}" in r.stdout.splitlines()
+    jobs = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/job.json"))]
+    assert [j["n_params"] for j in jobs] == [1930] * 3 and len({json.dumps(j["shapes"]) for j in jobs}) == 1
+    gate = run_cli(str(sweep), "--strict", "--no-figures", cwd=tmp_path, module="coordcheck.report")  # by hand, later
+    assert gate.returncode == 1 and f"coordcheck: FAIL — {reason}" in gate.stdout
