@@ -8,7 +8,7 @@ import time
 from mup import MuReadout
 from torch import nn
 
-from coordcheck.models import mlp
+from coordcheck.models import gpt, mlp
 
 
 def flaky(width: int, **kwargs) -> nn.Module:
@@ -67,3 +67,8 @@ def capped(width: int, **kwargs) -> nn.Module:
 def deeper(width: int, **kwargs) -> nn.Module:
     """Reads ``width`` as a depth: more layers of a fixed size, no wider."""
     return mlp(16, depth=width // 8, **kwargs)
+
+
+def gpt_no_width(n_layer: int = 1, **kw) -> nn.Module:
+    """The built-in GPT at a hard-coded width 16, whatever width it is given (for the learning-rate sweep)."""
+    return gpt(16, n_layer=n_layer, n_head=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cli_builders import gpt_no_width
 
 import coordcheck
 from coordcheck import models
@@ -118,10 +119,7 @@ def test_divergence_is_relative_to_the_first_loss_even_when_it_is_negative():
 
 
 def test_a_builder_that_ignores_width_does_not_transfer():
-    def build_no_width(n_layer=1, **kw):  # as a user might: the width is swallowed by **kw, the size hard-coded
-        return models.gpt(16, n_layer=n_layer, n_head=2, context=32)
-
-    r = coordcheck.transfer(build_no_width, widths=[16, 32, 64], lrs=[2.0 ** -8, 2.0 ** -4], steps=2,
+    r = coordcheck.transfer(gpt_no_width, widths=[16, 32, 64], lrs=[2.0 ** -8, 2.0 ** -4], steps=2,
                             seeds=1, eval_batches=1, progress=False)
     n = {f["n_params"] for f in r.facts}
     assert len(n) == 1 and {f["shapes"]["lm_head.weight"][1] for f in r.facts} == {16}
