@@ -40,8 +40,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from coordcheck.config import (  # noqa: F401  (CONF_DIR ... Layout: re-exported, users' scripts import them)
     CONF_DIR, GROUPS, KNOBS, LAYOUTS, NOT_IN_ID, NOT_IN_JOB, REPO_CONF, REPORT, RUN_DEFAULTS, SIZES, Knobs, Layout,
-    ReportOptions, Size, Stat, check_choices, check_command_line, check_run, compose_config, instantiate_node,
-    knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
+    ReportOptions, Size, Stat, check_choices, check_command_line, check_jobs, check_run, compose_config,
+    instantiate_node, knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
 )
 from coordcheck.errors import EXIT, USER_ERROR, CoordCheckError
 from coordcheck.frame import FRAME_NAME, atomic_write, digest, write_frame
@@ -263,11 +263,11 @@ OUTCOME = Outcome()  # the CLI starts each command with a fresh one
 
 
 def run_command(task: Callable[[DictConfig], None], *, config_name: str = "config", groups: tuple[str, ...] = GROUPS,
-                check: Callable[[DictConfig, list], None] | None = None,
+                check: Callable[[DictConfig, list], None] | None = check_jobs,
                 knobs: Knobs | None = REPORT) -> None:
-    """A sweep's command line: check it (one line, exit 2), run the Hydra ``task`` on ``conf/<config_name>.yaml``,
-    exit with :class:`Outcome`'s status. ``groups``, ``check`` and ``knobs``: :func:`check_choices` and
-    :func:`check_command_line`'s."""
+    """A sweep's command line: check it (one line, exit 2, before any job runs), run the Hydra ``task`` on
+    ``conf/<config_name>.yaml``, exit with :class:`Outcome`'s status. ``groups``, ``check`` and ``knobs``:
+    :func:`check_choices` and :func:`check_command_line`'s (the coordinate check's by default)."""
     global OUTCOME
     outcome = OUTCOME = Outcome()
     try:
