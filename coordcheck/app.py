@@ -221,18 +221,25 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
             **job, "status": status, "error": error,
             **({} if user or status == "interrupted" else {"traceback": traceback.format_exc()}),
         })
+        if hc.mode == RunMode.RUN and user and not isinstance(e, KeyboardInterrupt):
+            _log_to_file(logging.ERROR, "%s %s: %s", label(cfg), status, error)  # the console: one line, below
+            print(f"coordcheck: error: {error}", file=sys.stderr)
+            sys.exit(USER_ERROR)
         log.error("%s %s: %s", label(cfg), status, error)
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        if hc.mode == RunMode.RUN:
-            if user:
-                print(f"coordcheck: error: {error}", file=sys.stderr)
-                sys.exit(USER_ERROR)
+        if isinstance(e, KeyboardInterrupt) or hc.mode == RunMode.RUN:
             raise
         OUTCOME.failed.append(error)
     finally:
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
+
+
+def _log_to_file(level: int, msg: str, *args: Any) -> None:
+    """``log.log(level, msg, *args)`` to the log files only (the job's ``coordcheck.log``), not the console."""
+    record = log.makeRecord(log.name, level, __file__, 0, msg, args, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
+            handler.handle(record)
 
 
 # -- what the command exits with --------------------------------------------------------------------------------------
