@@ -43,7 +43,7 @@ from coordcheck.config import (  # noqa: F401  (CONF_DIR ... Layout: re-exported
     ReportOptions, Size, Stat, check_choices, check_command_line, check_jobs, check_run, compose_config,
     instantiate_node, knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
 )
-from coordcheck.errors import EXIT, USER_ERROR, CoordCheckError
+from coordcheck.errors import EXIT, USER_ERROR, CoordCheckError, check_loss, check_threads
 from coordcheck.frame import FRAME_NAME, atomic_write, digest, write_frame
 from coordcheck.report import ERROR_NAME, REPORT_DIR
 from coordcheck.sweep import JOB_NAME
@@ -96,9 +96,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
         width, identity.model, identity.parametrization, identity.optimizer, identity.lr, cfg.steps, seeds,
         cfg.base_width, device, precision,
     )
-    loss = cfg.get("loss")
-    if loss not in (None, "model"):
-        raise CoordCheckError(f"loss must be null (cross-entropy) or model (the loss the model returns), got {loss!r}")
+    loss = check_loss(cfg.get("loss"))
     frame, facts = run_width(
         build, width, seeds=seeds, parametrization=parametrization, optimizer=optimizer, lr=lr,
         batch=batch, steps=cfg.steps, identity=identity, base_width=cfg.base_width,
@@ -160,14 +158,12 @@ def set_threads(cfg: DictConfig, hc: Any) -> int:
     """``threads``: an int, or ``auto`` = this machine's cores split between parallel jobs."""
     import torch
 
-    threads = cfg.get("threads", "auto")
-    if threads in (None, "auto"):
+    threads = check_threads(cfg.get("threads", "auto"))
+    if threads is None:
         n_jobs = OmegaConf.select(hc, "launcher.n_jobs", default=None)
         if not n_jobs or n_jobs < 1:  # basic launcher (or joblib's -1: one job per core)
             n_jobs = 1 if not n_jobs else os.cpu_count() or 1
         threads = max(1, (os.cpu_count() or 1) // n_jobs) if n_jobs > 1 else torch.get_num_threads()
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise CoordCheckError(f"threads must be a positive integer or auto, got {threads!r}")
     torch.set_num_threads(threads)
     return threads
 

@@ -31,7 +31,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from coordcheck.errors import (
-    CoordCheckError, check_count, check_width, expected, in_range, positive_number, resolve_seeds,
+    CoordCheckError, check_count, check_loss, check_threads, check_width, expected, in_range, positive_number,
+    resolve_seeds,
 )
 from coordcheck.frame import digest
 from coordcheck.transfer.fit import TransferRules
@@ -41,7 +42,7 @@ __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config"
            "positive_number", "safe_dirname", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
            "TransferOptions", "report_options", "transfer_options", "rules_of", "knob_error", "options",
            "check_choices", "compose_config", "check_command_line", "check_values", "check_targets", "locate",
-           "JOB_CHECKS", "one_value"]
+           "JOB_CHECKS", "one_value", "check_jobs", "is_remote"]
 
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
@@ -61,6 +62,12 @@ def resolved_config(cfg: DictConfig, without: tuple[str, ...]) -> dict:
             if k not in without and not (k in RUN_DEFAULTS and v == RUN_DEFAULTS[k])}
 
 
+def is_remote(overrides: list | None) -> bool:
+    """Whether another launcher than the basic one runs the jobs (``hydra/launcher=...``): perhaps on other machines,
+    which check where they run what only they can see (a device, an importable module)."""
+    return any(getattr(o, "key_or_group", None) == "hydra/launcher" for o in overrides or [])
+
+
 def check_run(cfg: DictConfig, overrides: list | None = None) -> None:
     """``device``, ``precision`` and ``compile``, checked when the command line is composed (one line, exit 2).
 
@@ -68,7 +75,7 @@ def check_run(cfg: DictConfig, overrides: list | None = None) -> None:
     device is checked for its form only; the job checks that it exists where it runs."""
     from coordcheck.device import check_compile, check_precision, resolve_device
 
-    remote = any(getattr(o, "key_or_group", None) == "hydra/launcher" for o in overrides or [])
+    remote = is_remote(overrides)
     device = str(cfg.get("device", "auto"))
     if not (remote and re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)):  # remote: its form is right, the job checks
         resolve_device(device)
@@ -389,6 +396,8 @@ JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job r
     "lr": one_value(lambda v: positive_number(v, "lr"), "lr"),
     "steps": one_value(lambda v: check_count(v, "steps"), "steps"),
     "seeds": lambda v: resolve_seeds(OmegaConf.to_object(v) if OmegaConf.is_config(v) else v),
+    "threads": one_value(check_threads, "threads"),
+    "loss": check_loss,
 }
 
 
@@ -551,12 +560,11 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
     if knobs is not None:
         knobs.values(cfg.get("report"))
     check_run(cfg, overrides)
-    remote = any(getattr(o, "key_or_group", None) == "hydra/launcher" for o in overrides)
     for variant in [cfg, *_group_variants(overrides, config_name)]:
         _check_missing(variant, overrides)
         if check is not None:
             check(variant, overrides)
-        if not remote:  # jobs that run elsewhere import their targets there (as check_run leaves devices)
+        if not is_remote(overrides):  # jobs that may run elsewhere import their targets there
             check_targets(variant, overrides)
 
 

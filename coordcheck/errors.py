@@ -16,7 +16,7 @@ from dataclasses import field, fields
 from typing import Any
 
 __all__ = ["CoordCheckError", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count", "check_flag", "positive_number",
-           "check_width", "resolve_seeds", "knob", "check_knobs", "expected", "in_range"]
+           "check_width", "resolve_seeds", "check_threads", "check_loss", "knob", "check_knobs", "expected", "in_range"]
 
 OK, FAILED, USER_ERROR = 0, 1, 2  # a job that failed, or a sweep with no report, exits FAILED
 EXIT = {  # outcome -> exit status; a verdict's only with --strict / report.strict=true (a CI gate)
@@ -88,6 +88,22 @@ def resolve_seeds(seeds: int | Sequence[int]) -> list[int]:
     if not out or not all(isinstance(s, int) and not isinstance(s, bool) for s in out):
         raise CoordCheckError(f"seeds must be a count or a non-empty list of integers, got {seeds!r}")
     return out
+
+
+def check_threads(threads: object) -> int | None:
+    """``threads``: a positive integer, or ``auto`` (null too), returned as None: the caller splits the cores."""
+    if threads is None or threads == "auto":
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise CoordCheckError(f"threads must be a positive integer or auto, got {threads!r}")
+    return threads
+
+
+def check_loss(loss: object) -> str | None:
+    """``loss``: null (cross-entropy over the last dim) or ``model`` (the loss the model returns)."""
+    if not (loss is None or loss == "model"):
+        raise CoordCheckError(f"loss must be null (cross-entropy) or model (the loss the model returns), got {loss!r}")
+    return loss
 
 
 _COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}

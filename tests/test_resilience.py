@@ -181,6 +181,8 @@ BAD_COMMAND_LINE = [  # caught when the command line is composed, before Hydra r
     (["steps=0"], "steps must be an integer >= 1, got 0"),
     (["lr=-1"], "lr must be a positive number"),
     (["seeds=0"], "seeds must be >= 1, got 0"),
+    (["threads=0"], "threads must be a positive integer or auto, got 0"),
+    (["loss=foo"], "loss must be null (cross-entropy) or model (the loss the model returns), got 'foo'"),
     (["model=custom"], "model._target_ has no value: set it on the command line"),
     (["model=custom", "model._target_=cli_builders.no_readout"], "data._target_ has no value"),
     (["width=256,512,1024"], "width=256,512,1024 is a sweep: add --multirun"),
