@@ -6,9 +6,12 @@ parameter count and seconds), both written atomically, the frame first — so a 
 saying ``ok`` always has its complete frame beside it. At the end of a multirun,
 :class:`SweepCallback` aggregates the frames on disk (whatever launcher ran the jobs).
 
-Failures: a user mistake (:class:`CoordCheckError`) is one line on stderr and exit status 2
-in a single run. In a multirun every failure is recorded in that job's ``job.json`` and the
-sweep goes on, so one failed width does not lose the others; the command exits 1 at the end.
+Failures: a mistake the command line shows (any value a key takes, swept or not; a ``_target_``
+that cannot be imported; a sweep without ``--multirun``) is one line and exit status 2 before any
+job runs (:func:`run_command`, ``config.check_command_line``). What only a job can see is, in a
+single run, one line on stderr (kept in the job's log file, not repeated on the console) and exit 2.
+In a multirun every failure is recorded in that job's ``job.json`` and the sweep goes on, so one
+failed width does not lose the others; the command exits 1 at the end.
 
 The ``report.*`` knobs are typed by :data:`ReportOptions` (in Hydra's ConfigStore; its verdict
 fields are generated from :class:`coordcheck.verdict.Rules`) and range-checked when the command
