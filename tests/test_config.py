@@ -258,6 +258,7 @@ def test_other_hydra_flags_leave_the_command_line_to_hydra():
         assert check_command_line(argv) is None  # Hydra types the knobs against the same schema
     with pytest.raises(CoordCheckError, match="report.tol"):
         check_command_line(["--cfg", "job", "report.tol=abc"])  # --cfg keeps the usual config: checked
+    check_command_line(["--cfg", "job", "model=custom"])  # ... but it runs nothing: showing a ??? is what it is for
 
 
 def test_check_values_reads_sweeps_as_hydra_parses_them():
