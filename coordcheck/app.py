@@ -6,9 +6,12 @@ parameter count and seconds), both written atomically, the frame first — so a 
 saying ``ok`` always has its complete frame beside it. At the end of a multirun,
 :class:`SweepCallback` aggregates the frames on disk (whatever launcher ran the jobs).
 
-Failures: a user mistake (:class:`CoordCheckError`) is one line on stderr and exit status 2
-in a single run. In a multirun every failure is recorded in that job's ``job.json`` and the
-sweep goes on, so one failed width does not lose the others; the command exits 1 at the end.
+Failures: a mistake the command line shows (any value a key takes, swept or not; a ``_target_``
+that cannot be imported; a sweep without ``--multirun``) is one line and exit status 2 before any
+job runs (:func:`run_command`, ``config.check_command_line``). What only a job can see is, in a
+single run, one line on stderr (kept in the job's log file, not repeated on the console) and exit 2.
+In a multirun every failure is recorded in that job's ``job.json`` and the sweep goes on, so one
+failed width does not lose the others; the command exits 1 at the end.
 
 The ``report.*`` knobs are typed by :data:`ReportOptions` (in Hydra's ConfigStore; its verdict
 fields are generated from :class:`coordcheck.verdict.Rules`) and range-checked when the command
@@ -40,10 +43,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from coordcheck.config import (  # noqa: F401  (CONF_DIR ... Layout: re-exported, users' scripts import them)
     CONF_DIR, GROUPS, KNOBS, LAYOUTS, NOT_IN_ID, NOT_IN_JOB, REPO_CONF, REPORT, RUN_DEFAULTS, SIZES, Knobs, Layout,
-    ReportOptions, Size, Stat, check_choices, check_command_line, check_run, compose_config, instantiate_node,
-    knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
+    ReportOptions, Size, Stat, check_choices, check_command_line, check_jobs, check_run, compose_config,
+    instantiate_node, knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
 )
-from coordcheck.errors import EXIT, USER_ERROR, CoordCheckError
+from coordcheck.errors import EXIT, USER_ERROR, CoordCheckError, check_loss, check_threads
 from coordcheck.frame import FRAME_NAME, atomic_write, digest, write_frame
 from coordcheck.report import ERROR_NAME, REPORT_DIR
 from coordcheck.sweep import JOB_NAME
@@ -96,9 +99,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
         width, identity.model, identity.parametrization, identity.optimizer, identity.lr, cfg.steps, seeds,
         cfg.base_width, device, precision,
     )
-    loss = cfg.get("loss")
-    if loss not in (None, "model"):
-        raise CoordCheckError(f"loss must be null (cross-entropy) or model (the loss the model returns), got {loss!r}")
+    loss = check_loss(cfg.get("loss"))
     frame, facts = run_width(
         build, width, seeds=seeds, parametrization=parametrization, optimizer=optimizer, lr=lr,
         batch=batch, steps=cfg.steps, identity=identity, base_width=cfg.base_width,
@@ -160,14 +161,12 @@ def set_threads(cfg: DictConfig, hc: Any) -> int:
     """``threads``: an int, or ``auto`` = this machine's cores split between parallel jobs."""
     import torch
 
-    threads = cfg.get("threads", "auto")
-    if threads in (None, "auto"):
+    threads = check_threads(cfg.get("threads", "auto"))
+    if threads is None:
         n_jobs = OmegaConf.select(hc, "launcher.n_jobs", default=None)
         if not n_jobs or n_jobs < 1:  # basic launcher (or joblib's -1: one job per core)
             n_jobs = 1 if not n_jobs else os.cpu_count() or 1
         threads = max(1, (os.cpu_count() or 1) // n_jobs) if n_jobs > 1 else torch.get_num_threads()
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise CoordCheckError(f"threads must be a positive integer or auto, got {threads!r}")
     torch.set_num_threads(threads)
     return threads
 
@@ -221,18 +220,25 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
             **job, "status": status, "error": error,
             **({} if user or status == "interrupted" else {"traceback": traceback.format_exc()}),
         })
+        if hc.mode == RunMode.RUN and user and not isinstance(e, KeyboardInterrupt):
+            _log_to_file(logging.ERROR, "%s %s: %s", label(cfg), status, error)  # the console: one line, below
+            print(f"coordcheck: error: {error}", file=sys.stderr)
+            sys.exit(USER_ERROR)
         log.error("%s %s: %s", label(cfg), status, error)
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        if hc.mode == RunMode.RUN:
-            if user:
-                print(f"coordcheck: error: {error}", file=sys.stderr)
-                sys.exit(USER_ERROR)
+        if isinstance(e, KeyboardInterrupt) or hc.mode == RunMode.RUN:
             raise
         OUTCOME.failed.append(error)
     finally:
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
+
+
+def _log_to_file(level: int, msg: str, *args: Any) -> None:
+    """``log.log(level, msg, *args)`` to the log files only (the job's ``coordcheck.log``), not the console."""
+    record = log.makeRecord(log.name, level, __file__, 0, msg, args, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
+            handler.handle(record)
 
 
 # -- what the command exits with --------------------------------------------------------------------------------------
@@ -263,11 +269,11 @@ OUTCOME = Outcome()  # the CLI starts each command with a fresh one
 
 
 def run_command(task: Callable[[DictConfig], None], *, config_name: str = "config", groups: tuple[str, ...] = GROUPS,
-                check: Callable[[DictConfig, list], None] | None = None,
+                check: Callable[[DictConfig, list], None] | None = check_jobs,
                 knobs: Knobs | None = REPORT) -> None:
-    """A sweep's command line: check it (one line, exit 2), run the Hydra ``task`` on ``conf/<config_name>.yaml``,
-    exit with :class:`Outcome`'s status. ``groups``, ``check`` and ``knobs``: :func:`check_choices` and
-    :func:`check_command_line`'s."""
+    """A sweep's command line: check it (one line, exit 2, before any job runs), run the Hydra ``task`` on
+    ``conf/<config_name>.yaml``, exit with :class:`Outcome`'s status. ``groups``, ``check`` and ``knobs``:
+    :func:`check_choices` and :func:`check_command_line`'s (the coordinate check's by default)."""
     global OUTCOME
     outcome = OUTCOME = Outcome()
     try:

@@ -14,21 +14,26 @@ Nothing here imports torch at import time.
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from pathlib import Path
+from types import ModuleType
 from typing import Any, List, Optional, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from coordcheck.errors import CoordCheckError, expected, in_range, positive_number
+from coordcheck.errors import (
+    CoordCheckError, check_count, check_loss, check_threads, check_width, expected, in_range, positive_number,
+    resolve_seeds,
+)
 from coordcheck.frame import digest
 from coordcheck.transfer.fit import TransferRules
 from coordcheck.verdict import Rules
@@ -36,7 +41,8 @@ from coordcheck.verdict import Rules
 __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config", "instantiate_node", "check_run",
            "positive_number", "safe_dirname", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
            "TransferOptions", "report_options", "transfer_options", "rules_of", "knob_error", "options",
-           "check_choices", "compose_config", "check_command_line", "check_values"]
+           "check_choices", "compose_config", "check_command_line", "check_values", "check_targets", "locate",
+           "JOB_CHECKS", "one_value", "check_jobs", "is_remote"]
 
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
@@ -56,6 +62,12 @@ def resolved_config(cfg: DictConfig, without: tuple[str, ...]) -> dict:
             if k not in without and not (k in RUN_DEFAULTS and v == RUN_DEFAULTS[k])}
 
 
+def is_remote(overrides: list | None) -> bool:
+    """Whether another launcher than the basic one runs the jobs (``hydra/launcher=...``): perhaps on other machines,
+    which check where they run what only they can see (a device, an importable module)."""
+    return any(getattr(o, "key_or_group", None) == "hydra/launcher" for o in overrides or [])
+
+
 def check_run(cfg: DictConfig, overrides: list | None = None) -> None:
     """``device``, ``precision`` and ``compile``, checked when the command line is composed (one line, exit 2).
 
@@ -63,7 +75,7 @@ def check_run(cfg: DictConfig, overrides: list | None = None) -> None:
     device is checked for its form only; the job checks that it exists where it runs."""
     from coordcheck.device import check_compile, check_precision, resolve_device
 
-    remote = any(getattr(o, "key_or_group", None) == "hydra/launcher" for o in overrides or [])
+    remote = is_remote(overrides)
     device = str(cfg.get("device", "auto"))
     if not (remote and re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)):  # remote: its form is right, the job checks
         resolve_device(device)
@@ -74,6 +86,8 @@ def check_run(cfg: DictConfig, overrides: list | None = None) -> None:
 def instantiate_node(node: DictConfig, group: str, **kwargs: Any) -> Any:
     """``hydra.utils.instantiate(node)``; a bad ``_target_`` or a missing value is one line naming ``group``."""
     target = node.get("_target_", "?") if isinstance(node, DictConfig) else "?"
+    if isinstance(node, DictConfig) and not OmegaConf.is_missing(node, "_target_") and isinstance(target, str):
+        locate(target, f"{group}._target_")  # one line that says why it cannot be imported
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as e:
@@ -312,14 +326,15 @@ def check_choices(argv: list[str], groups: tuple[str, ...] = GROUPS) -> None:
                 raise CoordCheckError(f"unknown {group} {choice!r}: choose one of {', '.join(known)} (conf/{group}/)")
 
 
-def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
-    """``conf/<config_name>.yaml`` composed with ``overrides`` (no sweeps), as ``python -m coordcheck`` composes it."""
+def compose_config(overrides: list[str], config_name: str = "config", *, hydra: bool = False) -> DictConfig:
+    """``conf/<config_name>.yaml`` composed with ``overrides`` (no sweeps), as ``python -m coordcheck`` composes it.
+    ``hydra``: with Hydra's own node (``hydra.mode``, ``hydra.sweeper.params``; not resolvable outside a run)."""
     from hydra import compose, initialize_config_dir, initialize_config_module
 
     init = (initialize_config_module(CONF_DIR.removeprefix("pkg://"), version_base="1.3")
             if CONF_DIR.startswith("pkg://") else initialize_config_dir(CONF_DIR, version_base="1.3"))
     with init:
-        return compose(config_name, overrides=overrides)
+        return compose(config_name, overrides=overrides, return_hydra_config=hydra)
 
 
 def _one_line(e: BaseException) -> str:
@@ -345,29 +360,155 @@ def _swept(override: Any) -> list | None:
         return None
 
 
+def _swept_values(overrides: list) -> dict[str, list | None]:
+    """The values each swept key takes, as Hydra's sweeper reads the overrides: the last one for a key wins."""
+    swept: dict[str, list | None] = {}
+    for o in overrides:
+        swept[o.key_or_group] = _swept(o) if o.is_sweep_override() else None
+    return swept
+
+
 def check_values(cfg: DictConfig, overrides: list, checks: Mapping[str, Callable[[Any], Any]]) -> None:
-    """``checks[key](value)`` for every value a key takes in this command: each of its swept values
-    (``lr=0.01,-1 --multirun``), or its composed one; a bad one raises its check's one-line error."""
-    swept = {o.key_or_group: _swept(o) for o in overrides if o.is_sweep_override()}
+    """``checks[key](value)`` for every value a key (``lr``, ``model.n_head``) takes in this command: each of its
+    swept values (``lr=0.01,-1 --multirun``), or its composed one; a bad one raises its check's one-line error."""
+    swept = _swept_values(overrides)
     for key, check in checks.items():
-        for value in swept.get(key) or [cfg.get(key)]:
+        for value in swept.get(key) or [OmegaConf.select(cfg, key)]:
             check(value)
 
 
+def one_value(check: Callable[[Any], Any], key: str) -> Callable[[Any], Any]:
+    """``check`` of a key that takes one value per job: a list (``width=[256,512]``, as Hydra's hint for a
+    comma-separated value suggests) is a sweep written as a list, and the error says how to write it."""
+    def checked(value: Any) -> Any:
+        if OmegaConf.is_list(value) or isinstance(value, (list, tuple)):
+            values = ",".join(str(v) for v in value)
+            raise CoordCheckError(f"{key}=[{values}] is a list, not one {key}: a sweep over {key} is written "
+                                  f"{key}={values} --multirun")
+        return check(value)
+
+    return checked
+
+
+JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job reads, checked as its job checks them
+    "width": one_value(check_width, "width"),
+    "base_width": one_value(lambda v: check_width(v, key="base_width"), "base_width"),
+    "lr": one_value(lambda v: positive_number(v, "lr"), "lr"),
+    "steps": one_value(lambda v: check_count(v, "steps"), "steps"),
+    "seeds": lambda v: resolve_seeds(OmegaConf.to_object(v) if OmegaConf.is_config(v) else v),
+    "threads": one_value(check_threads, "threads"),
+    "loss": check_loss,
+}
+
+
+# -- the objects a config names, found before any job runs ------------------------------------------------------------
+
+def locate(path: str, key: str) -> Any:
+    """The object a dotted path names (``coordcheck.models.gpt``), imported as Hydra's ``_target_`` is; one line
+    naming ``key`` when it cannot be: the module that was not found, the attribute that is missing, or the error
+    its module raised on import."""
+    if not isinstance(path, str) or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", path):
+        raise CoordCheckError(f"{key}={path!r} is not a dotted path: write it as package.module.function")
+    parts = path.split(".")
+    obj: Any = None
+    for i, part in enumerate(parts):
+        parent = ".".join(parts[:i])
+        if i and hasattr(obj, part):
+            obj = getattr(obj, part)
+            continue
+        if i and not isinstance(obj, ModuleType):
+            raise CoordCheckError(f"{key}={path}: {parent!r} has no attribute {part!r}: check the name")
+        name = ".".join(parts[:i + 1])
+        try:
+            obj = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:  # a module it imports is missing
+                raise CoordCheckError(f"{key}={path}: importing {name!r} failed: {e}: install it") from None
+            if i:
+                raise CoordCheckError(f"{key}={path}: {parent!r} has no attribute {part!r}: check the name") from None
+            raise CoordCheckError(f"{key}={path}: module {name!r} not found: check the spelling, or install the "
+                                  "package (or put its directory on PYTHONPATH)") from None
+        except Exception as e:  # the module's own code failed as it was imported
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise CoordCheckError(f"{key}={path}: importing {name!r} failed ({type(e).__name__}: {first}): "
+                                  "fix that module") from None
+    return obj
+
+
+def check_targets(cfg: DictConfig, overrides: list) -> None:
+    """Every ``_target_`` of the config's top-level nodes (``model``, ``data``, ``parametrization``,
+    ``optimizer``), each swept value included, can be imported (:func:`locate`), and the model's builder can take a
+    width (``parametrization.check_builder``, from its signature: nothing is built)."""
+    swept = _swept_values(overrides)
+    for group, node in cfg.items():
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            continue
+        key = f"{group}._target_"
+        for target in swept.get(key) or ([] if OmegaConf.is_missing(node, "_target_") else [node._target_]):
+            found = locate(target, key)
+            if group == "model" and callable(found):
+                from coordcheck.parametrization import check_builder
+
+                check_builder(found)
+
+
+def _check_missing(cfg: DictConfig, overrides: list) -> None:
+    """A mandatory value (``???``, as ``model=custom`` leaves ``model._target_``) that the command line does not set
+    or sweep is one line saying so."""
+    swept = {key for key, values in _swept_values(overrides).items() if values is not None}
+    order = list(cfg.keys())
+    for key in sorted(OmegaConf.missing_keys(cfg) - swept, key=lambda k: (order.index(k.split(".")[0]), k)):
+        group, _, name = key.partition(".")
+        if name != "_target_":
+            raise CoordCheckError(f"{key} has no value (??? in its config): set it on the command line, {key}=...")
+        example = "my_pkg.models.build" if group == "model" else "pkg.module.function"
+        raise CoordCheckError(f"{key} has no value: set it on the command line ({key}={example}), or choose another "
+                              f"{group} (conf/{group}/)")
+
+
+def _is_group(key: str) -> bool:
+    """Whether ``key`` names a config group of ``conf/`` (``model``, ``+experiment``), not a value."""
+    if key.startswith("hydra") or "." in key:
+        return False
+    try:
+        return bool(options(key))
+    except (OSError, ValueError):
+        return False
+
+
+def _sweeper_params(hydra: DictConfig | None) -> list[str]:
+    """``hydra.sweeper.params`` (an experiment's grid, the μTransfer default grid) as overrides."""
+    params = OmegaConf.select(hydra, "sweeper.params", default=None) if hydra is not None else None
+    return [f"{k}={v}" for k, v in (params or {}).items()]
+
+
+def check_jobs(cfg: DictConfig, overrides: list) -> None:
+    """The coordinate check's keys (:data:`JOB_CHECKS`), every value each takes in this command."""
+    check_values(cfg, overrides, JOB_CHECKS)
+
+
+_MULTIRUN = ("-m", "--multirun")
+
+
 def check_command_line(argv: list[str], *, config_name: str = "config",
-                       check: Callable[[DictConfig, list], None] | None = None,
+                       check: Callable[[DictConfig, list], None] | None = check_jobs,
                        knobs: Knobs | None = REPORT) -> None:
-    """Compose the config of ``python -m coordcheck ARGV`` once, so that a bad override is one line, not a traceback.
+    """Compose the config of ``python -m coordcheck ARGV`` once, so that a mistake is one line before any job runs,
+    not a traceback or a failed job after the good ones have trained.
 
-    Raises :class:`CoordCheckError` for a report knob of the wrong type, out of its range or unknown, a sweep over a
-    report knob (a sweep has one report), and any other override Hydra cannot compose. The sweep's other swept
-    values are Hydra's to check, job by job. Hydra's flags other than ``--multirun``, ``--run``, ``--cfg``,
-    ``--package`` and ``--resolve`` (``-cd``, ``--help``, ...) leave the command line to Hydra, which types the
-    report knobs against the same schema.
+    Raises :class:`CoordCheckError` for an override Hydra cannot compose; a sweep without ``--multirun``
+    (``width=256,512`` would be Hydra's "Ambiguous value"); a sweep over a report knob (a sweep has one report) or
+    over ``device``; a report knob of the wrong type, out of its range or unknown (``knobs``: :data:`REPORT`, or
+    :data:`TRANSFER_REPORT`); a bad run key (:func:`check_run`); a mandatory value (``???``) left unset; a bad value
+    of the experiment's own keys, every swept value included (``check(cfg, overrides)``: :func:`check_jobs` for the
+    coordinate check); and a ``_target_`` that cannot be imported or a builder that takes no width
+    (:func:`check_targets`). The sweep's grid is the command line's and the config's ``hydra.sweeper.params`` (an
+    experiment's); a swept config group (``model=gpt,mlp``) is composed once per option and each is checked.
+    Hydra's flags other than ``--multirun``, ``--run``, ``--cfg``, ``--package`` and ``--resolve`` (``-cd``,
+    ``--help``, ...) leave the command line to Hydra, which types the report knobs against the same schema.
 
-    Then the composed config is checked: its ``report`` node by ``knobs`` (:data:`REPORT`, or
-    :data:`TRANSFER_REPORT`), the run keys by :func:`check_run`, and anything else by ``check(cfg, overrides)``
-    (another experiment's own keys and swept values). ``config_name``: another experiment's config (``transfer``).
+    ``config_name``: another experiment's config (``transfer``). What only a job can tell (a width that the model's
+    heads do not divide, data that does not fit the model) is the job's to check.
     """
     args, values = [], 0  # values: how many of the next arguments are the last flag's value
     for a in argv:
@@ -379,20 +520,19 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
             values = 0 if "=" in a else _FLAGS[a]
         else:
             return
+    multirun = any(a in _MULTIRUN for a in argv)
+    flag = next((a for a in argv if a in _MULTIRUN), None)
+    if flag and args and argv.index(args[0]) < argv.index(flag) < len(argv) - 1 - argv[::-1].index(args[-1]):
+        raise CoordCheckError(f"{flag} goes before or after all the overrides, not between them (Hydra's argparse): "
+                              f"{' '.join(args)} {flag}")
+    parse = OverridesParser.create().parse_overrides
     try:
-        overrides = OverridesParser.create().parse_overrides(args)
+        overrides = parse(args)
     except HydraException as e:
         raise CoordCheckError(_one_line(e)) from None
-    for o in overrides:
-        if o.is_sweep_override() and o.key_or_group == "device":
-            raise CoordCheckError("device: one value per sweep (its jobs share their directories across devices); "
-                                  "run one sweep per device")
-        if o.is_sweep_override() and _is_report(o.key_or_group):
-            hint = ": write a list as [0,3,10]" if o.key_or_group == "report.steps" else ""
-            raise CoordCheckError(f"{o.key_or_group}: one value per sweep, its report is made once at the end "
-                                  f"(got {o.get_value_string()!r}){hint}")
+    fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
     try:
-        cfg = compose_config([o.input_line for o in overrides if not o.is_sweep_override()], config_name)
+        cfg = compose_config(fixed, config_name, hydra=True)
     except (HydraException, OmegaConfBaseException) as e:
         cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else e
         key = str(getattr(cause, "full_key", "") or "")
@@ -401,9 +541,46 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
         typed = {o.key_or_group: o.get_value_string() for o in overrides if "=" in (o.input_line or "")}
         value = typed.get(key, getattr(cause, "value", None))
         raise CoordCheckError(knobs.error(key.removeprefix("report."), value)) from None
+    with open_dict(cfg):
+        hydra = cfg.pop("hydra")
+    multirun = multirun or str(OmegaConf.select(hydra, "mode", default=None)).endswith("MULTIRUN")
+    if multirun:  # the sweeper's grid: the config's params, then the command line's (it wins, as in Hydra)
+        given = {o.key_or_group for o in overrides}
+        overrides = [*(o for o in parse(_sweeper_params(hydra)) if o.key_or_group not in given), *overrides]
+    for o in overrides:
+        if o.is_sweep_override() and o.key_or_group == "device":
+            raise CoordCheckError("device: one value per sweep (its jobs share their directories across devices); "
+                                  "run one sweep per device")
+        if o.is_sweep_override() and _is_report(o.key_or_group):
+            hint = ": write a list as [0,3,10]" if o.key_or_group == "report.steps" else ""
+            raise CoordCheckError(f"{o.key_or_group}: one value per sweep, its report is made once at the end "
+                                  f"(got {o.get_value_string()!r}){hint}")
+        if o.is_sweep_override() and not multirun:  # Hydra's "Ambiguous value", whose hint leads to a list
+            raise CoordCheckError(f"{o.input_line} is a sweep: add --multirun (or give {o.key_or_group} one value)")
     if knobs is not None:
         knobs.values(cfg.get("report"))
     check_run(cfg, overrides)
-    if check is not None:
-        check(cfg, overrides)
+    if any(a.split("=")[0] in ("-c", "--cfg") for a in argv):  # it prints the config, runs nothing: a ??? may be
+        return  # what the user wants to see
+    for variant in [cfg, *_group_variants(overrides, config_name)]:
+        _check_missing(variant, overrides)
+        if check is not None:
+            check(variant, overrides)
+        if not is_remote(overrides):  # jobs that may run elsewhere import their targets there
+            check_targets(variant, overrides)
 
+
+def _group_variants(overrides: list, config_name: str) -> list[DictConfig]:
+    """The config composed once per option of each swept config group (``model=gpt,mlp``), the rest as given."""
+    fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+    variants = []
+    for o in overrides:
+        if not (o.is_sweep_override() and _is_group(o.key_or_group)):
+            continue
+        for choice in _swept(o) or []:
+            line = f"{o.input_line.split('=', 1)[0]}={choice}"
+            try:
+                variants.append(compose_config([*fixed, line], config_name))
+            except (HydraException, OmegaConfBaseException) as e:
+                raise CoordCheckError(f"{line}: {_one_line(e)}") from None
+    return variants

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Sequence
 from dataclasses import field, fields
 from typing import Any
 
 __all__ = ["CoordCheckError", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count", "check_flag", "positive_number",
-           "knob", "check_knobs", "expected", "in_range"]
+           "check_width", "resolve_seeds", "check_threads", "check_loss", "knob", "check_knobs", "expected", "in_range"]
 
 OK, FAILED, USER_ERROR = 0, 1, 2  # a job that failed, or a sweep with no report, exits FAILED
 EXIT = {  # outcome -> exit status; a verdict's only with --strict / report.strict=true (a CI gate)
@@ -55,6 +56,54 @@ def positive_number(value: object, key: str) -> float:
     if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
         raise CoordCheckError(f"{key} must be a positive number, got {value!r}")
     return number
+
+
+def check_width(width: object, *, divisor: int = 1, divisor_name: str = "", key: str = "width") -> int:
+    """``width`` as an int (an integral float is one), else one line saying what to change. ``key``: the name the
+    user wrote (``base_width``); ``divisor``: a number the width must be a multiple of (``n_head``)."""
+    if isinstance(width, bool) or not isinstance(width, int):
+        if isinstance(width, float) and width.is_integer():
+            width = int(width)
+        else:
+            raise CoordCheckError(f"{key} must be a positive integer, got {width!r}")
+    if width <= 0:
+        raise CoordCheckError(f"{key} must be a positive integer, got {width}: use {key} >= 1")
+    if width % divisor:
+        raise CoordCheckError(
+            f"{key} {width} is not divisible by {divisor_name}={divisor}: "
+            f"use {key}s that are multiples of {divisor} (or change {divisor_name})"
+        )
+    return width
+
+
+def resolve_seeds(seeds: int | Sequence[int]) -> list[int]:
+    """``3`` -> [0, 1, 2]; a list is used as given."""
+    if isinstance(seeds, bool):
+        raise CoordCheckError(f"seeds must be a count or a list of integers, got {seeds!r}")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise CoordCheckError(f"seeds must be >= 1, got {seeds}")
+        return list(range(seeds))
+    out = list(seeds) if isinstance(seeds, Sequence) and not isinstance(seeds, str) else []
+    if not out or not all(isinstance(s, int) and not isinstance(s, bool) for s in out):
+        raise CoordCheckError(f"seeds must be a count or a non-empty list of integers, got {seeds!r}")
+    return out
+
+
+def check_threads(threads: object) -> int | None:
+    """``threads``: a positive integer, or ``auto`` (null too), returned as None: the caller splits the cores."""
+    if threads is None or threads == "auto":
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise CoordCheckError(f"threads must be a positive integer or auto, got {threads!r}")
+    return threads
+
+
+def check_loss(loss: object) -> str | None:
+    """``loss``: null (cross-entropy over the last dim) or ``model`` (the loss the model returns)."""
+    if not (loss is None or loss == "model"):
+        raise CoordCheckError(f"loss must be null (cross-entropy) or model (the loss the model returns), got {loss!r}")
+    return loss
 
 
 _COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}

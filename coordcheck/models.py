@@ -24,26 +24,9 @@ import torch
 from mup import MuReadout
 from torch import nn
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import CoordCheckError, check_width  # check_width: re-exported (its home was here)
 
 __all__ = ["gpt", "mlp", "GPT", "MLP", "AttentionScores", "check_width"]
-
-
-def check_width(width: object, *, divisor: int = 1, divisor_name: str = "") -> int:
-    """Return ``width`` as an int, or raise a one-line CoordCheckError saying what to change."""
-    if isinstance(width, bool) or not isinstance(width, int):
-        if isinstance(width, float) and width.is_integer():
-            width = int(width)
-        else:
-            raise CoordCheckError(f"width must be a positive integer, got {width!r}")
-    if width <= 0:
-        raise CoordCheckError(f"width must be a positive integer, got {width}: use widths >= 1")
-    if width % divisor:
-        raise CoordCheckError(
-            f"width {width} is not divisible by {divisor_name}={divisor}: "
-            f"use widths that are multiples of {divisor} (or change {divisor_name})"
-        )
-    return width
 
 
 class AttentionScores(nn.Identity):

@@ -28,9 +28,9 @@ import torch
 from mup import MuReadout, make_base_shapes, set_base_shapes
 from torch import nn
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import CoordCheckError, check_width
 
-__all__ = ["Parametrization", "Mup", "Standard", "AsGiven", "build_model", "PARAMETRIZATIONS"]
+__all__ = ["Parametrization", "Mup", "Standard", "AsGiven", "build_model", "check_builder", "PARAMETRIZATIONS"]
 
 Builder = Callable[..., nn.Module]
 
@@ -41,17 +41,7 @@ def call_builder(build: Builder, width: int, base_width: int | None = None) -> n
     A builder whose signature names ``base_width`` also gets it (models that implement muP by
     hand need it for their multipliers), so it is set once, in the config.
     """
-    try:
-        sig = inspect.signature(getattr(build, "func", build))  # a functools.partial: its function
-    except (TypeError, ValueError):
-        sig = None
-    if sig is not None and "width" not in sig.parameters and not any(
-        p.kind is p.VAR_KEYWORD for p in sig.parameters.values()
-    ):
-        raise CoordCheckError(
-            f"model builder {qualified_name(build)} has no `width` parameter: "
-            "it must be build(width: int, **kwargs) -> nn.Module"
-        )
+    sig = check_builder(build)
     kwargs = {"width": width}
     if base_width is not None and sig is not None and "base_width" in sig.parameters and not (
             isinstance(build, functools.partial) and "base_width" in build.keywords):
@@ -68,6 +58,21 @@ def call_builder(build: Builder, width: int, base_width: int | None = None) -> n
         raise CoordCheckError(
             f"model builder {qualified_name(build)} returned {type(model).__name__}, not an nn.Module")
     return model
+
+
+def check_builder(build: Callable[..., object]) -> inspect.Signature | None:
+    """The builder's signature, if it has one; one line if it cannot take ``width`` (nothing is built, so the
+    command line checks it before any job runs)."""
+    try:
+        sig = inspect.signature(getattr(build, "func", build))  # a functools.partial: its function
+    except (TypeError, ValueError):
+        return None
+    if "width" not in sig.parameters and not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        raise CoordCheckError(
+            f"model builder {qualified_name(build)} has no `width` parameter: "
+            "it must be build(width: int, **kwargs) -> nn.Module"
+        )
+    return sig
 
 
 def qualified_name(obj: object) -> str:
@@ -102,8 +107,7 @@ class Mup(Parametrization):
     _base: dict | None = None
 
     def prepare(self, build: Builder, base_width: int) -> None:
-        if isinstance(base_width, bool) or not isinstance(base_width, int) or base_width <= 0:
-            raise CoordCheckError(f"base_width must be a positive integer, got {base_width!r}")
+        base_width = check_width(base_width, key="base_width")
         with torch.random.fork_rng(devices=[]), torch.device("meta"):
             base = call_builder(build, base_width, base_width)
             delta = call_builder(build, 2 * base_width, base_width)

@@ -35,6 +35,7 @@ from coordcheck.frame import COLUMNS, LOSS_MODULE, ROOT_MODULE, STATS, conform
 from coordcheck.parametrization import Builder, Parametrization, build_model
 from coordcheck import probes as probes_module
 from coordcheck.moments import stats_from_moments
+from coordcheck.errors import resolve_seeds  # noqa: F401  (re-exported: its home was here)
 from coordcheck.probes import Probes, StepRecord, first_tensor, select_output
 from coordcheck.shapes import n_params, param_shapes
 
@@ -82,20 +83,6 @@ def model_loss(output: object) -> torch.Tensor:
         raise CoordCheckError("loss=model, but the model returned no scalar loss: pass the targets to the model "
                               "(forward_targets=true) or leave loss unset for cross-entropy")
     return loss.reshape(())
-
-
-def resolve_seeds(seeds: int | Sequence[int]) -> list[int]:
-    """``3`` -> [0, 1, 2]; a list is used as given."""
-    if isinstance(seeds, bool):
-        raise CoordCheckError(f"seeds must be a count or a list of integers, got {seeds!r}")
-    if isinstance(seeds, int):
-        if seeds < 1:
-            raise CoordCheckError(f"seeds must be >= 1, got {seeds}")
-        return list(range(seeds))
-    out = list(seeds)
-    if not out or not all(isinstance(s, int) and not isinstance(s, bool) for s in out):
-        raise CoordCheckError(f"seeds must be a count or a non-empty list of integers, got {seeds!r}")
-    return out
 
 
 def _first_line(e: BaseException) -> str:

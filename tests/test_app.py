@@ -73,7 +73,17 @@ def test_single_run_user_error_is_one_line_and_exit_2(tmp_path):
     assert r.returncode == 2
     assert r.stderr == ("coordcheck: error: width 66 is not divisible by n_head=4: use widths that are multiples of 4 "
                         "(or change n_head)\n")
+    assert "[ERROR]" not in r.stdout and "[ERROR]" in (tmp_path / "run" / "coordcheck.log").read_text()  # said once
     assert json.loads((tmp_path / "run" / "job.json").read_text())["status"] == "failed"
+
+
+def test_a_mistake_in_a_sweep_is_exit_2_and_one_line_before_any_job(tmp_path):
+    # end to end, in a fresh interpreter (issue 20: width=0,16,32 trained 16 and 32, then exited 1); the other
+    # mistakes are checked in this process: test_resilience.py
+    r = run_cli("--multirun", "width=16,0,32", *TINY, f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert r.returncode == 2 and not r.stdout, r.stdout[-1000:]
+    assert r.stderr == "coordcheck: error: width must be a positive integer, got 0: use width >= 1\n"
+    assert not (tmp_path / "sweep").exists()
 
 
 @pytest.mark.slow

@@ -221,7 +221,8 @@ def test_resolved_config_is_plain_values_without_the_keys_asked_and_default_run_
 def test_instantiate_node_errors_name_the_group():
     with pytest.raises(CoordCheckError) as e:
         instantiate_node(OmegaConf.create({"_target_": "nowhere.build"}), "model")
-    assert str(e.value).startswith("model._target_=nowhere.build could not be used (")
+    assert str(e.value) == ("model._target_=nowhere.build: module 'nowhere' not found: check the spelling, or install "
+                            "the package (or put its directory on PYTHONPATH)")  # the cause, never empty
     with pytest.raises(CoordCheckError) as e:
         instantiate_node(OmegaConf.create({"_target_": "coordcheck.data.gaussian", "dim": "???"}), "data")
     assert str(e.value) == "data: Missing mandatory value: dim (set it on the command line)"
@@ -257,6 +258,7 @@ def test_other_hydra_flags_leave_the_command_line_to_hydra():
         assert check_command_line(argv) is None  # Hydra types the knobs against the same schema
     with pytest.raises(CoordCheckError, match="report.tol"):
         check_command_line(["--cfg", "job", "report.tol=abc"])  # --cfg keeps the usual config: checked
+    check_command_line(["--cfg", "job", "model=custom"])  # ... but it runs nothing: showing a ??? is what it is for
 
 
 def test_check_values_reads_sweeps_as_hydra_parses_them():
@@ -291,3 +293,99 @@ def test_knob_ranges_and_help_come_from_the_rules_fields():
         for f in fields(rules):
             assert knobs.bounds[f.name] == f.metadata["bounds"] and knobs.help[f.name] == f.metadata["help"]
     assert config.TRANSFER_REPORT.expected("level") == "a number > 0 and < 1"
+
+
+# -- every value each key takes, and every target, before any job runs (issue 20) --------------------------------------
+@pytest.mark.parametrize("path, message", [
+    ("nowhere.build", "model._target_=nowhere.build: module 'nowhere' not found: check the spelling, or install the "
+                      "package (or put its directory on PYTHONPATH)"),
+    ("coordcheck.models.build", "model._target_=coordcheck.models.build: 'coordcheck.models' has no attribute 'build': "
+                                "check the name"),
+    ("coordcheck.nowhere.build", "model._target_=coordcheck.nowhere.build: 'coordcheck' has no attribute 'nowhere': "
+                                 "check the name"),
+    ("coordcheck.models.gpt.width", "model._target_=coordcheck.models.gpt.width: 'coordcheck.models.gpt' has no "
+                                    "attribute 'width': check the name"),
+    ("bad_module.build", "model._target_=bad_module.build: importing 'bad_module' failed (ZeroDivisionError: division "
+                         "by zero): fix that module"),
+    ("needs_dep.build", "model._target_=needs_dep.build: importing 'needs_dep' failed: No module named "
+                        "'not_installed_anywhere': install it"),
+    ("my pkg.build", "model._target_='my pkg.build' is not a dotted path: write it as package.module.function"),
+])
+def test_locate_says_why_a_target_cannot_be_imported(monkeypatch, tmp_path, path, message):
+    (tmp_path / "bad_module.py").write_text("x = 1 / 0\n")
+    (tmp_path / "needs_dep.py").write_text("import not_installed_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(CoordCheckError) as e:
+        config.locate(path, "model._target_")
+    assert str(e.value) == message
+
+
+def test_locate_finds_what_hydra_instantiates():
+    from coordcheck import models
+
+    assert config.locate("coordcheck.models.gpt", "model._target_") is models.gpt
+    assert config.locate("coordcheck.models.GPT.forward", "model._target_") is models.GPT.forward
+    assert config.locate("math.pi", "x") == 3.141592653589793
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["width=256,512,1024"], "width=256,512,1024 is a sweep: add --multirun (or give width one value)"),
+    (["lr=0.01,0.1"], "lr=0.01,0.1 is a sweep: add --multirun (or give lr one value)"),
+    (["model=gpt,mlp"], "model=gpt,mlp is a sweep: add --multirun (or give model one value)"),
+    (["width=[256,512,1024]"], "width=[256,512,1024] is a list, not one width: a sweep over width is written "
+                               "width=256,512,1024 --multirun"),
+    (["--multirun", "lr=[0.01,0.1]"], "lr=[0.01,0.1] is a list, not one lr: a sweep over lr is written lr=0.01,0.1 "
+                                      "--multirun"),
+    (["steps=[1,2]"], "steps=[1,2] is a list, not one steps: a sweep over steps is written steps=1,2 --multirun"),
+])
+def test_a_sweep_needs_multirun_and_a_list_is_not_a_sweep(argv, message):
+    with pytest.raises(CoordCheckError) as e:
+        check_command_line(argv)
+    assert str(e.value) == message
+
+
+def test_a_sweep_runs_with_multirun_however_it_is_asked_for():
+    for argv in (["width=16,32", "--multirun"], ["-m", "width=16,32"], ["width=16,32", "hydra.mode=MULTIRUN"]):
+        check_command_line(argv)
+    check_command_line(["seeds=[0,5]"])  # seeds takes a list: it is not a sweep
+
+
+@pytest.mark.parametrize("config_name, argv, message", [  # the other commands share the checks
+    ("transfer", ["width=128,256"], "width=128,256 is a sweep: add --multirun"),
+    ("transfer", ["--multirun", "width=[128,256]"], "width=[128,256] is a list, not one width"),
+    ("transfer", ["--multirun", "model._target_=nowhere.build"], "module 'nowhere' not found"),
+    ("transfer", ["--multirun", "base_width=0"], "base_width must be a positive integer, got 0"),
+    ("transfer", ["--multirun", "hydra.sweeper.params.lr='0.01,-1'"], "lr must be a positive number, got -1"),
+    ("gradflow", ["width=256,512"], "width=256,512 is a sweep: add --multirun"),
+    ("gradflow", ["width=[256,512]"], "width=[256,512] is a list, not one width"),
+    ("gradflow", ["--multirun", "steps=2,0"], "steps must be an integer >= 1, got 0"),
+    ("gradflow", ["optimizer._target_=coordcheck.optim.lion"], "'coordcheck.optim' has no attribute 'lion'"),
+])
+def test_the_transfer_and_gradflow_command_lines_share_the_checks(config_name, argv, message):
+    from coordcheck.gradflow.app import check_overrides
+    from coordcheck.transfer.__main__ import _check
+
+    check = {"transfer": _check, "gradflow": check_overrides}[config_name]
+    knobs = {"transfer": TRANSFER_REPORT, "gradflow": None}[config_name]
+    with pytest.raises(CoordCheckError) as e:
+        check_command_line(argv, config_name=config_name, check=check, knobs=knobs)
+    assert message in str(e.value)
+
+
+def test_check_values_takes_the_last_override_of_a_key_as_hydra_does():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from coordcheck.config import check_values
+
+    parse, seen = OverridesParser.create().parse_overrides, []
+    check_values(compose_config(["width=64"]), parse(["width=0,16", "width=64"]), {"width": seen.append})
+    assert seen == [64]  # the sweep was replaced: width 0 is not in the grid
+    with pytest.raises(CoordCheckError, match="width must be a positive integer, got 0"):
+        check_values(compose_config([]), parse(["width=64", "width=0,16"]), {"width": config.JOB_CHECKS["width"]})
+
+
+def test_a_remote_launcher_imports_its_targets_where_the_jobs_run():
+    argv = ["--multirun", "width=16,32", "model._target_=only_on_the_cluster.build"]
+    with pytest.raises(CoordCheckError, match="module 'only_on_the_cluster' not found"):
+        check_command_line(argv)
+    check_command_line([*argv, "hydra/launcher=joblib"])  # as check_run leaves a remote device to the job

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from coordcheck.errors import (
-    EXIT, FAILED, OK, USER_ERROR, CoordCheckError, check_count, check_flag, check_knobs, expected, in_range,
-    positive_number,
+    EXIT, FAILED, OK, USER_ERROR, CoordCheckError, check_count, check_flag, check_knobs, check_loss, check_threads,
+    check_width, expected, in_range, positive_number, resolve_seeds,
 )
 from coordcheck.transfer.fit import STATUSES as TRANSFER_STATUSES
 from coordcheck.transfer.fit import TransferRules
@@ -68,3 +68,23 @@ def test_value_checks():
     for bad in (0, -1, "abc", None, True, math.inf, math.nan):
         with pytest.raises(CoordCheckError, match="lr must be a positive number"):
             positive_number(bad, "lr")
+
+
+def test_width_seeds_threads_and_loss_checks():
+    assert check_width(256) == 256 and check_width(64.0) == 64 and check_width(48, divisor=4, divisor_name="n_head")
+    for bad, words in ((0, "width must be a positive integer, got 0: use width >= 1"),
+                       ("abc", "width must be a positive integer, got 'abc'"), (True, "got True"), (1.5, "got 1.5")):
+        with pytest.raises(CoordCheckError, match=words):
+            check_width(bad)
+    with pytest.raises(CoordCheckError, match="^base_width must be a positive integer, got -8"):
+        check_width(-8, key="base_width")
+    assert resolve_seeds(3) == [0, 1, 2] and resolve_seeds([5, 7]) == [5, 7]
+    for bad in (0, True, [], [1.5], "ab", 2.5):
+        with pytest.raises(CoordCheckError, match="seeds must be"):
+            resolve_seeds(bad)
+    assert check_threads("auto") is None and check_threads(None) is None and check_threads(2) == 2
+    with pytest.raises(CoordCheckError, match="threads must be a positive integer or auto, got 0"):
+        check_threads(0)
+    assert check_loss(None) is None and check_loss("model") == "model"
+    with pytest.raises(CoordCheckError, match="loss must be null"):
+        check_loss("mse")

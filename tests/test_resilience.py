@@ -169,46 +169,95 @@ def test_sigterm_during_a_job_is_unwound(tmp_path):
     assert not (run / FRAME_NAME).exists() and not list(run.glob("*.tmp"))
 
 
-BAD_COMMAND_LINE = [  # caught when the command line is composed, before Hydra runs anything
+BAD_COMMAND_LINE = [  # caught when the command line is composed, before Hydra runs anything (issue 20)
     (["model=foo"], "unknown model 'foo': choose one of custom, gpt, mlp"),
     (["report.tol=abc"], "report.tol: must be a number > 0 (got 'abc')"),
-]
-BAD_JOB = [  # caught by the job itself, which records it in its job.json
     (["width=0"], "width must be a positive integer, got 0"),
     (["width=abc"], "width must be a positive integer, got 'abc'"),
-    (["width=66"], "width 66 is not divisible by n_head=4"),
     (["base_width=0"], "base_width must be a positive integer, got 0"),
-    (["model._target_=nowhere.build"], "model._target_=nowhere.build could not be used"),
+    (["model._target_=nowhere.build"], "model._target_=nowhere.build: module 'nowhere' not found"),
+    (["model._target_=coordcheck.models.build"], "'coordcheck.models' has no attribute 'build'"),
     (["model._target_=cli_builders.no_width"], "has no `width` parameter"),
+    (["steps=0"], "steps must be an integer >= 1, got 0"),
+    (["lr=-1"], "lr must be a positive number"),
+    (["seeds=0"], "seeds must be >= 1, got 0"),
+    (["threads=0"], "threads must be a positive integer or auto, got 0"),
+    (["loss=foo"], "loss must be null (cross-entropy) or model (the loss the model returns), got 'foo'"),
+    (["model=custom"], "model._target_ has no value: set it on the command line"),
+    (["model=custom", "model._target_=cli_builders.no_readout"], "data._target_ has no value"),
+    (["width=256,512,1024"], "width=256,512,1024 is a sweep: add --multirun"),
+    (["width=[256,512,1024]"], "width=[256,512,1024] is a list, not one width: a sweep over width is written "
+                               "width=256,512,1024 --multirun"),
+    (["lr=[0.01,0.1]"], "lr=[0.01,0.1] is a list, not one lr"),
+]
+BAD_JOB = [  # only the job can tell (it builds the model, feeds it data): recorded in its job.json
+    (["width=66"], "width 66 is not divisible by n_head=4"),
     (["model=custom", "model._target_=cli_builders.not_a_module", "data=mlp"], "returned str, not an nn.Module"),
     (["model=custom", "model._target_=cli_builders.no_readout", "data=mlp"], "is not a mup.MuReadout"),
     (["model=mlp", "data.dim=5"], "data does not fit the model"),
     (["model=custom", "model._target_=cli_builders.raises_in_forward", "data=mlp", "parametrization=none"],
      "the model raised an error in (root) (TypeError"),
-    (["steps=0"], "steps must be an integer >= 1, got 0"),
-    (["lr=-1"], "lr must be a positive number"),
-    (["model=custom"], "Missing mandatory value"),
 ]
+TRAIN_LESS = ["progress=false", "seeds=1", "steps=1"]
 
 
 @pytest.mark.parametrize("args,message", BAD_COMMAND_LINE, ids=[" ".join(a) for a, _ in BAD_COMMAND_LINE])
-def test_bad_command_line_is_one_line_before_any_job(args, message):
-    argv = [*args, "progress=false", "seeds=1", "steps=1"]
+def test_bad_command_line_is_one_line_before_any_job(monkeypatch, capsys, tmp_path, args, message):
+    argv = [*args, *(a for a in TRAIN_LESS if a.split("=")[0] not in " ".join(args))]
     with pytest.raises(CoordCheckError) as e:  # what app.run_command checks, in its order, before Hydra runs
         check_choices(argv)
         check_command_line(argv)
     assert message in str(e.value) and "\n" not in str(e.value)
+    assert run_in_process(monkeypatch, *argv, f"hydra.run.dir={tmp_path / 'run'}") == 2  # the CLI, as a user runs it
+    out, err = capsys.readouterr()
+    assert not out and err == f"coordcheck: error: {e.value}\n"  # one line, and only it
+    assert not (tmp_path / "run").exists()  # no job ran, not even its directory was made
+
+
+SWEPT_MISTAKES = [  # issue 20: these trained the good widths first, then exited 1
+    (["width=0,256"], "width must be a positive integer, got 0"),
+    (["lr=0.01,-1"], "lr must be a positive number, got -1"),
+    (["steps=0"], "steps must be an integer >= 1, got 0"),
+    (["model._target_=nowhere.build"], "model._target_=nowhere.build: module 'nowhere' not found"),
+    (["model._target_=coordcheck.models.gpt,nowhere.build"], "model._target_=nowhere.build: module 'nowhere'"),
+    (["model=gpt,custom"], "model._target_ has no value"),  # each option of a swept group is composed
+    (["width=[256,512]"], "width=[256,512] is a list, not one width: a sweep over width is written width=256,512"),
+    (["+experiment=sp_vs_mup", 'hydra.sweeper.params.width="0,128"'], "width must be a positive integer, got 0"),
+    (["seeds=1,0"], "seeds must be >= 1, got 0"),
+    (["base_width=64,-8"], "base_width must be a positive integer, got -8"),
+]
+
+
+@pytest.mark.parametrize("args,message", SWEPT_MISTAKES, ids=[" ".join(a) for a, _ in SWEPT_MISTAKES])
+def test_a_mistake_in_a_sweep_is_one_line_before_any_job(monkeypatch, capsys, tmp_path, args, message):
+    sweep = tmp_path / "sweep"
+    widths = [] if "width" in " ".join(args) else ["width=16,32"]  # the good widths, which must not train
+    code = run_in_process(monkeypatch, "--multirun", *TRAIN_LESS, *widths, *args, f"hydra.sweep.dir={sweep}")
+    out, err = capsys.readouterr()
+    assert code == 2 and not out, out[-1500:]
+    assert err.startswith("coordcheck: error: ") and message in err and len(err.splitlines()) == 1, err
+    assert not sweep.exists()  # no job ran: nothing trained, nothing written
+
+
+def test_multirun_between_the_overrides_is_one_line():
+    with pytest.raises(CoordCheckError) as e:
+        check_command_line(["width=16,32", "--multirun", "steps=1"])
+    assert str(e.value) == ("--multirun goes before or after all the overrides, not between them (Hydra's argparse): "
+                            "width=16,32 steps=1 --multirun")
+    check_command_line(["width=16,32", "steps=1", "--multirun"])
+    check_command_line(["-m", "width=16,32", "steps=1"])
 
 
 @pytest.mark.parametrize("args,message", BAD_JOB, ids=[" ".join(a) for a, _ in BAD_JOB])
 def test_bad_input_in_a_job_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, args, message):
     check_choices(args)  # composes: only the job can tell
     check_command_line(args)
-    code = run_in_process(monkeypatch, *args, "progress=false", "seeds=1", *([] if "steps=0" in args else ["steps=1"]),
-                          f"hydra.run.dir={tmp_path / 'run'}")
-    err = capsys.readouterr().err
+    code = run_in_process(monkeypatch, *args, *TRAIN_LESS, f"hydra.run.dir={tmp_path / 'run'}")
+    out, err = capsys.readouterr()
     assert code == 2, err[-1500:]
     assert len(err.splitlines()) == 1 and err.startswith("coordcheck: error: ") and message in err, err[-1500:]
+    assert "[ERROR]" not in out  # the error is printed once, not logged to the console too ...
+    assert f"[ERROR] - width=" in (tmp_path / "run" / "coordcheck.log").read_text()  # ... and kept in the job's log
     job = json.loads((tmp_path / "run" / JOB_NAME).read_text())
     assert job["status"] == "failed" and message in job["error"] and "traceback" not in job
 

@@ -18,7 +18,8 @@ import torch
 from omegaconf import DictConfig
 
 from coordcheck.config import (
-    CONF_DIR, check_choices, check_command_line, check_values, instantiate_node, positive_number,
+    CONF_DIR, JOB_CHECKS, check_choices, check_command_line, check_values, instantiate_node, one_value,
+    positive_number,
 )
 from coordcheck.data import as_batch
 from coordcheck.device import resolve_device
@@ -83,10 +84,9 @@ def main(cfg: DictConfig) -> None:
 
 def check_overrides(cfg: DictConfig, overrides: list) -> None:
     """The keys of ``conf/gradflow.yaml`` that can be checked before anything runs, every swept value included
-    (the run keys are checked by ``config.check_command_line``)."""
-    check_values(cfg, overrides, {"lr": lambda v: positive_number(v, "lr"), "width": check_width,
-                                  "steps": lambda v: check_count(v, "steps"),
-                                  "seed": lambda v: check_count(v, "seed", minimum=0),
+    (the run keys and the targets are checked by ``config.check_command_line``)."""
+    check_values(cfg, overrides, {**{k: JOB_CHECKS[k] for k in ("width", "base_width", "lr", "steps")},
+                                  "seed": one_value(lambda v: check_count(v, "seed", minimum=0), "seed"),
                                   "learning": lambda v: check_flag(v, "learning"),
                                   "figures": lambda v: check_flag(v, "figures")})
 

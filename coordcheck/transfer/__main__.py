@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 
-from omegaconf import DictConfig, OmegaConf
+from typing import Any
+
+from omegaconf import DictConfig
 
 from coordcheck import app
-from coordcheck.config import TRANSFER_REPORT, check_values, positive_number
+from coordcheck.config import JOB_CHECKS, TRANSFER_REPORT, check_values, one_value, positive_number
 from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.transfer import app as transfer_app
 
 GROUPS = ("model", "parametrization", "optimizer")
 
 
-def _check(cfg: DictConfig, overrides: list) -> None:
-    """The transfer sweep's own keys and every swept value of width and lr, before any job runs (the report knobs
-    and the run keys are checked by ``config.check_command_line``)."""
-    from coordcheck.models import check_width
-    from coordcheck.train import resolve_seeds
+def _diverge(value: Any) -> float:
+    if not positive_number(value, "diverge") > 1:
+        raise CoordCheckError(f"diverge must be a number > 1 (a multiple of the first loss), got {value!r}")
+    return float(value)
 
-    for key in ("steps", "eval_batches"):
-        check_count(cfg.get(key), key)
-    if not positive_number(cfg.diverge, "diverge") > 1:
-        raise CoordCheckError(f"diverge must be a number > 1 (a multiple of the first loss), got {cfg.diverge!r}")
-    resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
-    check_values(cfg, overrides, {"lr": lambda v: positive_number(v, "lr"), "width": check_width})
+
+CHECKS = {**JOB_CHECKS, "eval_batches": one_value(lambda v: check_count(v, "eval_batches"), "eval_batches"),
+          "diverge": one_value(_diverge, "diverge")}  # the keys a transfer job reads
+
+
+def _check(cfg: DictConfig, overrides: list) -> None:
+    """The transfer sweep's keys, every value each takes (the grid's included), before any job runs (the report
+    knobs, the run keys and the targets are checked by ``config.check_command_line``)."""
+    check_values(cfg, overrides, CHECKS)
 
 
 def cli() -> None:

@@ -25,7 +25,7 @@ from coordcheck import app
 from coordcheck.config import (  # noqa: F401  (transfer_options: re-exported)
     NOT_IN_JOB, TRANSFER_REPORT, instantiate_node, positive_number, resolved_config, transfer_options,
 )
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import check_loss
 from coordcheck.frame import digest
 
 __all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "rules_of", "grid_size", "NOT_IN_ID"]
@@ -57,9 +57,7 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     parametrization = instantiate_node(cfg.parametrization, "parametrization")
     optimizer = instantiate_node(cfg.optimizer, "optimizer")
     data = check_data_source(instantiate_node(cfg.data, "data"))
-    loss = cfg.get("loss")
-    if loss not in (None, "model"):
-        raise CoordCheckError(f"loss must be null (cross-entropy) or model (the loss the model returns), got {loss!r}")
+    loss = check_loss(cfg.get("loss"))
     identity = TransferIdentity(
         config_id=digest(resolved_config(cfg, NOT_IN_ID)),
         model=short_name(cfg.model._target_, "coordcheck.models"),
