@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -16,12 +17,29 @@ from coordcheck.frame import atomic_write
 
 __all__ = ["md_escape", "num", "json_safe", "records", "write_json"]
 
-_MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_{}[]<>()#+-!|~"})
+# What Markdown (CommonMark + GitHub tables) would read as markup, and nothing else: text stays readable in a
+# terminal (``256-1024``, ``cpu (cpu)``, ``2.14.1+cu130``, ``lm_head``) and renders as it reads.
+_MD_INLINE = re.compile(r"""
+      [\\`*|<~]                       # an escape, code, emphasis, a table cell's end, HTML or an autolink, strikethrough
+    | (?<![^\W_])_ | _(?![^\W_])      # an _ that can open or close emphasis: not between two letters or digits
+    | \](?=\()                         # ](: an inline link or image
+    | &(?=\#?\w+;)                     # an entity (&lt;)
+""", re.VERBOSE)
+# ... and at the start of a list item: a heading, a block quote, a list marker
+_MD_LEADING = re.compile(r"^(?:\#{1,6}(?=\s|$)|>|[-+](?=\s|$)|\d{1,9}(?=[.)](?:\s|$)))")
 
 
 def md_escape(text: object) -> str:
-    """Escape text (module names, errors) for a Markdown table cell: no markup, no HTML, one line."""
-    return " ".join(str(text).split()).translate(_MD_SPECIAL)
+    """``text`` (module names, errors, reasons) as one line of Markdown that renders as it reads, also in a table
+    cell or at the start of a list item: a backslash before the characters that would start markup there
+    (``|``, backticks, ``*``, ``_`` at a word's edge, ``<``, ``~``, ``](``, ``&name;``; a leading ``#``, ``>``,
+    ``-``, ``+`` or ``1.``), and nowhere else."""
+    line = " ".join(str(text).split())
+    line = _MD_INLINE.sub(lambda m: "\\" + m.group(), line)
+    m = _MD_LEADING.match(line)
+    if m:  # "1." -> "1\.", "#" -> "\#"
+        line = (m.group() + "\\" + line[m.end():]) if m.group()[0].isdigit() else "\\" + line
+    return line
 
 
 def num(x: object, fmt: str = "{:+.2f}") -> str:

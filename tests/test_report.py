@@ -1,6 +1,7 @@
 """The report command on sweep directories built from synthetic job frames."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -82,7 +83,9 @@ def test_module_names_are_escaped_in_markdown(tmp_path):
     sweep = _sweep(tmp_path, frame)
     main([str(sweep), "--no-figures"])
     md = (sweep / "report" / "report.md").read_text()
-    assert "<script>" not in md and md_escape(evil) in md
+    assert re.search(r"(?<!\\)<", md) is None and md_escape(evil) in md  # no HTML: every < is escaped
+    row = next(line for line in md.splitlines() if line.startswith("| ") and "script" in line)
+    assert row.count("|") - row.count("\\|") == 9  # the | in the name does not split the 8-column row
 
 
 def test_bad_sweep_dirs_are_one_line_errors(tmp_path, capsys):

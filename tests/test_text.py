@@ -5,15 +5,64 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from coordcheck.text import json_safe, md_escape, num, records, write_json
 
 
 def test_md_escape_leaves_no_markup_and_one_line():
     assert md_escape("a|b\nc") == "a\\|b c"
-    assert md_escape("blocks.0|<script>") == "blocks.0\\|\\<script\\>"
-    assert md_escape("`x`*_[y](z)") == "\\`x\\`\\*\\_\\[y\\]\\(z\\)"
+    assert md_escape("blocks.0|<script>") == "blocks.0\\|\\<script>"
+    assert md_escape("`x`*_[y](z)") == "\\`x\\`\\*\\_[y\\](z)"
     assert md_escape(3) == "3" and md_escape("  two   spaces \t") == "two spaces"
+
+
+@pytest.mark.parametrize("text", ["256-1024", "cpu (cpu), torch 2.14.1+cu130, fp32", "blocks.0.attn.c_q",
+                                  "lm_head", "layers.0.attention.(sdpa)", "20 module(s) violate muP; slope +2.03",
+                                  "-0.35", "a > b", "#3", "widths [128, 256]", "x.detach()!"])
+def test_md_escape_leaves_what_markdown_reads_as_text_alone(text):
+    assert md_escape(text) == text  # readable in a terminal: no escape that Markdown does not need
+
+
+@pytest.mark.parametrize("text, escaped", [
+    ("_orig_mod.h.0", "\\_orig_mod.h.0"), ("x_ and _y", "x\\_ and \\_y"), ("a*b*c", "a\\*b\\*c"),
+    ("[x](http://e)", "[x\\](http://e)"), ("&lt;b&gt;", "\\&lt;b\\&gt;"), ("~~gone~~", "\\~\\~gone\\~\\~"),
+    ("# title", "\\# title"), ("> quote", "\\> quote"), ("- item", "\\- item"), ("1. first", "1\\. first"),
+    ("C:\\temp", "C:\\\\temp"),
+])
+def test_md_escape_escapes_what_would_start_markup(text, escaped):
+    assert md_escape(text) == escaped
+
+
+_PUNCT = r"""!"#$%&'()*+,-./:;<=>?@[\]^_`{|}~"""
+
+
+def _unescape(md: str) -> str:
+    """What CommonMark shows for text with backslash escapes only: a backslash before ASCII punctuation drops."""
+    out, i = [], 0
+    while i < len(md):
+        if md[i] == "\\" and i + 1 < len(md) and md[i + 1] in _PUNCT:
+            i += 1
+        out.append(md[i])
+        i += 1
+    return "".join(out)
+
+
+@given(st.text(alphabet=st.sampled_from("ab_1 .|*`<>[]()&;#-+~\\!"), max_size=30))
+def test_md_escape_round_trips_and_keeps_table_cells_apart(text):
+    md = md_escape(text)
+    assert _unescape(md) == " ".join(text.split())  # renders as the text reads
+    assert _cell_ends(f"| {md} | x |") == 3  # a | inside the text never ends its cell
+
+
+def _cell_ends(row: str) -> int:
+    """The |s that split a GitHub table row: a backslash takes the next character with it."""
+    n, i = 0, 0
+    while i < len(row):
+        n += row[i] == "|"
+        i += 2 if row[i] == "\\" else 1
+    return n
 
 
 @pytest.mark.parametrize("x, text", [(0.123, "+0.12"), (-1, "-1.00"), (np.float32(2.5), "+2.50"), ("0.5", "+0.50"),

@@ -16,7 +16,7 @@ def test_report_files_diagnoses_first_and_nan_as_null(tmp_path):
     frame = gradflow_once(DeepMLP(32, detach_at=2), BATCH)
     diagnoses = diagnose(frame)
     md = write_gradflow_report(frame, diagnoses, tmp_path).read_text()
-    assert md.startswith("# Gradient flow\n\n**Status: ERROR**") and md.index("broken\\_graph") < md.index("## Layers")
+    assert md.startswith("# Gradient flow\n\n**Status: ERROR**") and md.index("broken_graph") < md.index("## Layers")
     text = (tmp_path / "gradflow.json").read_text()
     payload = json.loads(text)
     assert "NaN" not in text and payload["status"] == "error" and payload["exit_code"] == 1
