@@ -3,8 +3,9 @@
 Stage: report. Input: a sweep directory (job frames on disk, any launcher) or a tidy frame
 (Python API). Output, in ``SWEEP_DIR/report/``: ``combined.parquet`` (all job frames),
 ``slopes.parquet`` + ``slopes.csv``, ``verdict.csv`` (judged series), the figures
-(``coord_check``, ``slopes``, ``loss``; PDF + PNG), ``report.md`` (verdict first) and
-``report.json`` (schema below). Every file is written atomically; re-running is safe.
+(``coord_check``, ``slopes``, ``loss``; PDF + PNG), ``report.md`` (verdict first),
+``report.json`` (schema below) and ``config.yaml`` (the sweep's resolved config, linked from
+``report.md``; when known). Every file is written atomically; re-running is safe.
 Never imports torch.
 
 ``report.json`` (``"schema": "coordcheck.report/1"``)::
@@ -62,6 +63,7 @@ __all__ = ["Report", "build_report", "write_report", "report_sweep", "main", "EX
 SCHEMA = "coordcheck.report/1"
 REPORT_DIR = "report"
 ERROR_NAME = "error.txt"  # SWEEP_DIR/report/error.txt: why the end of a sweep left no report
+CONFIG_NAME = "config.yaml"  # SWEEP_DIR/report/config.yaml: the sweep's resolved config, linked from report.md
 @dataclass
 class Report:
     """A judged sweep: the verdict plus what the report files are made of."""
@@ -190,22 +192,40 @@ class Report:
             for name, path in self.figures.items():
                 if path.endswith(".png"):
                     lines += [f"![{name}]({path})", ""]
-        lines += ["", "## How this was run", ""]
-        lines += [f"- {environment_line(e)}" for e in self.environment]
-        for c in v.configs.itertuples() if len(v.models) else []:  # the model each width built (rule 9)
-            built = v.models[v.models["config_id"] == c.config_id]
-            if len(built):
-                lines.append(f"- {c.parametrization + ': ' if len(v.configs) > 1 else ''}{models_line(built)}")
-        if self.environment or len(v.models):
-            lines.append("")
-        if self.command:
-            lines += ["```", self.command, "```", ""]
-        if self.config:
-            lines += ["```yaml", self.config.rstrip(), "```", ""]
+        built = []  # the model each width built (rule 9)
+        for c in v.configs.itertuples() if len(v.models) else []:
+            rows = v.models[v.models["config_id"] == c.config_id]
+            if len(rows):
+                built.append(f"{c.parametrization + ': ' if len(v.configs) > 1 else ''}{models_line(rows)}")
+        lines += run_lines(self.environment, self.command, self.config, more=built)
         return "\n".join(lines) + "\n"
 
 
 ENVIRONMENT_KEYS = ("device", "device_name", "torch", "cuda", "precision")
+
+
+def run_lines(environment: list[dict], command: str | None, config: str | None, more: list[str] = ()) -> list[str]:
+    """The report's last section, "How this was run": where the jobs ran, ``more`` facts (Markdown list items, such
+    as the parameters by width), a link to the resolved config (:data:`CONFIG_NAME` beside the report,
+    :func:`write_config`: too long to read inline) and the command."""
+    lines = ["", "## How this was run", ""]
+    lines += [f"- {environment_line(e)}" for e in environment] + [f"- {m}" for m in more]
+    if config:
+        lines.append(f"- resolved config: [{CONFIG_NAME}]({CONFIG_NAME})")
+    if environment or more or config:
+        lines.append("")
+    if command:
+        lines += ["```", command, "```", ""]
+    return lines
+
+
+def write_config(out: Path, config: str | None) -> None:
+    """The resolved config as :data:`CONFIG_NAME` in ``out``, atomically; without one, none (an older one is
+    removed: it would describe another run)."""
+    if config:
+        atomic_write(out / CONFIG_NAME, lambda p: p.write_text(config.rstrip() + "\n"))
+    else:
+        (out / CONFIG_NAME).unlink(missing_ok=True)
 
 
 def environment_line(e: dict) -> str:
@@ -265,6 +285,7 @@ def write_report(
     if figures:
         report.figures = _write_figures(report, out, steps, size, layout)
     write_json(out / "report.json", report.payload(), allow_nan=False)
+    write_config(out, report.config)
     md = report.markdown()
     return atomic_write(out / "report.md", lambda p: p.write_text(md))
 

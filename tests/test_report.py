@@ -129,3 +129,21 @@ def test_a_sweep_whose_widths_built_the_same_model_fails_with_the_evidence(tmp_p
     md = (sweep / "report" / "report.md").read_text()
     assert md_escape(reason) in md
     assert "parameters by width: 64: 1930, 128: 1930 (same model as 64), 256: 1930 (same model as 64)" in md
+
+
+def test_the_resolved_config_is_a_file_beside_the_report_not_a_dump_inside_it(tmp_path):
+    sweep = _sweep(tmp_path, make_frame(HEALTHY))
+    config = "hydra:\n  overrides:\n    task:\n    - width=64,128,256,512\n" + "".join(
+        f"key_{i}: {i}\n" for i in range(230))  # as long as the GPT sweep's multirun.yaml
+    (sweep / "multirun.yaml").write_text(config)
+    main([str(sweep), "--no-figures"])
+    report = sweep / "report"
+    assert (report / "config.yaml").read_text() == config
+    md = (report / "report.md").read_text()
+    assert "- resolved config: [config.yaml](config.yaml)" in md and "key_0" not in md and "```yaml" not in md
+    assert "python -m coordcheck width=64,128,256,512 --multirun" in md
+    assert len(md.splitlines()) <= 60  # the verdict, 4 modules and how it was run; the config alone is 234 lines
+    assert not list(report.glob("*.tmp"))
+    (sweep / "multirun.yaml").unlink()  # a report without a known config: no link, and no config.yaml of another run
+    main([str(sweep), "--no-figures"])
+    assert not (report / "config.yaml").exists() and "config.yaml" not in (report / "report.md").read_text()

@@ -5,8 +5,9 @@ directory (each job's ``transfer.parquet``, any launcher) or a loss frame (Pytho
 in ``SWEEP_DIR/report/``: ``losses.parquet`` (every job's frame), ``curves.csv`` (held-out loss
 per width and lr), ``optima.csv``, ``shifts.csv``, the figures ``transfer`` (loss against log2
 lr, a line per width, a panel per parametrization, the fitted optima marked) and ``optimum``
-(optimum against width), PDF + PNG, ``transfer.md`` (verdict first) and ``transfer.json``.
-Every file is written atomically. Never imports torch.
+(optimum against width), PDF + PNG, ``transfer.md`` (verdict first), ``transfer.json`` and
+``config.yaml`` (the resolved config, linked from ``transfer.md``; when known). Every file is
+written atomically. Never imports torch.
 
 ``transfer.json`` (``"schema": "coordcheck.transfer/1"``)::
 
@@ -48,7 +49,7 @@ import pandas as pd
 
 from coordcheck.errors import EXIT, CoordCheckError
 from coordcheck.frame import atomic_write
-from coordcheck.report import REPORT_DIR, environment_line, environments
+from coordcheck.report import REPORT_DIR, environments, run_lines, write_config
 from coordcheck.sweep import JobProblem, aggregate, job_facts, sweep_config
 from coordcheck.text import md_escape, num, records, write_json
 from coordcheck.transfer import frame as transfer_frame
@@ -190,12 +191,7 @@ class TransferReport:
             lines += ["", "## Figures", ""]
             lines += [f"- {md_escape(n)}" for n in self.notes]
             lines += [f"![{name}]({path})\n" for name, path in self.figures.items() if path.endswith(".png")]
-        lines += ["", "## How this was run", ""]
-        lines += [f"- {environment_line(e)}" for e in self.environment] + ([""] if self.environment else [])
-        if self.command:
-            lines += ["```", self.command, "```", ""]
-        if self.config:
-            lines += ["```yaml", self.config.rstrip(), "```", ""]
+        lines += run_lines(self.environment, self.command, self.config)
         return "\n".join(lines) + "\n"
 
 
@@ -230,6 +226,7 @@ def write_transfer_report(report: TransferReport, out_dir: str | Path, *, figure
     if figures:
         report.figures = _write_figures(report, out, size)
     write_json(out / "transfer.json", report.payload(), allow_nan=False)
+    write_config(out, report.config)
     md = report.markdown()
     return atomic_write(out / "transfer.md", lambda p: p.write_text(md))
 
