@@ -81,10 +81,9 @@ class CoordCheckResult:
         ``"guide"``: a panel per kind of activation, a line per step. The verdict is the title.
         """
         from coordcheck.plot import plot_coords
+        from coordcheck.report import coord_figure_options
 
-        v = self.verdict
-        defaults = {"stat": self.rules.stat, "title": v.title,
-                    **({"highlight": v.worst_modules()} if layout == "grid" else {})}
+        defaults = coord_figure_options(self.verdict, row=str(kwargs.get("row", "parametrization")), layout=layout)
         return plot_coords(self.frame, path, layout=layout, **{**defaults, **kwargs})
 
 

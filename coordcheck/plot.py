@@ -90,6 +90,7 @@ ROLE_STYLE = {
 }
 HIGHLIGHT_COLOURS = ("#d62728", "#ff7f0e", "#000000", "#e377c2", "#8c564b", "#17becf")  # off viridis
 HIGHLIGHT_WIDTH = 2.2
+NOT_JUDGED_FACE = "0.93"  # panels of steps after the judged window (the loss turned unstable)
 
 # layout="guide": panels in this order (see activation_kind), one line per step
 KINDS = ("embedding", "attention logits", "attention output", "MLP output", "hidden", "output logits")
@@ -111,20 +112,23 @@ def plot_coords(
     path: str | Path | None = None,
     *,
     stat: str = "std",
-    tensor: str = "out",
+    tensor: str | Sequence[str] = "out",
     steps: Sequence[int] | None = None,
     row: str = "parametrization",
     size: Size = "paper",
     layout: Layout = "grid",
     title: str | None = None,
     highlight: Sequence[str] = (),
+    include_steps: Sequence[int] = (),
+    window_end: dict | None = None,
 ) -> Figure:
     """The coordinate-check figure: ``stat`` of the activations against width.
 
     Reads the columns ``width``, ``step``, ``seed``, ``module``, ``layer_index``,
     ``role``, ``call_order``, ``tensor``, ``stat``, ``value`` and ``row`` of a tidy frame.
     Rows of panels are the levels of ``row`` (``parametrization`` by default; ``tensor``
-    shows every tensor and ignores the ``tensor`` argument). In every panel x is ``width``
+    shows every tensor and ignores the ``tensor`` argument), and, when ``tensor`` names
+    several tensors (``["out", "delta"]``), each level once per tensor. In every panel x is ``width``
     on a log2 axis labelled with the widths present and y is ``value`` on a log axis,
     averaged over seeds in log space (a geometric mean) with the seed min-max as a band.
     Values that are not finite and positive are left out (a panel with none stays empty,
@@ -132,7 +136,7 @@ def plot_coords(
     every line is flat in width; a line that rises with width is a blow-up.
 
     ``layout="grid"``: columns are ``steps`` (default: up to four steps spread over the
-    recorded ones, always the first and the last), one line per module, coloured by
+    judged ones, always the first and the last, see below), one line per module, coloured by
     ``layer_index`` (dark = shallow), with the marker and dash pattern of its ``role``
     (:data:`ROLE_STYLE`: input squares, hidden circles, attention triangles dashed, norm
     diamonds dotted, output stars dash-dotted). The modules named in ``highlight`` (e.g.
@@ -148,6 +152,13 @@ def plot_coords(
     geometric mean of ``value`` for each (width, seed, step), then the seeds are averaged
     in log space as in the grid. ``highlight`` does not apply.
 
+    Default steps (``steps=None``) show the verdict's evidence: ``window_end`` maps a level
+    of ``row`` to the last step its verdict judged (training turned unstable after it);
+    the spread is taken over the steps up to the latest of them, the last recorded step is
+    added when it lies beyond (on grey, "not judged", in the grid), and ``include_steps`` (e.g.
+    the step of each configuration's worst series) are always shown. Given ``steps`` are
+    shown as they are.
+
     ``title`` (e.g. "muP coordinate check — PASS") becomes the figure's suptitle, above
     the panels. Each row level must hold one configuration (one ``config_id``); filter
     the frame or facet by the varying column otherwise. Loss rows are ignored.
@@ -157,28 +168,56 @@ def plot_coords(
     frame = conform(frame)
     frame = frame[frame["tensor"] != "loss"]
     _check_column(frame, row, "row")
+    tensors = [tensor] if isinstance(tensor, str) else list(dict.fromkeys(tensor))
     data = frame[frame["stat"] == stat]
     if row != "tensor":
-        data = data[data["tensor"] == tensor]
+        data = data[data["tensor"].isin(tensors)]
     if data.empty:
-        raise ValueError(_nothing_left(frame, stat=stat, tensor=None if row == "tensor" else tensor))
+        raise ValueError(_nothing_left(frame, stat=stat, tensor=None if row == "tensor" else ", ".join(tensors)))
     _check_one_config(data, by=[row], what=f"row={row!r}")
 
     recorded = np.sort(data["step"].unique())
     n_steps = MAX_COLUMNS if layout == "grid" else MAX_GUIDE_STEPS
-    steps = _pick_steps(recorded, n_steps) if steps is None else _check_steps(steps, recorded)
+    judged_until = max(window_end.values()) if window_end else None
+    if steps is None:
+        steps = _default_steps(recorded, n_steps, judged_until, include_steps)
+    else:
+        steps = _check_steps(steps, recorded)
+        judged_until = None  # steps chosen by hand: titled as they are
     data = data[data["step"].isin(steps)]
-    row_order = sorted(data[row].unique(), key=_tensor_rank if row == "tensor" else None)
+    levels = sorted(data[row].unique(), key=_tensor_rank if row == "tensor" else None)
     data = data.assign(value=data["value"].abs()) if stat == "mean" else data
     magnitude = "|mean|" if stat == "mean" else stat
-    ylabels = [f"{magnitude} of {level if row == 'tensor' else tensor}" for level in row_order]
-    if row != "tensor" and len(row_order) > 1:
-        ylabels = [f"{level}\n{label}" for level, label in zip(row_order, ylabels)]
+    if row == "tensor" or len(tensors) == 1:
+        row_order = levels
+        ylabels = [f"{magnitude} of {level if row == 'tensor' else tensors[0]}" for level in levels]
+    else:  # a row per (level, tensor): the tensors of one level next to each other
+        row, panels = _PANEL_ROW, data[row].astype(str) + " · " + data["tensor"]
+        data = data.assign(**{row: panels})
+        row_order = [f"{level} · {t}" for level in levels for t in sorted(tensors, key=_tensor_rank)
+                     if f"{level} · {t}" in set(panels)]
+        ylabels = [f"{magnitude} of {label.rsplit(' · ', 1)[1]}" for label in row_order]
+        levels = [label.rsplit(" · ", 1)[0] for label in row_order]
+    if row != "tensor" and len(set(levels)) > 1:
+        ylabels = [f"{level}\n{label}" for level, label in zip(levels, ylabels)]
     draw = _coord_grid if layout == "grid" else _coord_guide
     fig = draw(data, steps=list(steps), row=row, row_order=row_order, size=size, ylabels=ylabels,
-               highlight=list(highlight), title=title)
+               highlight=list(highlight), title=title, judged_until=judged_until)
     save_figure(fig, path)
     return fig
+
+
+_PANEL_ROW = "(panel)"  # the row of panels when it holds one level of ``row`` and one tensor
+
+
+def _default_steps(recorded: np.ndarray, n: int, judged_until: int | None, include: Sequence[int]) -> list[int]:
+    """Up to ``n`` steps spread over the judged ones (all when ``judged_until`` is None), the last recorded step
+    when it lies beyond them, and every recorded step of ``include``."""
+    judged = recorded if judged_until is None else recorded[recorded <= judged_until]
+    shown = set(_pick_steps(judged if len(judged) else recorded, n))
+    if len(judged) < len(recorded):
+        shown.add(int(recorded[-1]))
+    return sorted(shown | ({int(s) for s in include} & set(recorded.tolist())))
 
 
 def activation_kind(module: str, role: str) -> str | None:
@@ -220,8 +259,9 @@ def _sub_block(module: str) -> tuple[str, str]:
 
 
 def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: list, size: Size,
-                ylabels: list[str], highlight: list[str], title: str | None) -> Figure:
-    """Panels (row level, step); one line per module: colour = layer index, style = role."""
+                ylabels: list[str], highlight: list[str], title: str | None, judged_until: int | None) -> Figure:
+    """Panels (row level, step); one line per module: colour = layer index, style = role; the steps after
+    ``judged_until`` titled "not judged"."""
     widths = np.sort(data["width"].unique())
     modules = _module_order(data)
     modules["role"] = modules["module"].map(data.drop_duplicates("module").set_index("module")["role"])
@@ -262,6 +302,11 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
             )
         g.set_titles(col_template="step {col_name}", row_template="")  # the row is named in the y label
         _finish_facets(g, widths, ylabels, title)
+        for ax, step in zip(g.axes.flat, steps * len(row_order)):  # after the window: grey, "not judged"
+            if judged_until is not None and step > judged_until:
+                ax.set_facecolor(NOT_JUDGED_FACE)
+                ax.text(0.5, 0.96, "not judged", transform=ax.transAxes, ha="center", va="top", color="0.3",
+                        fontsize="x-small", zorder=5, bbox={"facecolor": NOT_JUDGED_FACE, "edgecolor": "none", "pad": 1})
         shown = modules if many else modules[~modules["module"].isin(picked)]  # highlighted: own legend
         handles, legend_title = _layer_legend(shown, colours, styled)
         legends = [add_legend(g.figure, handles, legend_title)]
@@ -298,7 +343,7 @@ def _lineplot_subset(*args, keep: list[str], data: pd.DataFrame, **kwargs) -> No
 
 
 def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: list, size: Size,
-                 ylabels: list[str], highlight: list[str], title: str | None) -> Figure:
+                 ylabels: list[str], highlight: list[str], title: str | None, judged_until: int | None) -> Figure:
     """Panels (row level, kind of activation); one line per step, modules pooled by geometric mean."""
     widths = np.sort(data["width"].unique())
     data = data.assign(kind=_kinds(data, row))
@@ -790,8 +835,8 @@ def _fit_titles(axes: Sequence, min_pt: float = 7.0) -> None:
     renderer = fig.canvas.get_renderer()
     titles = [ax.title for ax in axes]
     pt = titles[0].get_fontsize()
-    half = [renderer.get_text_width_height_descent(t.get_text(), t.get_fontproperties(), ismath=False)[0] / 2
-            for t in titles]
+    half = [max(renderer.get_text_width_height_descent(line, t.get_fontproperties(), ismath=False)[0]
+                for line in t.get_text().split("\n")) / 2 for t in titles]  # the widest line of each
     centres = [(ax.get_position().x0 + ax.get_position().x1) / 2 * fig.get_figwidth() * fig.dpi for ax in axes]
     pad = 2.0 * pt / 72 * fig.dpi  # two characters between titles
     scale = min((c1 - c0 - pad) / (h0 + h1) for c0, c1, h0, h1 in zip(centres, centres[1:], half, half[1:]))

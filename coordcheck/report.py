@@ -58,7 +58,7 @@ from coordcheck.sweep import JobProblem, Sweep, aggregate, job_facts, sweep_conf
 from coordcheck.text import md_escape, num, records, write_json
 from coordcheck.verdict import Rules, Verdict, judge
 
-__all__ = ["Report", "build_report", "write_report", "report_sweep", "main", "EXIT"]
+__all__ = ["Report", "build_report", "write_report", "report_sweep", "coord_figure_options", "main", "EXIT"]
 
 SCHEMA = "coordcheck.report/1"
 REPORT_DIR = "report"
@@ -290,6 +290,25 @@ def write_report(
     return atomic_write(out / "report.md", lambda p: p.write_text(md))
 
 
+def coord_figure_options(verdict: Verdict, *, row: str = "parametrization", layout: str = "grid") -> dict[str, Any]:
+    """The coord-check figure's defaults (keywords of :func:`coordcheck.plot.plot_coords`) that show the verdict's
+    evidence: its statistic and title; the step and tensor of each configuration's worst series (a failing
+    ``delta`` gets rows of its own below ``out``; the step is always a column); each configuration's judged window
+    (``window_end``, by level of ``row``); in the grid layout the worst modules drawn thick."""
+    worst = verdict.worst(len(verdict.series)).drop_duplicates("config_id")  # each configuration's worst series
+    configs = verdict.configs
+    ends = (dict(zip(configs[row], configs["window_end"].astype(int)))
+            if len(configs) and row in configs and configs[row].is_unique else None)
+    return {
+        "stat": verdict.rules.stat,
+        "title": verdict.title,
+        "tensor": ["out", *sorted(set(worst["tensor"]) - {"out"})],
+        "include_steps": sorted({int(s) for s in worst["step"]}),
+        "window_end": ends,
+        **({"highlight": verdict.worst_modules()} if layout == "grid" else {}),
+    }
+
+
 def _write_figures(
     report: Report, out: Path, steps: list[int] | None, size: str, layout: str = "grid",
 ) -> dict[str, str]:
@@ -305,12 +324,12 @@ def _write_figures(
     configs = report.verdict.configs
     ends = dict(zip(configs["parametrization"], configs["window_end"].astype(int))) if len(configs) else None
     v = report.verdict
-    title, worst = v.title, v.worst_modules()  # the worst are drawn thick and named in the grid layout
+    shown = coord_figure_options(v, row=row, layout=layout)
     jobs = {
-        "coord_check": lambda: plot.plot_coords(frame, out / "coord_check", stat=stat, steps=steps, row=row, size=size,
-                                                layout=layout, title=title, highlight=worst),
+        "coord_check": lambda: plot.plot_coords(frame, out / "coord_check", steps=steps, row=row, size=size,
+                                                layout=layout, **shown),
         "slopes": lambda: plot.plot_slopes(report.slopes, out / "slopes", stat=stat, size=size, window_end=ends,
-                                           title=title),
+                                           title=v.title),
         "loss": lambda: plot.plot_loss(frame, out / "loss", size=size),
     }
     figures = {}

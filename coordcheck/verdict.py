@@ -199,8 +199,17 @@ class Verdict:
 
     @property
     def title(self) -> str:
-        """The figures' title: the verdict at a glance."""
-        return f"muP coordinate check — {self.status.upper()}"
+        """The figures' title: the verdict at a glance, naming what was judged — "coordinate check
+        (parametrization=sp) — FAIL", or with several configurations each by what varies between them:
+        "coordinate check — FAIL (parametrization=mup: PASS, parametrization=sp: FAIL)"."""
+        c = self.configs
+        varying = [k for k in ("parametrization", "optimizer", "lr", "data", "model") if k in c and c[k].nunique() > 1]
+        if len(c) <= 1 or not varying:
+            what = f" (parametrization={c['parametrization'].iloc[0]})" if len(c) and "parametrization" in c else ""
+            return f"coordinate check{what} — {self.status.upper()}"
+        parts = [", ".join(f"{k}={row[k]:g}" if k == "lr" else f"{k}={row[k]}" for k in varying)
+                 + f": {row['status'].upper()}" for _, row in c.iterrows()]
+        return f"coordinate check — {self.status.upper()} ({'; '.join(parts)})"
 
     def worst_modules(self, n: int = 4) -> list[str]:
         """The ``n`` modules of the worst offending series (highlighted in the figures)."""
