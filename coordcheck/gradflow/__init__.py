@@ -15,9 +15,9 @@ from __future__ import annotations
 from importlib import import_module
 
 from coordcheck.gradflow.checks import (
-    ACT_GROWTH_PER_LAYER, ACT_GROWTH_TOTAL, BLOCKING, CHECKS, GRAD_TREND_DECADES, HEALTHY_RATIO, MAX_NAMES,
-    MIN_TREND_LAYERS, NAME_DECADES, SATURATION_FRAC, TREND_ROLES, Check, CheckSpec, Diagnosis, Finding, Severity,
-    Status, StepView, check, diagnose, exit_code, name_list, notes, status, step_views,
+    ACT_GROWTH_PER_LAYER, ACT_GROWTH_TOTAL, BLOCKING, CHECKS, GRAD_TREND_DECADES, MAX_NAMES, MIN_TREND_LAYERS,
+    NAME_DECADES, RATIO_NOT_JUDGED, SATURATION_FRAC, TREND_ROLES, Check, CheckSpec, Diagnosis, Finding, Severity,
+    Status, StepView, check, diagnose, exit_code, name_list, notes, status, step_views, zero_outputs,
 )
 from coordcheck.gradflow.plot import plot_gradflow
 from coordcheck.gradflow.report import layer_summary, markdown, payload, write_gradflow_report
@@ -34,9 +34,9 @@ __all__ = [
     "GradFlowProbe", "probe_training", "gradflow_once", "SATURATING",
     # checks
     "MIN_TREND_LAYERS", "TREND_ROLES", "GRAD_TREND_DECADES", "NAME_DECADES", "ACT_GROWTH_PER_LAYER",
-    "ACT_GROWTH_TOTAL", "SATURATION_FRAC", "HEALTHY_RATIO", "MAX_NAMES", "Severity", "Status", "Diagnosis", "Finding",
+    "ACT_GROWTH_TOTAL", "SATURATION_FRAC", "RATIO_NOT_JUDGED", "MAX_NAMES", "Severity", "Status", "Diagnosis", "Finding",
     "StepView", "Check", "CheckSpec", "CHECKS", "BLOCKING", "check", "name_list", "step_views", "diagnose", "notes",
-    "exit_code", "status",
+    "zero_outputs", "exit_code", "status",
     # report and plot
     "layer_summary", "payload", "markdown", "write_gradflow_report", "plot_gradflow",
     # app (the command)

@@ -47,9 +47,9 @@ from coordcheck.errors import EXIT
 from coordcheck.gradflow.schema import ACTIVATION_STATS, PARAM_STATS, UNUSED
 
 __all__ = ["MIN_TREND_LAYERS", "TREND_ROLES", "GRAD_TREND_DECADES", "NAME_DECADES", "ACT_GROWTH_PER_LAYER",
-           "ACT_GROWTH_TOTAL", "SATURATION_FRAC", "HEALTHY_RATIO", "MAX_NAMES", "Severity", "Status", "Diagnosis",
+           "ACT_GROWTH_TOTAL", "SATURATION_FRAC", "RATIO_NOT_JUDGED", "MAX_NAMES", "Severity", "Status", "Diagnosis",
            "Finding", "StepView", "Check", "CheckSpec", "CHECKS", "BLOCKING", "check", "name_list", "step_views",
-           "diagnose", "notes", "exit_code", "status"]
+           "diagnose", "notes", "zero_outputs", "exit_code", "status"]
 
 # -- thresholds -------------------------------------------------------------------------
 # Depth trends are fitted (least squares on log10 of per-layer medians) over at least this
@@ -74,9 +74,16 @@ ACT_GROWTH_TOTAL = 10.0
 # pre-activation variance (std 1/sqrt(fan_in)) under 1% of tanh outputs pass 0.99; at std
 # 3/sqrt(fan_in) about a third do, and their local derivative is < 0.02.
 SATURATION_FRAC = 0.2
-# The grad/param ratio band shaded in the figure: per-step relative updates of 1e-3..1e-1
-# are the usual healthy range for SGD-like steps (lr x ratio is the relative update).
-HEALTHY_RATIO = (1e-3, 1e-1)
+# The grad/param ratio ||g|| / ||p|| is shown (figure, layer table), never judged: no band of it is healthy across
+# optimizers and widths. Measured on the built-in GPT under muP with Adam at step 1 (after one update), with nothing
+# wrong: the embedding 2.1e-5 at width 256 and 5.2e-6 at 1024 (entries of std 1, so ||p|| = sqrt(numel); a gradient
+# only in the rows of the tokens in the batch), the hidden c_fc 9.9e-4 and 4.9e-4 (muP: it falls like 1/sqrt(width)),
+# LayerNorm gains 1.5e-4 (ones), the readout 0.27 (one step from zero); Adam's step does not scale with the gradient.
+RATIO_NOT_JUDGED = ("grad/param (‖grad‖ / ‖param‖) is shown, not judged: no band of it is healthy across optimizers "
+                    "and widths — Adam's step does not scale with the gradient, under muP the ratio changes with width "
+                    "by design, an embedding's entries are of order 1 and only the rows of the tokens in the batch get "
+                    "a gradient, and an exactly-zero weight (muP's readout and query at initialisation) has none; "
+                    "the depth trend of the hidden weights' grad RMS is judged instead")
 MAX_NAMES = 6  # names spelled out in a message; Diagnosis.names keeps them all
 
 Severity = Literal["error", "warning"]
@@ -462,8 +469,20 @@ def diagnose(frame: pd.DataFrame, *, learning: bool = True) -> list[Diagnosis]:
     return sorted(out, key=lambda d: d.severity != "error")  # stable: registry order within a severity
 
 
+def zero_outputs(v: StepView) -> pd.DataFrame:
+    """Modules whose every output is exactly zero by construction (rows of ``v.acts``): those with an exactly-zero
+    weight of their own (muP's readout at step 0, the query projection), and the attention scores of a block that
+    holds one (a zero query makes q k^T zero)."""
+    z = _zero_weights(v)
+    a = v.acts[v.acts["zero_frac"] == 1]
+    if z.empty or a.empty:
+        return a.iloc[:0]
+    blocks = {_parent(m) for m in z["module"]} - {""}
+    return a[a["module"].isin(set(z["module"])) | ((a["role"] == "attention") & a["module"].map(_parent).isin(blocks))]
+
+
 def notes(frame: pd.DataFrame) -> list[str]:
-    """Facts worth knowing that are not problems (a zero-initialised readout, no recorded forward)."""
+    """Facts worth knowing that are not problems (a zero-initialised readout, what it zeroes, no recorded forward)."""
     out = []
     for v in step_views(frame):
         tr = v.trainable
@@ -475,6 +494,16 @@ def notes(frame: pd.DataFrame) -> list[str]:
                 f"zero-initialises the readout and the attention query): the exactly-zero gradients of "
                 f"{len(zeros)} parameter(s) at or below them are expected at this step, not dead layers; a probe "
                 "step after an update shows the flow")
+        silent = zero_outputs(v)
+        if len(silent):
+            weights = _zero_weights(v)
+            grads = ", ".join(f"{n} {g:.3g}" for n, g in _deepest_first(weights)["grad_norm"].items())
+            layers = ", ".join(str(i) for i in sorted(set(silent["layer_index"])))
+            out.append(
+                f"step {v.step}: {name_list(_deepest_first(silent).index)} output only zeros (max zero frac 1.00 at "
+                f"layer(s) {layers}) because a weight of theirs or their block's is exactly zero: the zero readout "
+                f"or query, not a dead unit; it moves at the first update that gets a non-zero gradient (grad norm "
+                f"now: {grads})")
         if v.acts.empty and len(v.params):
             out.append(
                 f"step {v.step}: no forward was recorded, so there are no activation rows and no layer indices: "

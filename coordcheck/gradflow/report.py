@@ -18,7 +18,7 @@ Markdown (:func:`markdown`), and the files, written atomically (:func:`write_gra
     layers       [{step, layer_index, roles, n_params, grad_norm, grad_rms_median,
                    grad_param_ratio_median, grads_none, nonfinite, act_std_median,
                    act_absmax, zero_frac_max, sat_frac_max}]
-    thresholds   the constants of coordcheck.gradflow.checks
+    thresholds   the constants of coordcheck.gradflow.checks (grad/param has none: shown, not judged)
     figures      {name: relative path}
 
 NaN is written as ``null``.
@@ -35,7 +35,7 @@ import pandas as pd
 
 from coordcheck.frame import atomic_write
 from coordcheck.gradflow.checks import (
-    ACT_GROWTH_PER_LAYER, ACT_GROWTH_TOTAL, BLOCKING, GRAD_TREND_DECADES, HEALTHY_RATIO, MIN_TREND_LAYERS,
+    ACT_GROWTH_PER_LAYER, ACT_GROWTH_TOTAL, BLOCKING, GRAD_TREND_DECADES, MIN_TREND_LAYERS, RATIO_NOT_JUDGED,
     SATURATION_FRAC, Diagnosis, exit_code, name_list, notes, status, step_views,
 )
 from coordcheck.gradflow.plot import plot_gradflow
@@ -95,7 +95,7 @@ def payload(frame: pd.DataFrame, diagnoses: list[Diagnosis], figures: dict[str, 
         "thresholds": {
             "min_trend_layers": MIN_TREND_LAYERS, "grad_trend_decades": GRAD_TREND_DECADES,
             "act_growth_per_layer": ACT_GROWTH_PER_LAYER, "act_growth_total": ACT_GROWTH_TOTAL,
-            "saturation_frac": SATURATION_FRAC, "healthy_ratio": list(HEALTHY_RATIO),
+            "saturation_frac": SATURATION_FRAC,
         },
         "figures": figures or {},
     })
@@ -153,8 +153,8 @@ def markdown(frame: pd.DataFrame, diagnoses: list[Diagnosis], figures: dict[str,
               f"Depth trends: least-squares slope of log10(per-layer median) over >= {MIN_TREND_LAYERS} hidden layer "
               f"indices; vanishing/exploding at >= {GRAD_TREND_DECADES:g} decades of hidden-weight grad RMS across the "
               f"depth; activation blow-up at >= {ACT_GROWTH_PER_LAYER:g}x per layer and >= {ACT_GROWTH_TOTAL:g}x in "
-              f"total; saturation at >= {SATURATION_FRAC:.0%} of outputs; healthy grad/param band "
-              f"{HEALTHY_RATIO[0]:g}..{HEALTHY_RATIO[1]:g}. Blocking codes (exit 1): {', '.join(BLOCKING)}."]
+              f"total; saturation at >= {SATURATION_FRAC:.0%} of outputs. Blocking codes (exit 1): "
+              f"{', '.join(BLOCKING)}. {RATIO_NOT_JUDGED[:1].upper()}{RATIO_NOT_JUDGED[1:]}."]
     return "\n".join(lines) + "\n"
 
 
@@ -169,7 +169,7 @@ def write_gradflow_report(frame: pd.DataFrame, diagnoses: list[Diagnosis], out_d
     if figures and len(frame):
         import matplotlib.pyplot as plt
 
-        plt.close(plot_gradflow(frame, out / FIGURE_NAME))
+        plt.close(plot_gradflow(frame, out / FIGURE_NAME, diagnoses=diagnoses))
         written = {f"gradflow ({ext})": f"{FIGURE_NAME}.{ext}" for ext in ("png", "pdf")}
     write_json(out / JSON_NAME, payload(frame, diagnoses, written))
     md = markdown(frame, diagnoses, written)
