@@ -3,6 +3,7 @@
 import json
 import re
 
+import matplotlib
 import pandas as pd
 import pytest
 from synthetic import make_frame
@@ -147,3 +148,70 @@ def test_the_resolved_config_is_a_file_beside_the_report_not_a_dump_inside_it(tm
     (sweep / "multirun.yaml").unlink()  # a report without a known config: no link, and no config.yaml of another run
     main([str(sweep), "--no-figures"])
     assert not (report / "config.yaml").exists() and "config.yaml" not in (report / "report.md").read_text()
+
+
+def _sp_control(steps=11):
+    """An SP-like sweep: unstable from step 3 at the widest width (judged steps 0-2); only h1's delta fails, with slope
+    +1 at steps 1 and 2 (two steps: a persistent violation, not a transient)."""
+    loss = {512: [5.0, 4.0, 3.0] + [12.0] * (steps - 3)}
+    frame = make_frame(HEALTHY, steps=range(steps), loss=loss, identity={"parametrization": "sp"})
+    bad = (frame["module"] == "h1") & (frame["tensor"] == "delta") & frame["step"].isin([1, 2])
+    frame.loc[bad, "value"] *= frame.loc[bad, "width"]
+    return frame
+
+
+def test_the_figure_shows_the_failing_step_the_failing_tensor_and_the_judged_window(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from coordcheck.plot import NOT_JUDGED_FACE, plot_coords
+    from coordcheck.report import build_report, coord_figure_options
+
+    report = build_report(_sp_control())
+    v = report.verdict
+    worst = v.worst(1).iloc[0]
+    assert v.status == "fail" and worst["tensor"] == "delta" and int(v.configs["window_end"].iloc[0]) == 2
+    options = coord_figure_options(v)
+    assert options["tensor"] == ["out", "delta"] and int(worst["step"]) in options["include_steps"]
+    fig = plot_coords(report.frame, **options)
+    top = [ax.get_title() for ax in fig.axes[:5]]
+    assert top == ["step 0", "step 1", "step 2", "step 10", ""]  # the judged window, then the last step; one row each
+    assert [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()] == ["std of out", "std of delta"]
+    not_judged = [ax for ax in fig.axes if ax.get_facecolor()[:3] == matplotlib.colors.to_rgb(NOT_JUDGED_FACE)]
+    assert len(not_judged) == 2 and all("not judged" in [t.get_text() for t in ax.texts] for ax in not_judged)
+    plt.close(fig)
+
+
+def test_the_default_steps_of_a_clean_run_are_spread_over_every_step():
+    from coordcheck.plot import plot_coords
+    from coordcheck.report import build_report, coord_figure_options
+
+    report = build_report(make_frame(HEALTHY, steps=range(11)))
+    options = coord_figure_options(report.verdict)
+    assert report.verdict.status == "pass" and options["tensor"] == ["out"] and options["include_steps"] == []
+    fig = plot_coords(report.frame, **options)
+    assert [ax.get_title() for ax in fig.axes] == ["step 0", "step 3", "step 7", "step 10"]
+
+
+@pytest.mark.parametrize("parametrization, series, widths, status", [
+    ("sp", {**HEALTHY, ("h1", "hidden", "out"): 1.0}, (64, 128, 256, 512), "FAIL"),
+    ("mup", HEALTHY, (64, 128, 256, 512), "PASS"),
+    ("none", HEALTHY, (64, 128), "INCONCLUSIVE"),  # two widths: never a pass (rule 8)
+])
+def test_the_title_names_the_parametrization_and_its_verdict(parametrization, series, widths, status):
+    from coordcheck.report import build_report
+
+    v = build_report(make_frame(series, widths=widths, identity={"parametrization": parametrization})).verdict
+    assert v.title == f"coordinate check (parametrization={parametrization}) — {status}"
+
+
+def test_the_title_of_several_configurations_names_each(tmp_path):
+    from coordcheck.report import build_report
+
+    mup = make_frame(HEALTHY, identity={"config_id": "a", "parametrization": "mup"})
+    sp = make_frame({**HEALTHY, ("h1", "hidden", "out"): 1.0}, identity={"config_id": "b", "parametrization": "sp"})
+    v = build_report(pd.concat([mup, sp], ignore_index=True)).verdict
+    assert v.title == "coordinate check — FAIL (parametrization=mup: PASS; parametrization=sp: FAIL)"
+    lrs = [make_frame(HEALTHY, identity={"config_id": c, "lr": lr}) for c, lr in (("a", 0.01), ("b", 0.1))]
+    assert build_report(pd.concat(lrs, ignore_index=True)).verdict.title == \
+        "coordinate check — PASS (lr=0.01: PASS; lr=0.1: PASS)"
+
