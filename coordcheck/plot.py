@@ -155,11 +155,12 @@ def plot_coords(
     Default steps (``steps=None``) show the verdict's evidence: ``window_end`` maps a level
     of ``row`` to the last step its verdict judged (training turned unstable after it);
     the spread is taken over the steps up to the latest of them, the last recorded step is
-    added when it lies beyond (on grey, "not judged", in the grid), and ``include_steps`` (e.g.
-    the step of each configuration's worst series) are always shown. Given ``steps`` are
-    shown as they are.
+    added when it lies beyond (marked "not judged": a grey panel in the grid, in the step
+    legend of the guide), and ``include_steps`` (e.g. the step of each configuration's worst
+    series) are always shown. Given ``steps`` are shown as they are.
+    :func:`coordcheck.report.coord_figure_options` gives these from a verdict.
 
-    ``title`` (e.g. "muP coordinate check — PASS") becomes the figure's suptitle, above
+    ``title`` (e.g. "coordinate check (parametrization=mup) — PASS") becomes the figure's suptitle, above
     the panels. Each row level must hold one configuration (one ``config_id``); filter
     the frame or facet by the varying column otherwise. Loss rows are ignored.
     """
@@ -306,7 +307,8 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
             if judged_until is not None and step > judged_until:
                 ax.set_facecolor(NOT_JUDGED_FACE)
                 ax.text(0.5, 0.96, "not judged", transform=ax.transAxes, ha="center", va="top", color="0.3",
-                        fontsize="x-small", zorder=5, bbox={"facecolor": NOT_JUDGED_FACE, "edgecolor": "none", "pad": 1})
+                        fontsize="x-small", zorder=5,
+                        bbox={"facecolor": NOT_JUDGED_FACE, "edgecolor": "none", "pad": 1})
         shown = modules if many else modules[~modules["module"].isin(picked)]  # highlighted: own legend
         handles, legend_title = _layer_legend(shown, colours, styled)
         legends = [add_legend(g.figure, handles, legend_title)]
@@ -372,7 +374,9 @@ def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: l
         g.set_titles(col_template="{col_name}", row_template="")  # the row is named in the y label
         _finish_facets(g, widths, ylabels, title)
         drawn = set(pooled["step"]) or set(steps)  # no delta at step 0: no legend entry either
-        add_legend(g.figure, {str(s): legend_line(palette[s], "o") for s in steps if s in drawn}, "step")
+        late = judged_until is not None
+        add_legend(g.figure, {f"{s} (not judged)" if late and s > judged_until else str(s): legend_line(palette[s], "o")
+                              for s in steps if s in drawn}, "step")
     return g.figure
 
 

@@ -20,10 +20,10 @@ __all__ = ["md_escape", "num", "json_safe", "records", "write_json"]
 # What Markdown (CommonMark + GitHub tables) would read as markup, and nothing else: text stays readable in a
 # terminal (``256-1024``, ``cpu (cpu)``, ``2.14.1+cu130``, ``lm_head``) and renders as it reads.
 _MD_INLINE = re.compile(r"""
-      [\\`*|<~]                       # an escape, code, emphasis, a table cell's end, HTML or an autolink, strikethrough
-    | (?<![^\W_])_ | _(?![^\W_])      # an _ that can open or close emphasis: not between two letters or digits
-    | \](?=\()                         # ](: an inline link or image
-    | &(?=\#?\w+;)                     # an entity (&lt;)
+      [\\`*|<~]                 # an escape, code, emphasis, a table cell's end, HTML or an autolink, strikethrough
+    | (?<![^\W_])_ | _(?![^\W_])  # an _ that can open or close emphasis: not between two letters or digits
+    | \](?=\()                    # ](: an inline link or image
+    | &(?=\#?\w+;)                # an entity (&lt;)
 """, re.VERBOSE)
 # ... and at the start of a list item: a heading, a block quote, a list marker
 _MD_LEADING = re.compile(r"^(?:\#{1,6}(?=\s|$)|>|[-+](?=\s|$)|\d{1,9}(?=[.)](?:\s|$)))")

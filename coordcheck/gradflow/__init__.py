@@ -34,7 +34,8 @@ __all__ = [
     "GradFlowProbe", "probe_training", "gradflow_once", "SATURATING",
     # checks
     "MIN_TREND_LAYERS", "TREND_ROLES", "GRAD_TREND_DECADES", "NAME_DECADES", "ACT_GROWTH_PER_LAYER",
-    "ACT_GROWTH_TOTAL", "SATURATION_FRAC", "RATIO_NOT_JUDGED", "MAX_NAMES", "Severity", "Status", "Diagnosis", "Finding",
+    "ACT_GROWTH_TOTAL", "SATURATION_FRAC", "RATIO_NOT_JUDGED", "MAX_NAMES", "Severity", "Status", "Diagnosis",
+    "Finding",
     "StepView", "Check", "CheckSpec", "CHECKS", "BLOCKING", "check", "name_list", "step_views", "diagnose", "notes",
     "zero_outputs", "exit_code", "status",
     # report and plot
