@@ -201,7 +201,7 @@ class Verdict:
     def title(self) -> str:
         """The figures' title: the verdict at a glance, naming what was judged — "coordinate check
         (parametrization=sp) — FAIL", or with several configurations each by what varies between them:
-        "coordinate check — FAIL (parametrization=mup: PASS, parametrization=sp: FAIL)"."""
+        "coordinate check — FAIL (parametrization=mup: PASS; parametrization=sp: FAIL)"."""
         c = self.configs
         varying = [k for k in ("parametrization", "optimizer", "lr", "data", "model") if k in c and c[k].nunique() > 1]
         if len(c) <= 1 or not varying:
