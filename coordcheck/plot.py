@@ -492,8 +492,8 @@ def plot_slopes(
         every_step = math.ceil(len(steps) / max(1, int(panel_in / step_in)))
         fig, axes = plt.subplots(n_rows, n_cols, figsize=(width, height), squeeze=False,
                                  sharex=True, sharey=True, layout="constrained")
+        hatched = False
         for (par, ten), ax in zip(_facets(row_order, col_order), axes.flat):
-            last_row = ax.get_subplotspec().is_last_row()
             panel = data[(data["parametrization"] == par) & (data["tensor"] == ten)]
             grid = (panel.set_index(["layer_index", "module", "step"])["slope"]
                     .unstack("step")
@@ -509,12 +509,14 @@ def plot_slopes(
                 first = int(np.searchsorted(steps, end, side="right"))  # first column not judged
                 ax.axvspan(first, len(steps), facecolor="none", edgecolor="0.35", hatch="///", linewidth=0)
                 ax.axvline(first, color="0.15", linewidth=1.2)
-            hatched = end is not None and end < steps.max()
-            ax.set_xlabel(("step (hatched: after the loss turned unstable, not judged)" if hatched else "step")
-                          if last_row else "")
+            hatched = hatched or (end is not None and end < steps.max())
+            ax.set_xlabel("")
             ax.set_ylabel("")
             ax.tick_params(axis="y", rotation=0, labelsize=label_pt)
             ax.tick_params(axis="x", rotation=0)
+        # one label under all the panels: a long one under each would run into its neighbour's
+        fig.supxlabel("step (hatched: after the loss turned unstable, not judged)" if hatched else "step",
+                      fontsize=matplotlib.rcParams["axes.labelsize"])
         mappable = axes.flat[0].collections[0]
         fig.colorbar(mappable, ax=axes, extend="both", shrink=0.8, aspect=30,
                      label=f"slope of log2 {stat} vs log2 width\n(colour clipped at ±{SLOPE_CLIP:g})")

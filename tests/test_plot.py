@@ -471,3 +471,10 @@ def test_loss_drops_nonfinite_values():
 def test_plot_module_does_not_import_torch():
     code = "import sys, coordcheck.plot; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_slopes_hatched_window_is_labelled_once_under_all_panels():
+    fig = plot_slopes(fit_slopes(tidy(steps=range(6))), window_end={"sp": 2})
+    assert fig.get_supxlabel() == "step (hatched: after the loss turned unstable, not judged)"
+    assert {ax.get_xlabel() for ax in fig.axes[:-1]} == {""}  # none under a panel: they would run into each other
+    assert plot_slopes(fit_slopes(tidy())).get_supxlabel() == "step"
