@@ -13,7 +13,10 @@ import pandas as pd
 import pytest
 from synthetic import make_frame
 
+from coordcheck import coord_check
+from coordcheck.data import tokens
 from coordcheck.frame import read_frame, write_frame
+from coordcheck.testing import public_models as pm
 from coordcheck.verdict import head_dim_growth, judge
 
 SDPA = "layers.0.attention.(sdpa)"
@@ -107,3 +110,57 @@ def test_the_report_shows_the_note(tmp_path):
     write_report(report, tmp_path, figures=False)
     assert f"Note: {SDPA}: {FIXED}" in (tmp_path / "report.md").read_text().replace("\\", "")
     assert report.payload()["verdict_notes"] == report.verdict.notes
+
+
+# -- known answers: a muP LLaMA written the torchtitan / maester way ------------------------------------------------
+# Widths 64-256 with head_dim 32 (2-8 heads) show what widths 128-1024 with head_dim 128 show (the issue's run; both
+# measured in the issue note, with each case's margin over 5 seed sets); 2 seeds keep each case to a few seconds.
+TITAN_WIDTHS = [64, 128, 256]
+TITAN = dict(parametrization="none", data=tokens(batch_size=4, seq_len=32), lr=3e-3, base_width=64, seeds=2,
+             progress=False)
+
+
+def _titan(steps=10, **kw):
+    return coord_check(pm.titan_llama_builder, TITAN_WIDTHS, optimizer=pm.titan_mup_optimizer, steps=steps,
+                       **TITAN, **kw)
+
+
+def _step0_logits(result):
+    s = result.verdict.series
+    return s[s["module"].str.endswith("(sdpa)") & (s["tensor"] == "out") & (s["step"] == 0) & (s["stat"] == "std")]
+
+
+@pytest.mark.slow
+def test_titan_llama_with_a_fixed_head_dim_passes_and_says_why_step_0_is_not_the_sqrt_test():
+    r = _titan(head_dim=32)
+    assert r.passed, r.verdict.reason
+    hd = r.frame[r.frame["module"].str.endswith("(sdpa)")].groupby("width")["head_dim"].unique()
+    assert {w: list(d) for w, d in hd.items()} == {64: [32], 128: [32], 256: [32]}  # the capture saw every width
+    assert set(_step0_logits(r)["expect"]) == {"no_growth"}
+    assert r.verdict.notes == ["layers.0.attention.(sdpa), layers.1.attention.(sdpa): head dimension fixed at 32 "
+                               "across widths: the 1/d_head vs 1/sqrt(d_head) test needs a head dimension that grows "
+                               "with width; step 0 judged by the no-growth rule"]
+
+
+@pytest.mark.slow
+def test_titan_llama_with_a_fixed_head_dim_and_one_over_sqrt_head_dim_passes():
+    # 1/sqrt(head_dim) vs 1/head_dim is a constant factor (sqrt(32)) when head_dim does not change with width
+    r = _titan(head_dim=32, attn_scale="sqrt")
+    assert r.passed, r.verdict.reason
+
+
+def test_titan_llama_with_heads_fixed_and_one_over_sqrt_head_dim_fails_naming_the_logits():
+    r = _titan(steps=2, n_heads=2, attn_scale="sqrt")  # head_dim 32, 64, 128: the step-0 test applies
+    assert r.verdict.status == "fail"
+    bad = _step0_logits(r)
+    assert set(bad.loc[bad["status"] == "fail", "module"]) == {"layers.0.attention.(sdpa)",
+                                                                 "layers.1.attention.(sdpa)"}
+    assert set(bad["expect"]) == {"qk_init"} and not r.verdict.notes
+    assert "(sdpa)" in r.verdict.reason and "1/sqrt(d_head) instead of 1/d_head" in r.verdict.reason
+
+
+@pytest.mark.slow
+def test_titan_llama_with_heads_fixed_and_one_over_head_dim_passes():
+    r = _titan(n_heads=2)
+    assert r.passed, r.verdict.reason
+    assert set(_step0_logits(r)["expect"]) == {"qk_init"}  # judged by the shrink test, and shrinking
