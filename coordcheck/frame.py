@@ -35,7 +35,8 @@ column              dtype    meaning
                              last dimension of q, which q.k sums over, as the
                              probe saw it at this width (one value per module
                              and width, repeated on its rows); 0 on every
-                             other row
+                             other row. The verdict's step-0 1/d_head test
+                             applies only where it grows with width (rule 3)
 ``tensor``          str      ``out`` (module output), ``delta`` (output minus the
                              same module's step-0 output on the same batch),
                              ``loss``
