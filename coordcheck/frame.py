@@ -30,6 +30,13 @@ column              dtype    meaning
 ``call_order``      int64    position of the module's first call in the step-0
                              forward (0 = first); the largest is the model's
                              output; -1 for loss rows
+``head_dim``        int64    head dimension of captured attention logits
+                             (``(sdpa)``, ``(mha)``, their ``+mask`` forms): the
+                             last dimension of q, which q.k sums over, as the
+                             probe saw it at this width (one value per module
+                             and width, repeated on its rows); 0 on every
+                             other row. The verdict's step-0 1/d_head test
+                             applies only where it grows with width (rule 3)
 ``tensor``          str      ``out`` (module output), ``delta`` (output minus the
                              same module's step-0 output on the same batch),
                              ``loss``
@@ -37,6 +44,10 @@ column              dtype    meaning
                              ``value`` for loss rows
 ``value``           float64  the measurement (may be NaN or inf after divergence)
 ==================  =======  ====================================================
+
+Columns added after the first release (``FILLED``: ``head_dim``) are filled with their default
+(0: not recorded) when a frame lacks them or holds NaN there, so frames written before them, or
+built by hand, still read; the verdict then says what it could not judge without them.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ import pandas as pd
 __all__ = [
     "QK_LOGITS",
     "COLUMNS",
+    "FILLED",
     "STATS",
     "TENSORS",
     "ROLES",
@@ -92,10 +104,13 @@ COLUMNS: dict[str, str] = {
     "layer_index": "int64",
     "role": "str",
     "call_order": "int64",
+    "head_dim": "int64",
     "tensor": "str",
     "stat": "str",
     "value": "float64",
 }
+# Columns added after the first release -> the value that fills them in a frame without them (0: not recorded).
+FILLED: dict[str, object] = {"head_dim": 0}
 
 
 class FrameError(ValueError):
@@ -114,7 +129,11 @@ def empty_frame(columns: dict[str, str] = COLUMNS) -> pd.DataFrame:
 def conform(df: pd.DataFrame, source: str = "frame", columns: dict[str, str] = COLUMNS,
             what: str = "coordcheck frame") -> pd.DataFrame:
     """Check the schema (``columns``) and cast to its dtypes; raise FrameError naming what is wrong.
-    Extra columns follow the schema's. ``columns`` and ``what``: another frame's schema (the loss frame)."""
+    Extra columns follow the schema's. ``columns`` and ``what``: another frame's schema (the loss frame).
+    A column of ``FILLED`` that the schema has is filled with its default where missing or NaN."""
+    fill = {c: v for c, v in FILLED.items() if c in columns and (c not in df.columns or df[c].isna().any())}
+    if fill:
+        df = df.assign(**{c: df[c].fillna(v) if c in df.columns else v for c, v in fill.items()})
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise FrameError(f"{source}: not a {what}, missing columns {missing}")

@@ -28,6 +28,11 @@ plus a suffix, with role ``attention``:
 * ``nn.MultiheadAttention`` (``F.multi_head_attention_forward``) -> ``<module>.(mha)``:
   ``q k^T / sqrt(d_head)`` from its own input projections (``key_padding_mask`` ignored;
   ``(mha+mask)`` with a float ``attn_mask``).
+* The **head dimension** of each ``(sdpa)`` / ``(mha)`` capture (q's last dimension, which
+  q.k sums over; ``E // num_heads`` for ``(mha)``) is kept per name (the first call's) in
+  ``Probes.head_dims`` and in every ``StepRecord``, and becomes the frame's ``head_dim``
+  column: the verdict judges the step-0 1/d_head test only where it grows with width. Both
+  reduction paths (per hook, batched) go through :meth:`Probes.capture`, so they record it alike.
 * Hand-written attention -> ``<module>.(softmax)``: the input of a ``softmax`` /
   ``log_softmax`` over the last dimension, unless that input is a module's output (then it
   is a readout's logits, already recorded) or a module inside the same parent already
@@ -125,12 +130,14 @@ def select_output(out: object, output: int | str | None) -> object:
 
 @dataclass
 class StepRecord:
-    """Moments of one step: ``keys[i] = (module, tensor)`` for row ``i`` of ``moments`` (R, 5)."""
+    """Moments of one step: ``keys[i] = (module, tensor)`` for row ``i`` of ``moments`` (R, 5); ``head_dims``: the
+    head dimension of each captured ``(sdpa)`` / ``(mha)`` module (others absent)."""
 
     step: int
     keys: list[tuple[str, str]]
     moments: np.ndarray
     loss: float
+    head_dims: dict[str, int] = field(default_factory=dict)
 
 
 def _arg(args: tuple, kwargs: dict, i: int, name: str, default: object = None) -> object:
@@ -177,7 +184,7 @@ def _on_sdpa(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
         else:  # a float mask may carry a bias (ALiBi, relative positions): not pure q k^T any more
             logits, suffix = logits + mask, "(sdpa+mask)"
             keep = (~(logits <= MASK_BELOW)) if keep is None else keep & ~(logits <= MASK_BELOW)
-    p.capture(suffix, logits, keep)
+    p.capture(suffix, logits, keep, head_dim=q.shape[-1])
 
 
 def _on_mha(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
@@ -203,7 +210,7 @@ def _on_mha(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
         else:
             logits, suffix = logits + mask, "(mha+mask)"
             keep = ~(logits <= MASK_BELOW)
-    p.capture(suffix, logits, keep)
+    p.capture(suffix, logits, keep, head_dim=hd)
 
 
 def _on_softmax(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
@@ -245,6 +252,7 @@ class Probes:
     _fired: list = field(default_factory=list)  # names in first-record order at step 0
     _alias: set = field(default_factory=set)
     _captured: dict = field(default_factory=dict)  # captured name -> the module that computed it
+    head_dims: dict = field(default_factory=dict)  # captured (sdpa) / (mha) name -> q's last dimension (first call)
     _renamed: dict = field(default_factory=dict)  # capture name -> LOGITS_MODULE (model ends in softmax)
     _stack: list = field(default_factory=list)  # modules whose forward is running, innermost last
     _attn_parents: set = field(default_factory=set)  # modules that exposed attention logits this step
@@ -313,12 +321,15 @@ class Probes:
     def _parent(self) -> str:
         return self._stack[-1] if self._stack else ROOT_MODULE
 
-    def capture(self, suffix: str, logits: torch.Tensor, keep: torch.Tensor | None) -> str:
-        """Record attention logits computed inside the running module as ``<module>.<suffix>``."""
+    def capture(self, suffix: str, logits: torch.Tensor, keep: torch.Tensor | None, head_dim: int = 0) -> str:
+        """Record attention logits computed inside the running module as ``<module>.<suffix>``; ``head_dim``: the
+        dimension q.k summed over, when known (0: not known, as for a hand-written softmax's input)."""
         parent = self._parent()
         name = suffix if parent == ROOT_MODULE else f"{parent}.{suffix}"
         name = self._renamed.get(name, name)
         self._captured.setdefault(name, parent)
+        if head_dim:
+            self.head_dims.setdefault(name, int(head_dim))
         self._record(name, logits, keep)
         return name
 
@@ -414,7 +425,7 @@ class Probes:
         keys, raw = pool_calls(self._keys + self._mkeys, raw)
         self._last_out = self._softmax_out = None  # hold no activation past the step
         self._vals, self._reduced, self._pending = [], [], 0
-        return StepRecord(self.step, keys, raw, float(host[-1]))
+        return StepRecord(self.step, keys, raw, float(host[-1]), dict(self.head_dims))
 
     def remove(self) -> None:
         self._root_done(self.model, (), None)

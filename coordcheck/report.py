@@ -17,6 +17,8 @@ Never imports torch.
     widths          widths that have frames
     jobs            {"ok": [job dirs], "problems": [{job, status, error}]}
     divergence      ["diverged at step t, width w", ...]
+    verdict_notes   [what the verdict judged otherwise than usual, or not at all, and why (e.g.
+                      a head dimension fixed across widths: no step-0 1/d_head test)]
     configurations  [{config_id, model, parametrization, optimizer, lr, data, data_policy,
                       status, reason, n_widths, window_end, first_unstable_step, instability}]
     modules         [{config_id, module, layer_index, role, status, tensor, step, slope,
@@ -104,6 +106,7 @@ class Report:
             "widths": sorted(int(w) for w in self.frame["width"].unique()),
             "jobs": {"ok": self.jobs, "problems": [asdict(p) for p in self.problems]},
             "divergence": v.divergence,
+            "verdict_notes": v.notes,
             "configurations": records(v.configs, cfg_cols),
             "modules": records(v.modules, mod_cols),
             "worst": records(v.worst(20), worst_cols),
@@ -127,6 +130,7 @@ class Report:
             "",
             f"**Verdict: {icon}** — {md_escape(v.reason)}",
             "",
+            *(line for n in v.notes for line in (f"Note: {md_escape(n)}", "")),
             f"Widths {widths}; statistic `{r.stat}`; a series must stay within slope "
             f"[{-r.shrink_tol:+.2f}, {r.tol:+.2f}] (flat) or below {r.tol:+.2f} (output and attention may shrink); "
             f"slope = d log2({r.stat}) / d log2(width), fitted over every width and seed.",

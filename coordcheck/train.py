@@ -267,13 +267,14 @@ def to_frame(
                 "layer_index": np.repeat([layout[m][0] for m in modules], k),
                 "role": np.repeat([layout[m][1] for m in modules], k),
                 "call_order": np.repeat([layout[m][2] for m in modules], k),
+                "head_dim": np.repeat([rec.head_dims.get(m, 0) for m in modules], k),
                 "tensor": np.repeat([t for _, t in rec.keys], k),
                 "stat": np.tile(list(stats), len(modules)),
                 "value": values.reshape(-1),
             }))
         parts.append(pd.DataFrame({
             "step": [rec.step], "module": [LOSS_MODULE], "layer_index": [-1], "role": ["loss"], "call_order": [-1],
-            "tensor": ["loss"], "stat": ["value"], "value": [rec.loss],
+            "head_dim": [0], "tensor": ["loss"], "stat": ["value"], "value": [rec.loss],
         }))
     df = pd.concat(parts, ignore_index=True)
     for col, val in {**identity.__dict__, "width": width, "seed": seed}.items():

@@ -18,8 +18,14 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    zero). Output rules apply to the model's output — the last output module to run; an
    output-role module that runs before it (logits before a hand-written output multiplier) is
    ``skip``. Captured pure ``q k^T * scale`` logits (``(sdpa)``, ``(mha)``) at step 0 must
-   shrink: slope <= ``-0.5 + tol`` (independent q and k give q.k ~ sqrt(d_head); 1/d_head
-   shrinks that like width^-0.5, 1/sqrt(d_head) leaves it flat).
+   shrink where their head dimension grows with width: with d_head ~ width^a (``a`` fitted
+   from the frame's ``head_dim`` over the widths; 1 when the number of heads is fixed),
+   slope <= ``-0.5 a + tol`` (independent q and k give q.k ~ sqrt(d_head); 1/d_head shrinks
+   that like width^(-a/2), 1/sqrt(d_head) leaves it flat). See :func:`head_dim_growth`:
+   a **fixed** head dimension (the number of heads grows, as in torchtitan-style LLaMAs) is
+   judged by the no-growth rule alone, a shrinking one is ``skip``, an unrecorded one (a frame
+   from before the ``head_dim`` column) falls back to no growth; each is noted in
+   ``Verdict.notes``.
 4. **Significance and transients.** A series fails only when its slope is outside the band
    *and* its whole 95% interval is; an estimate outside with an overlapping interval is
    ``inconclusive``. After updates a violation must persist over ``persist`` consecutive
@@ -62,7 +68,7 @@ from coordcheck.frame import QK_LOGITS, STATS
 from coordcheck.shapes import model_table, shapes_by_config, width_problem
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
-__all__ = ["Rules", "Verdict", "judge", "find_instability", "likely_cause", "STATUSES"]
+__all__ = ["Rules", "Verdict", "judge", "find_instability", "likely_cause", "head_dim_growth", "STATUSES"]
 
 STATUSES = ("pass", "fail", "inconclusive", "zero", "skip", "transient")
 _RANK = {"pass": 0, "zero": 0, "skip": 0, "transient": 0, "inconclusive": 1, "fail": 2}
@@ -92,12 +98,25 @@ class Rules:
 
 
 # Captured q k^T * scale at step 0: independent q and k give q.k ~ sqrt(d_head), so muP's 1/d_head scale shrinks the
-# logits like width^-0.5 (measured: -0.50 and -0.51 on two public-style models); 1/sqrt(d_head) leaves them flat
-# (-0.01).
+# logits like d_head^-0.5 — width^-0.5 when d_head grows like width (measured: -0.50 and -0.51 on two public-style
+# models); 1/sqrt(d_head) leaves them flat (-0.01). With d_head ~ width^a the expected slope is QK_INIT_SLOPE * a.
 QK_INIT_SLOPE = -0.5
 QK_INIT_DIAGNOSIS = ("attention logits do not shrink at initialisation (independent q and k give q.k ~ sqrt(d_head), "
-                     "which q.k/d_head shrinks like width^-0.5): scores are scaled by 1/sqrt(d_head) instead of "
-                     "1/d_head")
+                     "which q.k/d_head shrinks like width^{slope:.2g} where d_head grows like width{power}, as here: "
+                     "{dims}): scores are scaled by 1/sqrt(d_head) instead of 1/d_head")
+FIXED_HEAD_GROWS = ("attention logits grow with width although the head dimension is fixed at {dims} (1/sqrt(d_head) "
+                    "versus 1/d_head is then a constant factor, not the cause): q or k grow with width — check the "
+                    "query and key projections' init (variance 1/fan_in) and learning rate (Adam: hidden matrices "
+                    "lr * base_width / width)")
+HEAD_DIM_NOTES = {
+    "fixed": "head dimension fixed at {dims} across widths: the 1/d_head vs 1/sqrt(d_head) test needs a head "
+             "dimension that grows with width; step 0 judged by the no-growth rule",
+    "weak": "head dimension grows only like width^{a:.2f} ({dims}): 1/d_head and 1/sqrt(d_head) differ at step 0 by "
+            "a slope of {gap:.2f}, within the tolerance {tol:g}, so the step-0 test cannot tell them apart here",
+    "shrinks": "head dimension shrinks with width ({dims}): the step-0 1/d_head test is not judged",
+    "unknown": "head dimension not recorded at every width (a frame from before the head_dim column): the step-0 "
+               "1/d_head vs 1/sqrt(d_head) test is not applied; step 0 judged by the no-growth rule",
+}
 
 # (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
 EXPECT = {
@@ -148,6 +167,53 @@ def likely_cause(role: str, tensor: str, step: int, direction: str, parametrizat
     return ""
 
 
+def head_dim_growth(frame: pd.DataFrame) -> pd.DataFrame:
+    """How the head dimension of each captured attention module grows with width, from the frame's ``head_dim``.
+
+    One row per (``config_id``, ``module``) of role ``attention`` with a recorded head dimension:
+    ``exponent`` ``a`` (least-squares slope of log2 head_dim vs log2 width, 0 when fixed), ``kind``
+    and ``dims`` (the head dimensions at the smallest and largest width, as text):
+
+    * ``grows`` (``a > 0``; ``a = 1`` when the number of heads is fixed): the step-0 test applies
+      with the expected slope ``-a/2``. Heads that grow with width more slowly than width (d_head
+      growing *partially*, ``0 < a < 1``) are judged the same way, on the slope muP's 1/d_head
+      gives them; 1/sqrt(d_head) still gives 0, so the test separates the two by ``a/2``, and where
+      that is within ``tol`` the verdict says the test cannot tell them apart (``weak`` note).
+    * ``fixed`` (the same head dimension at every width: the number of heads grows): the logits' scale
+      at initialisation does not depend on width at all, and 1/d_head versus 1/sqrt(d_head) is a
+      constant factor, not a width-scaling bug. Step 0 is judged by the ordinary attention rule (no
+      growth), not left unjudged: growing logits at a fixed head dimension are still a fault (q or k
+      growing with width), and no correct model grows there. Not "flat": shrinking logits at
+      initialisation are allowed for attention as everywhere in rule 3 (muP does not hold the logits
+      up at initialisation: TP5 recommends a zero-initialised query, which makes attention uniform
+      there on purpose, and a small query init that approaches it is no fault either).
+    * ``shrinks`` (``a < 0``: heads grow faster than width): 1/d_head lets the logits *grow* at
+      initialisation; not judged at step 0 (``skip``).
+    * ``unknown``: some width has no recorded head dimension (0: a frame from before the column).
+    """
+    attn = frame[(frame["role"] == "attention") & (frame["tensor"] == "out")]
+    if "head_dim" not in attn.columns or attn.empty:
+        return pd.DataFrame(columns=["config_id", "module", "exponent", "kind", "dims"])
+    per_width = attn.groupby(["config_id", "module", "width"], sort=True)["head_dim"].max().reset_index()
+    rows = []
+    for (cid, module), g in per_width.groupby(["config_id", "module"], sort=False):
+        h, w = g["head_dim"].to_numpy(dtype=float), g["width"].to_numpy(dtype=float)
+        if not (h > 0).any() and not module.endswith(QK_LOGITS):
+            continue  # a capture that does not know its head dimension (a hand-written softmax's input)
+        dims = f"{h[0]:.0f}" if (h == h[0]).all() else f"{h[0]:.0f} at width {w[0]:.0f} to {h[-1]:.0f} at width " \
+                                                       f"{w[-1]:.0f}"
+        if not (h > 0).all():
+            a, kind = np.nan, "unknown"
+        elif (h == h[0]).all():
+            a, kind = 0.0, "fixed"
+        else:
+            x, y = np.log2(w), np.log2(h)
+            a = float(np.polyfit(x, y, 1)[0]) if len(x) > 1 else 0.0
+            kind = "grows" if a > 0 else "shrinks"
+        rows.append((cid, module, a, kind, dims))
+    return pd.DataFrame(rows, columns=["config_id", "module", "exponent", "kind", "dims"])
+
+
 def find_instability(frame: pd.DataFrame, rise: float = Rules.rise, rise_floor: float = Rules.rise_floor,
                      persist: int = 1) -> pd.DataFrame:
     """Per (configuration, width, seed): the first unstable step from the loss, if any.
@@ -192,6 +258,7 @@ class Verdict:
     instability: pd.DataFrame
     divergence: list[str] = field(default_factory=list)
     models: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (configuration, width): n_params, fingerprint
+    notes: list[str] = field(default_factory=list)  # what was judged otherwise than usual, or not at all, and why
 
     @property
     def passed(self) -> bool:
@@ -223,14 +290,20 @@ class Verdict:
         return s.sort_values(["_rank", "_abs"], ascending=False).drop(columns=["_rank", "_abs"]).head(n)
 
 
-def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
+def _judge_series(s: pd.DataFrame, rules: Rules, heads: pd.DataFrame | None = None) -> pd.DataFrame:
     s = s.copy()
     s["expect"] = [EXPECT.get((r, t), "flat") for r, t in zip(s["role"], s["tensor"])]
-    qk_init = (s["step"] == 0) & (s["tensor"] == "out") & (s["role"] == "attention") \
-        & s["module"].str.endswith(QK_LOGITS)  # pure q k^T * scale at initialisation: rule 3b
+    if heads is None or heads.empty:
+        heads = pd.DataFrame(columns=["config_id", "module", "exponent", "kind", "dims"])
+    hd = s[["config_id", "module"]].merge(heads, on=["config_id", "module"], how="left")  # rule 3b's head dimension
+    kind, exponent = hd["kind"].fillna("").to_numpy(), hd["exponent"].to_numpy(dtype=float)
+    qk_step0 = ((s["step"] == 0) & (s["tensor"] == "out") & (s["role"] == "attention")
+                & s["module"].str.endswith(QK_LOGITS)).to_numpy()  # pure q k^T * scale at initialisation
+    qk_init = qk_step0 & (kind == "grows")  # rule 3b: only where the head dimension grows with width
+    qk_skip = qk_step0 & (kind == "shrinks")
     s.loc[qk_init, "expect"] = "qk_init"
     lo_band = np.where(s["expect"] == "flat", -rules.shrink_tol, -np.inf)
-    hi_band = np.where(qk_init, QK_INIT_SLOPE + rules.tol, rules.tol)
+    hi_band = np.where(qk_init, QK_INIT_SLOPE * np.where(qk_init, exponent, 0.0) + rules.tol, rules.tol)
     s["band_low"], s["band_high"] = lo_band, hi_band
     slope, ci_lo, ci_hi = s["slope"].to_numpy(), s["ci_low"].to_numpy(), s["ci_high"].to_numpy()
     grows = slope > hi_band
@@ -252,14 +325,45 @@ def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     undefined = ~nonfinite & ~s["any_zero"].to_numpy() & np.isnan(slope)
     status = np.where(undefined, "inconclusive", status)
     note = np.where(undefined, "slope undefined", note)
+    qk_note = qk_step0 & np.isin(kind, ["fixed", "unknown", "shrinks"])  # step 0 not judged by rule 3b: say why
+    note = np.where(qk_note & (note == ""), [HEAD_DIM_NOTES.get(k, "").format(dims=d) for k, d in
+                                             zip(kind, hd["dims"].fillna(""))], note)
+    status = np.where(qk_skip & ~nonfinite, "skip", status)
+    direction = np.where(qk_skip & ~nonfinite, "", direction)
     s["status"] = status
     s["direction"] = direction
     s["diagnosis"] = [
-        (QK_INIT_DIAGNOSIS if e == "qk_init" else likely_cause(r, t, st, d, p)) if d else n
-        for r, t, st, d, n, p, e in zip(s["role"], s["tensor"], s["step"], direction, note, s["parametrization"],
-                                        s["expect"])
+        (QK_INIT_DIAGNOSIS.format(slope=QK_INIT_SLOPE * a, power="" if abs(a - 1) < 0.01 else f"^{a:.2f}", dims=dims)
+         if e == "qk_init" else FIXED_HEAD_GROWS.format(dims=dims) if k == "fixed" and d == "grows"
+         else likely_cause(r, t, st, d, p)) if d else n
+        for r, t, st, d, n, p, e, k, a, dims in zip(s["role"], s["tensor"], s["step"], direction, note,
+                                                   s["parametrization"], s["expect"], kind, exponent,
+                                                   hd["dims"].fillna(""))
     ]
     return s
+
+
+def _head_dim_notes(heads: pd.DataFrame, series: pd.DataFrame, rules: Rules) -> list[str]:
+    """``Verdict.notes`` for captured q k^T logits whose step 0 was not judged by rule 3b's shrink test (or judged by
+    it too weakly to tell the two scalings apart), one per (configuration, kind, head dimensions), naming the
+    modules."""
+    qk = heads[heads["module"].str.endswith(QK_LOGITS)] if len(heads) else heads
+    qk = qk[qk["module"].isin(series["module"])] if len(qk) else qk
+    if qk.empty:
+        return []
+    many = series["config_id"].nunique() > 1
+    par = series.groupby("config_id")["parametrization"].first()
+    notes = []
+    for (cid, kind, dims), g in qk.groupby(["config_id", "kind", "dims"], sort=False):
+        a = float(g["exponent"].iloc[0])
+        if kind == "grows" and -QK_INIT_SLOPE * a > rules.tol:
+            continue  # the test applies and separates the two scalings
+        text = HEAD_DIM_NOTES["weak" if kind == "grows" else kind].format(dims=dims, a=a, gap=-QK_INIT_SLOPE * a,
+                                                                          tol=rules.tol)
+        names = list(g["module"])
+        listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        notes.append(f"{par[cid] + ': ' if many else ''}{listed}: {text}")
+    return notes
 
 
 def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dict[str, int], *,
@@ -401,7 +505,8 @@ def _fail_fixed_models(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> 
 def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Verdict:
     if slopes is None:
         slopes = fit_slopes(frame)
-    series = _judge_series(slopes[slopes["stat"] == rules.stat], rules)
+    heads = head_dim_growth(frame)
+    series = _judge_series(slopes[slopes["stat"] == rules.stat], rules, heads)
     inst = find_instability(frame, rules.rise, rules.rise_floor, rules.persist)
     series = _skip_inner_outputs(series)
     acts = frame[(frame["tensor"] != "loss") & (frame["stat"] == rules.stat)]
@@ -477,4 +582,5 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
         return Verdict("inconclusive", "no activation statistics to judge", rules, series, modules, configs_df, inst)
     worst = configs_df.loc[configs_df["status"].map(_RANK).idxmax()]
     reason = worst["reason"] if len(configs_df) == 1 else f"{worst['parametrization']}: {worst['reason']}"
-    return Verdict(worst["status"], reason, rules, series, modules, configs_df, inst, divergence)
+    return Verdict(worst["status"], reason, rules, series, modules, configs_df, inst, divergence,
+                   notes=_head_dim_notes(heads, series, rules))

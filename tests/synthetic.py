@@ -21,11 +21,14 @@ def make_frame(
     loss: dict[int, list[float]] | None = None,
     identity: dict | None = None,
     layer_index: dict[str, int] | None = None,
+    head_dim: dict[str, object] | None = None,
 ) -> pd.DataFrame:
     """``series[(module, role, tensor)] = slope`` (value = 2 * width**slope), or "zero" / "nan".
 
     ``delta`` rows start at step 1. ``loss[width] = [loss at step 0, 1, ...]`` (default: a
     smooth decrease, the same at every width). Every stat is written with the same value.
+    ``head_dim[module]``: the ``head_dim`` column of a captured attention module, a number or
+    ``f(width)`` (default 0: not recorded).
     """
     rng = np.random.default_rng(0)
     ident = {**IDENTITY, **(identity or {})}
@@ -43,11 +46,12 @@ def make_frame(
                         v = np.nan if (w == max(widths) and t == max(steps)) else 1.0
                     else:
                         v = 2.0 * w ** float(slope) * float(np.exp(noise * rng.standard_normal()))
+                    hd = (head_dim or {}).get(module, 0)
                     for stat in ("std", "l1"):
                         rows.append({**ident, "width": w, "seed": s, "step": t, "module": module,
                                      "layer_index": (layer_index or {}).get(module, modules.index(module)),
                                      "role": role, "call_order": modules.index(module), "tensor": tensor,
-                                     "stat": stat, "value": v})
+                                     "stat": stat, "value": v, "head_dim": hd(w) if callable(hd) else hd})
     for w in widths:
         curve = (loss or {}).get(w, [5.0 - 0.3 * t for t in steps])
         for s in seeds:

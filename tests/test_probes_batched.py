@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from coordcheck.data import tokens
@@ -77,3 +78,34 @@ def test_batched_probes_reduce_early_past_the_memory_budget(monkeypatch):
     for (k1, m1), (k2, m2) in zip(full, early):
         assert k1 == k2
         np.testing.assert_allclose(m2, m1, rtol=1e-6, atol=1e-7)
+
+
+class _TwoAttentions(nn.Module):
+    """Fused attention with the head dimension fixed at 8 (heads grow with width) and nn.MultiheadAttention with
+    4 heads (its head dimension grows with width)."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.qkv = nn.Linear(width, 3 * width)
+        self.mha = nn.MultiheadAttention(width, 4, batch_first=True)
+        self.head = nn.Linear(width, 5)
+
+    def forward(self, x):
+        q, k, v = (t.unflatten(-1, (-1, 8)).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))  # (B, nh, T, 8)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2)
+        y, _ = self.mha(y, y, y, need_weights=False)
+        return self.head(y)
+
+
+@pytest.mark.parametrize("width", [16, 32, 64])
+def test_both_paths_record_the_head_dimension_of_each_capture_alike(width):
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 6, width), torch.randint(0, 5, (2, 6))
+    seen = []
+    for batched in (False, True):
+        model = _TwoAttentions(width)
+        with Probes(model, batched=batched) as probes:
+            probes.begin_step(0)
+            rec = probes.end_step(cross_entropy(model(x), y))
+        seen.append(rec.head_dims)
+    assert seen[0] == seen[1] == {"(sdpa)": 8, "mha.(mha)": width // 4}

@@ -218,8 +218,9 @@ def test_diagnoses_fit_the_setup(parametrization, absent, present):
 
 def test_pure_qk_logits_must_shrink_at_initialisation():
     base = {**HEALTHY, ("h.0.attn.(sdpa)", "attention", "out"): -0.5, ("h.0.attn.(sdpa)", "attention", "delta"): -0.5}
-    assert judge(make_frame(base, noise=0.02)).status == "pass"
-    flat = _with_slope(make_frame(base, noise=0.02), "h.0.attn.(sdpa)", "out", [0], 0.0)
+    heads = {"head_dim": {"h.0.attn.(sdpa)": lambda w: w // 4}}  # heads fixed: d_head grows like width
+    assert judge(make_frame(base, noise=0.02, **heads)).status == "pass"
+    flat = _with_slope(make_frame(base, noise=0.02, **heads), "h.0.attn.(sdpa)", "out", [0], 0.0)
     v = judge(flat)
     assert v.status == "fail" and "do not shrink at initialisation" in v.reason
     # a capture with a float mask (a possible bias) or hand-written logits are not held to it
