@@ -75,7 +75,10 @@ def test_hand_written_without_output_multiplier_fails_naming_the_readout():
     r = coord_check(km.build_no_multiplier, MLP_WIDTHS, **HAND)
     assert r.verdict.status == "fail"
     bad = failing(r)
-    assert set(bad["module"]) == {"readout"} and bad["slope"].min() > 0.8
+    # the readout jumps like width^+1 at the first update (+0.91 to +1.03 over 5 seed sets), then eases (+0.73 to
+    # +0.86 by step 4): experiments/margins.py
+    assert set(bad["module"]) == {"readout"} and bad["slope"].min() > 0.6
+    assert bad.loc[bad["step"] == 1, "slope"].min() > 0.8
     assert "worst: readout" in r.verdict.reason and "output multiplier is missing" in r.verdict.reason
 
 
