@@ -21,7 +21,7 @@ def test_sp_vs_mup_overlay_only_adds_the_sweep():
 
 
 @pytest.mark.slow
-def test_sp_vs_mup_sweep_passes_mup_and_fails_sp(tmp_path):
+def test_sp_vs_mup_sweep_fails_sp_only(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli("+experiment=sp_vs_mup", "width=16,32,64", "steps=2", "seeds=1", "progress=false",
                 "report.figures=false", f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
@@ -29,4 +29,8 @@ def test_sp_vs_mup_sweep_passes_mup_and_fails_sp(tmp_path):
     assert len(list(sweep.rglob("frame.parquet"))) == 6  # the overlay's parametrizations x the command line's widths
     report = json.loads((sweep / "report" / "report.json").read_text())
     assert report["widths"] == [16, 32, 64]
-    assert {c["parametrization"]: c["status"] for c in report["configurations"]} == {"mup": "pass", "sp": "fail"}
+    status = {c["parametrization"]: c["status"] for c in report["configurations"]}
+    # at widths 16-64 after 2 steps with 1 seed, muP passes with 0.00-0.06 to spare and 3-6 one-step transients over 5
+    # seed sets: usually, not always; SP fails in every one, its interval 0.45 or more past the band
+    # (experiments/margins.py)
+    assert status["sp"] == "fail" and status["mup"] != "fail" and report["status"] == "fail"

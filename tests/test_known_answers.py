@@ -31,12 +31,15 @@ def failing(result, tensor=None):
     return s if tensor is None else s[s["tensor"] == tensor]
 
 
-@pytest.mark.parametrize("build,widths,data", [(mlp, MLP_WIDTHS, None), (gpt, GPT_WIDTHS, GPT_DATA)])
-def test_mup_models_pass(build, widths, data):
-    r = coord_check(build, widths, data=data, **RUN)
+# The GPT's residual-branch outputs are noisy at these widths: with 2 seeds one comes within 0.01 of the band in 1 of 5
+# seed sets, with 3 the closest is 0.07 away (experiments/margins.py)
+@pytest.mark.parametrize("build,widths,data,seeds", [(mlp, MLP_WIDTHS, None, 2), (gpt, GPT_WIDTHS, GPT_DATA, 3)])
+def test_mup_models_pass(build, widths, data, seeds):
+    r = coord_check(build, widths, data=data, **{**RUN, "seeds": seeds})
     assert r.passed, r.verdict.reason
     hidden = r.verdict.series.query("role == 'hidden' and status == 'pass'")
-    assert len(hidden) and hidden["slope"].abs().max() < 0.2
+    # flat: the median |slope| is 0.02-0.04 (SP: 0.5); the largest reaches 0.19 on the GPT, which the band allows
+    assert len(hidden) and hidden["slope"].abs().median() < 0.1
 
 
 @pytest.mark.parametrize("build,widths,data", [(mlp, MLP_WIDTHS, None), (gpt, GPT_WIDTHS, GPT_DATA)])
@@ -114,11 +117,12 @@ def sqrt_d_attention(width: int, **kwargs):
 
 
 def test_attention_scaled_by_one_over_sqrt_d_fails_naming_the_scores():
-    # needs several updates: at step 2-4 the growth (+0.5) is offset by muP's early shrink (about -0.3)
+    # needs several updates: at step 2-4 the growth (+0.5) is offset by muP's early shrink (about -0.3). 3 seeds: with
+    # 2 the scores' interval clears the band by 0.06 and the control passes with 0.03 to spare (experiments/margins.py)
     widths = [64, 128, 256, 512]
-    bug = coord_check(sqrt_d_attention, widths, data=GPT_DATA, steps=10, seeds=2, progress=False)
+    bug = coord_check(sqrt_d_attention, widths, data=GPT_DATA, steps=10, seeds=3, progress=False)
     assert bug.verdict.status == "fail"
     assert "attn.scores" in bug.verdict.reason and "1/sqrt(d_head) instead of 1/d_head" in bug.verdict.reason
     assert set(failing(bug)["role"]) == {"attention"}
-    control = coord_check(gpt, widths, data=GPT_DATA, steps=10, seeds=2, progress=False)
+    control = coord_check(gpt, widths, data=GPT_DATA, steps=10, seeds=3, progress=False)
     assert control.passed, control.verdict.reason
