@@ -118,11 +118,16 @@ def sqrt_d_attention(width: int, **kwargs):
 
 def test_attention_scaled_by_one_over_sqrt_d_fails_naming_the_scores():
     # needs several updates: at step 2-4 the growth (+0.5) is offset by muP's early shrink (about -0.3). 3 seeds: with
-    # 2 the scores' interval clears the band by 0.06 and the control passes with 0.03 to spare (experiments/margins.py)
+    # 2 the scores' interval clears the band by only 0.06 in 1 of 5 seed sets, with 3 by 0.10 (experiments/margins.py)
     widths = [64, 128, 256, 512]
     bug = coord_check(sqrt_d_attention, widths, data=GPT_DATA, steps=10, seeds=3, progress=False)
     assert bug.verdict.status == "fail"
     assert "attn.scores" in bug.verdict.reason and "1/sqrt(d_head) instead of 1/d_head" in bug.verdict.reason
     assert set(failing(bug)["role"]) == {"attention"}
-    control = coord_check(gpt, widths, data=GPT_DATA, steps=10, seeds=3, progress=False)
-    assert control.passed, control.verdict.reason
+    # the control passes in 5 of 5 seed sets, but a query's drift at these widths (+0.17 at step 6) leaves it 0.03 to
+    # spare on 2 seeds, 0.04 on 3: usually, not always. What always holds: it does not fail (its nearest series 0.14
+    # from it) and its scores stay in the band (0.10 to spare; the bug's reach +0.43 or more) or are zero (step 0)
+    control = coord_check(gpt, widths, data=GPT_DATA, steps=10, seeds=2, progress=False)
+    assert control.verdict.status != "fail", control.verdict.reason
+    scores = control.verdict.series.query("in_window and role == 'attention'")
+    assert len(scores) and scores["status"].isin(["pass", "zero"]).all()
