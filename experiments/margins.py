@@ -10,13 +10,17 @@ assertion has, in its own units (slopes: log2 per width doubling; gradient trend
   series were one-step transients (``transients``: outside the band at one step only, forgiven by rule 4);
 - a fail that must name something: how far the named series' 95% interval clears the band (``clears``), and
   how far the other modules stay from failing (``others``: minus their largest clearance);
+- not a fail (where a pass at that size is "usually", not "always"): how far the series nearest to failing keeps
+  its interval from lying wholly outside its band (``not_fail``);
 - a threshold on a slope (``slope > 0.8``): the slope minus the threshold;
 - a reason's wording: how much larger |slope| the worst failing series that gives that wording has than the
   worst one that does not (``lead``; the reason is written from the worst failure).
 
-    python experiments/margins.py                 # every case, 5 seed sets (about an hour on 1 core)
-    python experiments/margins.py --sets 3 mlp    # the cases whose name contains "mlp"
-    python experiments/margins.py --group public  # the cases of one test file
+From the repository root (the gradient-flow cases use the tests' own models, ``tests/gradflow``)::
+
+    PYTHONPATH=. python experiments/margins.py                 # every case, 5 seed sets (~15 min on 1 busy core)
+    PYTHONPATH=. python experiments/margins.py --sets 3 mlp    # the cases whose name contains "mlp"
+    PYTHONPATH=. python experiments/margins.py --group public  # the cases of one test file
 """
 
 from __future__ import annotations
