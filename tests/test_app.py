@@ -53,15 +53,18 @@ def test_multirun_writes_one_frame_per_width(tmp_path):
         assert "n_params" not in df and (f.parent / "coordcheck.log").read_text().count("done:") == 1
     assert widths == {16, 32, 64}
     assert not list(sweep.rglob("*.tmp"))
-    # lm_head's delta dips at step 1 only (slope -0.55, flat at step 2): a one-step transient (rule 4), not a failure
-    assert "coordcheck: PASS" in r.stdout
+    # at widths 16-64 after 2 steps this muP GPT passes with 0.00-0.03 to spare over 5 seed sets (lm_head's delta
+    # dips at step 1 only: a one-step transient, rule 4): usually, not always (experiments/margins.py). What always
+    # holds: it does not fail, and the verdict printed is the one written
+    status = json.loads((sweep / "report" / "report.json").read_text())["status"]
+    assert status != "fail" and f"coordcheck: {status.upper()}" in r.stdout
     assert f"coordcheck: report {sweep / 'report' / 'report.md'}" in r.stdout
     report = sweep / "report"
     for name in ("coord_check", "slopes", "loss"):
         assert (report / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
         assert (report / f"{name}.pdf").read_bytes()[:4] == b"%PDF"
     md = (report / "report.md").read_text()
-    assert md.startswith("# muP coordinate check\n\n**Verdict: PASS**") and "![coord_check (png)]" in md
+    assert md.startswith(f"# muP coordinate check\n\n**Verdict: {status.upper()}**") and "![coord_check (png)]" in md
     assert "python -m coordcheck" in md and "width=16,32,64" in md  # the exact command
     assert json.loads((report / "report.json").read_text())["widths"] == [16, 32, 64]
 

@@ -85,7 +85,9 @@ def test_fp16_runs_with_a_gradient_scaler_and_records_the_environment():
 @pytest.mark.slow
 def test_bf16_verdict_mup_passes_sp_fails():
     run = dict(data=GPT_DATA, steps=4, seeds=2, progress=False, precision="bf16", device="cpu")
-    mup = coord_check(gpt, [64, 128, 256], **run)
+    # muP with 3 seeds, as in test_known_answers: with 2 its noisiest residual-branch output comes within 0.01 of the
+    # band in 1 of 5 seed sets (experiments/margins.py)
+    mup = coord_check(gpt, [64, 128, 256], **{**run, "seeds": 3})
     assert mup.passed, mup.verdict.reason
     sp = coord_check(gpt, [64, 128, 256], parametrization="sp", **run)
     assert sp.verdict.status == "fail", sp.verdict.reason

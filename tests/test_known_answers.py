@@ -31,12 +31,15 @@ def failing(result, tensor=None):
     return s if tensor is None else s[s["tensor"] == tensor]
 
 
-@pytest.mark.parametrize("build,widths,data", [(mlp, MLP_WIDTHS, None), (gpt, GPT_WIDTHS, GPT_DATA)])
-def test_mup_models_pass(build, widths, data):
-    r = coord_check(build, widths, data=data, **RUN)
+# The GPT's residual-branch outputs are noisy at these widths: with 2 seeds one comes within 0.01 of the band in 1 of 5
+# seed sets, with 3 the closest is 0.07 away (experiments/margins.py)
+@pytest.mark.parametrize("build,widths,data,seeds", [(mlp, MLP_WIDTHS, None, 2), (gpt, GPT_WIDTHS, GPT_DATA, 3)])
+def test_mup_models_pass(build, widths, data, seeds):
+    r = coord_check(build, widths, data=data, **{**RUN, "seeds": seeds})
     assert r.passed, r.verdict.reason
     hidden = r.verdict.series.query("role == 'hidden' and status == 'pass'")
-    assert len(hidden) and hidden["slope"].abs().max() < 0.2
+    # flat: the median |slope| is 0.02-0.04 (SP: 0.5); the largest reaches 0.19 on the GPT, which the band allows
+    assert len(hidden) and hidden["slope"].abs().median() < 0.1
 
 
 @pytest.mark.parametrize("build,widths,data", [(mlp, MLP_WIDTHS, None), (gpt, GPT_WIDTHS, GPT_DATA)])
@@ -75,7 +78,10 @@ def test_hand_written_without_output_multiplier_fails_naming_the_readout():
     r = coord_check(km.build_no_multiplier, MLP_WIDTHS, **HAND)
     assert r.verdict.status == "fail"
     bad = failing(r)
-    assert set(bad["module"]) == {"readout"} and bad["slope"].min() > 0.8
+    # the readout jumps like width^+1 at the first update (+0.91 to +1.03 over 5 seed sets), then eases (+0.73 to
+    # +0.86 by step 4): experiments/margins.py
+    assert set(bad["module"]) == {"readout"} and bad["slope"].min() > 0.6
+    assert bad.loc[bad["step"] == 1, "slope"].min() > 0.8
     assert "worst: readout" in r.verdict.reason and "output multiplier is missing" in r.verdict.reason
 
 
@@ -111,11 +117,17 @@ def sqrt_d_attention(width: int, **kwargs):
 
 
 def test_attention_scaled_by_one_over_sqrt_d_fails_naming_the_scores():
-    # needs several updates: at step 2-4 the growth (+0.5) is offset by muP's early shrink (about -0.3)
+    # needs several updates: at step 2-4 the growth (+0.5) is offset by muP's early shrink (about -0.3). 3 seeds: with
+    # 2 the scores' interval clears the band by only 0.06 in 1 of 5 seed sets, with 3 by 0.10 (experiments/margins.py)
     widths = [64, 128, 256, 512]
-    bug = coord_check(sqrt_d_attention, widths, data=GPT_DATA, steps=10, seeds=2, progress=False)
+    bug = coord_check(sqrt_d_attention, widths, data=GPT_DATA, steps=10, seeds=3, progress=False)
     assert bug.verdict.status == "fail"
     assert "attn.scores" in bug.verdict.reason and "1/sqrt(d_head) instead of 1/d_head" in bug.verdict.reason
     assert set(failing(bug)["role"]) == {"attention"}
+    # the control passes in 5 of 5 seed sets, but a query's drift at these widths (+0.17 at step 6) leaves it 0.03 to
+    # spare on 2 seeds, 0.04 on 3: usually, not always. What always holds: it does not fail (its nearest series 0.14
+    # from it) and its scores stay in the band (0.10 to spare; the bug's reach +0.4 to +0.7) or are zero (step 0)
     control = coord_check(gpt, widths, data=GPT_DATA, steps=10, seeds=2, progress=False)
-    assert control.passed, control.verdict.reason
+    assert control.verdict.status != "fail", control.verdict.reason
+    scores = control.verdict.series.query("in_window and role == 'attention'")
+    assert len(scores) and scores["status"].isin(["pass", "zero"]).all()

@@ -37,8 +37,8 @@ def loop(model, optimizer, probe, steps, *, zero=True, set_to_none=True, before_
         optimizer.step()
 
 
-def mup_model(build, width, base_width=32):
+def mup_model(build, width, base_width=32, seed=0):
     parametrization = Mup()
     parametrization.prepare(build, base_width)
-    model = build_model(build, width, 0, parametrization)
+    model = build_model(build, width, seed, parametrization)
     return model, mup.MuAdam(model.parameters(), lr=0.01)
