@@ -99,9 +99,11 @@ def frames(out: Path, case: str) -> pd.DataFrame:
 def judge(frame: pd.DataFrame, widths: list[int], lrs: list[float], seeds: tuple[int, ...]):
     from coordcheck.transfer.report import build_transfer_report
 
-    part = frame[frame.width.isin(widths) & frame.lr.isin(lrs) & frame.seed.isin(seeds)]
-    cells = part.groupby(["parametrization", "width", "lr"]).seed.nunique()
-    if part.empty or (cells < len(seeds)).any() or len(cells) < part.parametrization.nunique() * len(widths) * len(lrs):
+    at = lrs if isinstance(lrs, dict) else {w: lrs for w in widths}
+    keep = frame.seed.isin(seeds) & pd.concat([(frame.width == w) & frame.lr.isin(at[w]) for w in widths], axis=1).any(axis=1)
+    part = frame[keep]
+    cells = part.groupby(["width", "lr"]).seed.nunique()
+    if (cells < len(seeds)).any() or len(cells) < sum(len(at[w]) for w in widths):
         return None  # not collected (yet)
     return build_transfer_report(part)
 
@@ -119,18 +121,21 @@ def table(out: Path, grids: dict[str, list[dict]], groups: list[tuple[int, ...]]
                 continue
             s = r.shifts.iloc[0]
             opt = ", ".join(f"{o:+.2f}" if o == o else e for o, e in zip(r.optima["optimum"], r.optima["edge"]))
-            lr = f"{math.log2(min(v['lrs'])):.0f}..{math.log2(max(v['lrs'])):.0f}"
+            lrs = [lr for g in v["lrs"].values() for lr in g] if isinstance(v["lrs"], dict) else v["lrs"]
+            lr = f"{math.log2(min(lrs)):.0f}..{math.log2(max(lrs)):.0f}"
             print(f"| {case} | {','.join(map(str, v['widths']))} | {lr} | {','.join(map(str, seeds))} | {s['status']} "
                   f"| {s['shift']:+.2f} | [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] | {opt} |", flush=True)
 
 
-# The grids the tests judge, and the candidates measured beside them.
+# The grids the tests judge, and the candidates measured beside them; ``lrs`` may differ by width (a dict).
+SP_128_512 = {128: octaves(-11, -5), 256: octaves(-11, -5), 512: octaves(-12, -6)}  # the test before issue 20 swept
+# 2^-12 .. 2^-5 at every width: the same windows around each optimum (the lowest point and two either side)
 GRIDS = {
-    "gpt-sp": [dict(widths=[128, 256, 512], lrs=octaves(-12, -5)),   # the test before issue 20
-               dict(widths=[64, 128, 256], lrs=octaves(-12, -4))],
-    "gpt-mup": [dict(widths=[128, 256, 512], lrs=octaves(-10, -6)),
-                dict(widths=[64, 128, 256], lrs=octaves(-11, -5))],
-    "twice": [dict(widths=[64, 128, 256], lrs=octaves(-11, -3))],
+    "gpt-sp": [dict(widths=[128, 256, 512], lrs=SP_128_512), dict(widths=[64, 128, 256], lrs=octaves(-11, -4)),
+               dict(widths=[64, 128, 256, 512], lrs={**SP_128_512, 64: octaves(-11, -4)})],
+    "gpt-mup": [dict(widths=[128, 256, 512], lrs=octaves(-10, -6)), dict(widths=[64, 128, 256], lrs=octaves(-10, -6)),
+                dict(widths=[64, 128, 256, 512], lrs=octaves(-10, -6))],
+    "twice": [dict(widths=[64, 128, 256], lrs=octaves(-11, -5))],
     "short": [dict(widths=[32, 64], lrs=octaves(-11, -8))],
 }
 
