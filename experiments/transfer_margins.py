@@ -100,8 +100,8 @@ def judge(frame: pd.DataFrame, widths: list[int], lrs: list[float], seeds: tuple
     from coordcheck.transfer.report import build_transfer_report
 
     at = lrs if isinstance(lrs, dict) else {w: lrs for w in widths}
-    keep = frame.seed.isin(seeds) & pd.concat([(frame.width == w) & frame.lr.isin(at[w]) for w in widths], axis=1).any(axis=1)
-    part = frame[keep]
+    cell = pd.concat([(frame.width == w) & frame.lr.isin(at[w]) for w in widths], axis=1).any(axis=1)
+    part = frame[cell & frame.seed.isin(seeds)]
     cells = part.groupby(["width", "lr"]).seed.nunique()
     if (cells < len(seeds)).any() or len(cells) < sum(len(at[w]) for w in widths):
         return None  # not collected (yet)
