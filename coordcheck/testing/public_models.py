@@ -716,21 +716,12 @@ class TitanAttention(nn.Module):
         return self.wo(output)
 
 
-class TitanFeedForward(nn.Module):
-    def __init__(self, dim: int, hidden_dim: int, multiple_of: int):
-        super().__init__()
-        hidden_dim = int(2 * hidden_dim / 3)
-        hidden_dim = multiple_of * ((hidden_dim + multiple_of - 1) // multiple_of)
-        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
-        self.w2 = nn.Linear(hidden_dim, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
+class TitanFeedForward(FeedForward):
+    """The LLaMA SwiGLU feed-forward above, with torchtitan's explicit ``init_weights``."""
 
     def init_weights(self, init_std: float) -> None:
         for linear in (self.w1, self.w2, self.w3):
             nn.init.normal_(linear.weight, mean=0.0, std=init_std)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
 class TitanBlock(nn.Module):
