@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Before torch loads: OpenMP workers that spin while they wait for work make a shared 2-core machine several times
-# slower (a tiny GPT coordinate check at 2 threads beside a second copy of itself: 7.4-10.9 s spinning, 4.8-5.0 s
-# passive; idle 2.1 s and 1.5 s). Subprocesses of the tests inherit it. It changes no number, only who waits how.
+# Before torch loads: OpenMP workers that spin while they wait make a shared 2-core machine slower. Two copies of a
+# tiny GPT coordinate check at once: 7.6 s spinning, 4.3 s passive; one alone: the same (4.2 and 4.3 s), and the same
+# frames (python experiments/bench_wait_policy.py). Subprocesses of the tests inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if "torch" in sys.modules:  # pragma: no cover - a plugin imported torch first: the setting came too late
     logging.getLogger(__name__).warning("torch was imported before tests/conftest.py: OMP_WAIT_POLICY not applied")

@@ -257,7 +257,7 @@ def test_bad_input_in_a_job_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path
     assert code == 2, err[-1500:]
     assert len(err.splitlines()) == 1 and err.startswith("coordcheck: error: ") and message in err, err[-1500:]
     assert "[ERROR]" not in out  # the error is printed once, not logged to the console too ...
-    assert f"[ERROR] - width=" in (tmp_path / "run" / "coordcheck.log").read_text()  # ... and kept in the job's log
+    assert "[ERROR] - width=" in (tmp_path / "run" / "coordcheck.log").read_text()  # ... and kept in the job's log
     job = json.loads((tmp_path / "run" / JOB_NAME).read_text())
     assert job["status"] == "failed" and message in job["error"] and "traceback" not in job
 
