@@ -1,10 +1,9 @@
-"""Figures: the coordinate-check figure (grid or guide layout), the slope heatmap and the loss curves.
+"""The coordinate-check figure: an activation statistic against width, in the grid or the guide layout.
 
 Stage: figures (analysis side; never imports torch). Input: a tidy frame in the schema
-of :mod:`coordcheck.frame` (one row per measurement) or a slopes table (one row per
-config, module, tensor, statistic and step, with the fitted ``slope`` of log2(value)
-against log2(width)). Output: a matplotlib Figure, and, when a path is given, the same
-figure as ``<path>.pdf`` and ``<path>.png`` written atomically next to each other.
+of :mod:`coordcheck.frame` (one row per measurement). Output: a matplotlib Figure, and,
+when a path is given, the same figure as ``<path>.pdf`` and ``<path>.png``
+(:func:`~coordcheck.plot.helpers.save_figure`).
 Seed spread is drawn as a min-max band (``errorbar=("pi", 100)``), never bootstrapped,
 so that sweeps of tens of thousands of rows plot in about a second.
 
@@ -35,50 +34,37 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from contextlib import ExitStack
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps, patheffects, rcsetup
+from matplotlib import colormaps, patheffects
 from matplotlib.font_manager import FontProperties
 from matplotlib.legend import Legend
-from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
 
-from coordcheck.frame import LOSS_MODULE, FrameError, atomic_write, conform
-from coordcheck.slopes import CONFIG_COLUMNS, SERIES_COLUMNS
+from coordcheck.frame import conform
+from coordcheck.plot.helpers import (
+    FIGURE_WIDTH, Size, add_legend, check_one_config, facet_size, figure_style, font_pt, legend_line, module_order,
+    nothing_left, save_figure, seaborn_modules, tensor_rank,
+)
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from matplotlib.figure import Figure
 
-__all__ = ["plot_coords", "plot_slopes", "plot_loss", "activation_kind", "figure_style", "save_figure", "facet_size",
-           "add_legend", "legend_line", "seaborn_modules", "FIGURE_WIDTH", "KINDS", "Layout"]
+__all__ = ["plot_coords", "activation_kind", "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS", "HIGHLIGHT_WIDTH",
+           "NOT_JUDGED_FACE", "LAYER_CMAP", "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS", "MAX_MODULE_LEGEND",
+           "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS"]
 
-Size = Literal["paper", "slides"]
 Layout = Literal["grid", "guide"]
-
-# Total figure widths in inches, and the seaborn plotting context used at that size.
-# "paper" spans a two-column page (~7 in); "slides" fills a 16:9 slide (12 x 6.75 in).
-FIGURE_WIDTH = {"paper": 7.0, "slides": 12.0}
-_SLIDE_HEIGHT = 6.75
-_CONTEXT = {"paper": ("paper", 1.0), "slides": ("notebook", 1.15)}
-_LEGEND_W = {"paper": 1.3, "slides": 2.0}  # room kept for the legend on the right
 
 LAYER_CMAP = "viridis"
 LAYER_CMAP_RANGE = (0.0, 0.85)  # viridis' last yellows vanish on white
-WIDTH_PALETTE = "flare"
-SLOPE_CMAP = "vlag"
-SLOPE_CLIP = 1.0  # colour saturates at |slope| = 1
 MAX_COLUMNS = 4  # default number of step columns in plot_coords
 MAX_MODULE_LEGEND = 8  # more modules than this: legend by layer index
 MAX_LAYER_LEGEND = 9  # more layer indices than this: show an evenly spaced subset
-MAX_STACKED_MODULES = 40  # more heatmap rows than this: parametrizations side by side
-MAX_ANNOTATED = 150  # heatmap panels with at most this many cells show the numbers
-MAX_ANNOTATED_ACROSS = {"paper": 10, "slides": 18}  # ... and at most this many across the page
-PNG_DPI = 200
 
 # layout="grid": a module's role gives its marker and dash pattern ("" = solid), its layer its colour
 ROLE_STYLE = {
@@ -103,8 +89,6 @@ MAX_GUIDE_STEPS = 11  # default number of step lines in the guide layout
 _STEP_LEGEND_W = {"paper": 0.7, "slides": 1.2}  # a step legend is narrow: wider panels
 _GUIDE_MIN_HEIGHT = {"paper": 2.2, "slides": 0.0}  # five narrow panels on a page still get a y scale
 _LOG_MANTISSAS = ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7))  # round values on a log y axis, sparse first
-
-MIN_LABEL_PT = 4.0  # module names in the slope heatmap shrink to this, then every k-th is shown
 
 
 def plot_coords(
@@ -174,8 +158,8 @@ def plot_coords(
     if row != "tensor":
         data = data[data["tensor"].isin(tensors)]
     if data.empty:
-        raise ValueError(_nothing_left(frame, stat=stat, tensor=None if row == "tensor" else ", ".join(tensors)))
-    _check_one_config(data, by=[row], what=f"row={row!r}")
+        raise ValueError(nothing_left(frame, stat=stat, tensor=None if row == "tensor" else ", ".join(tensors)))
+    check_one_config(data, by=[row], what=f"row={row!r}")
 
     recorded = np.sort(data["step"].unique())
     n_steps = MAX_COLUMNS if layout == "grid" else MAX_GUIDE_STEPS
@@ -186,7 +170,7 @@ def plot_coords(
         steps = _check_steps(steps, recorded)
         judged_until = None  # steps chosen by hand: titled as they are
     data = data[data["step"].isin(steps)]
-    levels = sorted(data[row].unique(), key=_tensor_rank if row == "tensor" else None)
+    levels = sorted(data[row].unique(), key=tensor_rank if row == "tensor" else None)
     data = data.assign(value=data["value"].abs()) if stat == "mean" else data
     magnitude = "|mean|" if stat == "mean" else stat
     if row == "tensor" or len(tensors) == 1:
@@ -195,7 +179,7 @@ def plot_coords(
     else:  # a row per (level, tensor): the tensors of one level next to each other
         row, panels = _PANEL_ROW, data[row].astype(str) + " · " + data["tensor"]
         data = data.assign(**{row: panels})
-        row_order = [f"{level} · {t}" for level in levels for t in sorted(tensors, key=_tensor_rank)
+        row_order = [f"{level} · {t}" for level in levels for t in sorted(tensors, key=tensor_rank)
                      if f"{level} · {t}" in set(panels)]
         ylabels = [f"{magnitude} of {label.rsplit(' · ', 1)[1]}" for label in row_order]
         levels = [label.rsplit(" · ", 1)[0] for label in row_order]
@@ -264,7 +248,7 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
     """Panels (row level, step); one line per module: colour = layer index, style = role; the steps after
     ``judged_until`` titled "not judged"."""
     widths = np.sort(data["width"].unique())
-    modules = _module_order(data)
+    modules = module_order(data)
     modules["role"] = modules["module"].map(data.drop_duplicates("module").set_index("module")["role"])
     picked = [m for m in dict.fromkeys(highlight) if m in set(modules["module"])]
     positive = np.isfinite(data["value"]) & (data["value"] > 0)  # what a log axis can show
@@ -426,202 +410,6 @@ def _finish_facets(g, widths: np.ndarray, ylabels: list[str], title: str | None)
     _fit_titles(g.axes[0])
 
 
-def plot_slopes(
-    slopes: pd.DataFrame,
-    path: str | Path | None = None,
-    *,
-    stat: str = "std",
-    tensor: str | None = None,
-    size: Size = "paper",
-    window_end: dict[str, int] | None = None,
-    title: str | None = None,
-) -> Figure:
-    """The verdict at a glance: the width exponent of every module at every step.
-
-    Reads a slopes table as :func:`coordcheck.slopes.fit_slopes` makes it (columns
-    ``config_id``, ``parametrization``, ``module``, ``layer_index``, ``tensor``, ``stat``,
-    ``step``, ``slope``, ...), where ``slope`` is the least-squares slope of log2|value|
-    against log2(width). One heatmap per ``parametrization`` (rows) and ``tensor``
-    (columns; every non-loss tensor when ``tensor`` is None; all panels in one row when
-    the model has many modules). In each, rows are modules by ``layer_index`` then name,
-    labelled ``L{layer_index} {module}``, columns are steps, and colour is the slope on a
-    diverging palette centred at 0 and saturating at +-1 (white = width-invariant, red =
-    grows with width). Panels with few cells print the slopes; NaN slopes stay blank.
-    Each parametrization must hold one configuration (one ``config_id``).
-    ``window_end`` maps a parametrization to the last step the verdict judged (training
-    turned unstable after it); later steps are hatched and labelled "not judged".
-    ``title`` (e.g. "muP coordinate check — FAIL") becomes the figure's suptitle.
-
-    Labels never overlap: the figure grows with the number of modules (up to 9 in on
-    paper), module names shrink to fit their rows (down to 4 pt, then only every k-th is
-    written) and step numbers are thinned to every k-th column.
-    """
-    _check_columns(slopes, [*CONFIG_COLUMNS, *SERIES_COLUMNS, "slope"], "slopes table")
-    data = slopes[(slopes["stat"] == stat) & (slopes["tensor"] != "loss")]
-    if tensor is not None:
-        data = data[data["tensor"] == tensor]
-    if data.empty:
-        raise ValueError(_nothing_left(slopes, stat=stat, tensor=tensor))
-    _check_one_config(data, by=["parametrization"], what="parametrization")
-
-    row_order = sorted(data["parametrization"].unique())
-    col_order = sorted(data["tensor"].unique(), key=_tensor_rank)
-    modules = _module_order(data)
-    steps = np.sort(data["step"].unique())
-    labels = [f"L{i} {m}" for i, m in zip(modules["layer_index"], modules["module"])]
-    n_rows, n_cols = len(row_order), len(col_order)
-    if n_rows * len(modules) > MAX_STACKED_MODULES:  # deep model: panels side by side
-        n_rows, n_cols = 1, n_rows * n_cols
-    # numbers only where they fit: few cells, and cells wide enough for "-0.05"
-    annotate = (len(modules) * len(steps) <= MAX_ANNOTATED
-                and len(steps) * n_cols <= MAX_ANNOTATED_ACROSS[size])
-
-    sns, plt = seaborn_modules()
-    width = FIGURE_WIDTH[size]
-    if size == "slides":
-        height = _SLIDE_HEIGHT
-    else:  # grow with the number of modules so that every row label stays readable
-        height = min(9.0, n_rows * (0.6 + 0.16 * len(modules)) + 0.4)
-    row_pt = 72 * (height - 0.6 - 0.4 * n_rows) / (n_rows * len(modules))  # points per module
-    with figure_style(size, grid=False):
-        tick_pt = FontProperties(size=matplotlib.rcParams["ytick.labelsize"]).get_size_in_points()
-        label_pt = min(tick_pt, max(3.0, 0.8 * row_pt))
-        # label every k-th step so that step numbers never run into each other
-        step_in = (0.6 * len(str(steps.max())) + 1.0) * tick_pt / 72
-        panel_in = (width - 2.5) / n_cols
-        every_step = math.ceil(len(steps) / max(1, int(panel_in / step_in)))
-        fig, axes = plt.subplots(n_rows, n_cols, figsize=(width, height), squeeze=False,
-                                 sharex=True, sharey=True, layout="constrained")
-        hatched = False
-        for (par, ten), ax in zip(_facets(row_order, col_order), axes.flat):
-            panel = data[(data["parametrization"] == par) & (data["tensor"] == ten)]
-            grid = (panel.set_index(["layer_index", "module", "step"])["slope"]
-                    .unstack("step")
-                    .reindex(index=pd.MultiIndex.from_frame(modules), columns=steps))
-            sns.heatmap(grid, ax=ax, cmap=SLOPE_CMAP, center=0, vmin=-SLOPE_CLIP,
-                        vmax=SLOPE_CLIP, cbar=False, fmt=".2f",
-                        annot=grid.round(2) + 0.0 if annotate else False,  # + 0.0: no "-0.00"
-                        annot_kws={"fontsize": "x-small"}, yticklabels=labels, xticklabels=every_step,
-                        linewidths=0.5 if row_pt > 8 else 0, linecolor="white")
-            ax.set_title(f"{par} · {ten}")
-            end = (window_end or {}).get(par)
-            if end is not None and end < steps.max():
-                first = int(np.searchsorted(steps, end, side="right"))  # first column not judged
-                ax.axvspan(first, len(steps), facecolor="none", edgecolor="0.35", hatch="///", linewidth=0)
-                ax.axvline(first, color="0.15", linewidth=1.2)
-            hatched = hatched or (end is not None and end < steps.max())
-            ax.set_xlabel("")
-            ax.set_ylabel("")
-            ax.tick_params(axis="y", rotation=0, labelsize=label_pt)
-            ax.tick_params(axis="x", rotation=0)
-        # one label under all the panels: a long one under each would run into its neighbour's
-        fig.supxlabel("step (hatched: after the loss turned unstable, not judged)" if hatched else "step",
-                      fontsize=matplotlib.rcParams["axes.labelsize"])
-        mappable = axes.flat[0].collections[0]
-        fig.colorbar(mappable, ax=axes, extend="both", shrink=0.8, aspect=30,
-                     label=f"slope of log2 {stat} vs log2 width\n(colour clipped at ±{SLOPE_CLIP:g})")
-        if title:
-            fig.suptitle(title, fontweight="bold")
-        _fit_heatmap_labels(fig, axes, labels, steps)
-    save_figure(fig, path)
-    return fig
-
-
-def plot_loss(
-    frame: pd.DataFrame,
-    path: str | Path | None = None,
-    *,
-    size: Size = "paper",
-) -> Figure:
-    """Training loss against step, one line per width, one panel per parametrization.
-
-    Reads the loss rows of a tidy frame (``tensor == "loss"``, ``module == "(loss)"``,
-    ``stat == "value"``): x is ``step``, y the mean over seeds of ``value`` with the seed
-    min-max as a band, hue is ``width`` (light = narrow, dark = wide). Non-finite losses
-    (divergence) are left out, so a diverged run's line ends at its last finite step. The
-    y axis turns logarithmic (and the mean geometric) when the finite losses span more
-    than two decades. Each parametrization must hold one configuration (one ``config_id``).
-    """
-    frame = conform(frame)
-    data = frame[frame["tensor"] == "loss"]
-    if data.empty:
-        raise ValueError(f"no loss rows (tensor == 'loss', module == {LOSS_MODULE!r}) in the frame")
-    _check_one_config(data, by=["parametrization"], what="parametrization")
-    col_order = sorted(data["parametrization"].unique())
-    widths = np.sort(data["width"].unique())
-    data = data.loc[np.isfinite(data["value"]), ["parametrization", "width", "step", "value"]]
-
-    sns, _ = seaborn_modules()
-    palette = dict(zip(widths, sns.color_palette(WIDTH_PALETTE, len(widths))))
-    n_cols = len(col_order)
-    facet_w, facet_h = facet_size(size, 1, n_cols, max_cols=2)
-    values = data["value"]
-    log_y = len(values) > 0 and values.min() > 0 and values.max() / values.min() > 100
-    with figure_style(size):
-        g = sns.FacetGrid(data, col="parametrization", col_order=col_order,
-                          height=facet_h, aspect=facet_w / facet_h)
-        for ax in g.axes.flat:
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            if log_y:
-                ax.set_yscale("log")
-        g.map_dataframe(
-            sns.lineplot, x="step", y="value", hue="width", hue_order=list(widths), palette=palette,
-            errorbar=("pi", 100),  # seed min-max; the bootstrap is slow on large sweeps
-            err_kws={"alpha": 0.15, "linewidth": 0}, linewidth=1.4, legend=False,
-        )
-        g.set_titles(col_template="{col_name}")
-        g.set_axis_labels("step", "loss")
-        for ax in g.axes.flat:
-            if not ax.lines:
-                ax.text(0.5, 0.5, "no finite loss", transform=ax.transAxes,
-                        ha="center", va="center", color="0.4", fontsize="small")
-        add_legend(g.figure, {str(w): legend_line(palette[w]) for w in widths}, "width")
-    save_figure(g.figure, path)
-    return g.figure
-
-
-# --- helpers -------------------------------------------------------------------------
-
-
-def seaborn_modules():
-    """Import seaborn and pyplot, choosing the Agg backend if nobody chose one."""
-    if dict.__getitem__(matplotlib.rcParams, "backend") is rcsetup._auto_backend_sentinel:
-        matplotlib.use("Agg")  # files only: never open a window
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    return sns, plt
-
-
-def figure_style(size: Size, grid: bool = True) -> ExitStack:
-    """Scoped seaborn theme (context + style): leaves the caller's rcParams alone."""
-    sns, _ = seaborn_modules()
-    context, scale = _CONTEXT[size]
-    stack = ExitStack()
-    stack.enter_context(sns.plotting_context(context, font_scale=scale))
-    stack.enter_context(sns.axes_style("whitegrid" if grid else "white"))
-    return stack
-
-
-def facet_size(size: Size, n_rows: int, n_cols: int, max_cols: int | None = None,
-               legend_w: float | None = None) -> tuple[float, float]:
-    """(width, height) of one facet in inches, so the whole grid fits the chosen size
-    with ``legend_w`` inches (default: :data:`_LEGEND_W`) kept for the legend."""
-    room = FIGURE_WIDTH[size] - (_LEGEND_W[size] if legend_w is None else legend_w)
-    facet_w = room / max(n_cols, 1)
-    if max_cols is not None and n_cols < max_cols:  # a lone panel need not span the page
-        facet_w = room / max_cols * 1.4
-    if size == "slides":
-        facet_h = min(facet_w * 1.2, _SLIDE_HEIGHT / max(n_rows, 1))  # fill the slide's height
-    else:
-        facet_h = min(facet_w * 0.8 + 0.6, 2.6)  # + room for titles and tick labels
-    return facet_w, facet_h
-
-
-def _facets(rows: Sequence, cols: Sequence):
-    """(row level, column level) in the order FacetGrid / subplots lay out axes."""
-    return [(r, c) for r in rows for c in cols]
-
 
 def _pick_steps(recorded: np.ndarray, n: int = MAX_COLUMNS) -> list[int]:
     """Up to ``n`` recorded steps evenly spread, always the first and the last."""
@@ -635,48 +423,6 @@ def _check_steps(steps: Sequence[int], recorded: np.ndarray) -> list[int]:
     if missing or not steps:
         raise ValueError(f"steps {missing or steps} not recorded; recorded steps: {recorded.tolist()}")
     return steps
-
-
-def _module_order(data: pd.DataFrame) -> pd.DataFrame:
-    """Distinct (layer_index, module) pairs, by depth then name."""
-    pairs = data[["layer_index", "module"]].drop_duplicates()
-    return pairs.sort_values(["layer_index", "module"], ignore_index=True)
-
-
-def _fit_heatmap_labels(fig: Figure, axes: np.ndarray, labels: list[str], steps: np.ndarray) -> None:
-    """Shrink the module names until each fits its row (then write every k-th), and write
-    every k-th step so that step numbers leave a gap, also across neighbouring panels."""
-    fig.draw_without_rendering()  # the layout engine places the panels
-    renderer = fig.canvas.get_renderer()
-    ax = axes.flat[0]
-    origin, corner = ax.transData.transform([(0, 0), (1, 1)])
-    row_px, col_px = abs(corner[1] - origin[1]), abs(corner[0] - origin[0])
-
-    label_pt = ax.yaxis.get_major_ticks()[0].label1.get_fontsize()
-    tallest = max(labels, key=len)
-    height = renderer.get_text_width_height_descent(tallest, FontProperties(size=label_pt), ismath=False)[1]
-    fit_pt = max(MIN_LABEL_PT, min(label_pt, label_pt * row_px / (1.15 * height)))
-    every = max(1, math.ceil(1.15 * height * fit_pt / label_pt / row_px))  # text height scales with its size
-    ticks = np.arange(len(labels))[::every]
-    for ax in axes.flat:
-        ax.set_yticks(ticks + 0.5, [labels[i] for i in ticks])
-        ax.tick_params(axis="y", labelsize=fit_pt, rotation=0)
-
-    step_pt = axes.flat[0].xaxis.get_major_ticks()[0].label1.get_fontsize()
-    font = FontProperties(size=step_pt)
-    wide = renderer.get_text_width_height_descent(str(int(steps.max())), font, ismath=False)[0]
-    need = wide + 0.5 * step_pt / 72 * fig.dpi  # a label and half a character of gap
-    gap = min((b.get_position().x0 - a.get_position().x1) * fig.get_figwidth() * fig.dpi
-              for a, b in zip(axes.flat[:-1], axes.flat[1:])) if axes.shape[1] > 1 else np.inf
-    n = len(steps)
-    for every in range(1, n + 1):
-        kept = np.arange(n)[::every]
-        across = (n - kept[-1]) * col_px + gap  # last label of a panel to the first of the next
-        if every * col_px >= need and across >= need:
-            break
-    for ax in axes.flat:
-        ax.set_xticks(kept + 0.5, [str(steps[i]) for i in kept])
-        ax.tick_params(axis="x", rotation=0)
 
 
 def _layer_colours(layer_index: pd.Series) -> dict[int, tuple]:
@@ -702,20 +448,6 @@ def _layer_legend(modules: pd.DataFrame, colours: dict[int, tuple],
     return {str(i): legend_line(colours[i]) for i in levels}, "layer index"
 
 
-def legend_line(colour, marker: str | None = None, dashes="", linewidth: float = 2) -> Line2D:
-    """A legend handle: a line of ``colour`` with an optional marker and dashes."""
-    line = Line2D([], [], color=colour, linewidth=linewidth, marker=marker, markersize=5, markeredgewidth=0)
-    if dashes:
-        line.set_dashes(dashes)
-    return line
-
-
-def add_legend(fig: Figure, handles: dict, title: str) -> Legend:
-    """Figure legend just right of the axes; ``bbox_inches="tight"`` keeps it in the files."""
-    return fig.legend(list(handles.values()), list(handles), title=title, loc="center left",
-                      bbox_to_anchor=(1.0, 0.5), frameon=False)
-
-
 def _stack_legends(fig: Figure, legends: list[Legend], gap_pt: float = 8.0) -> None:
     """Legends right of the axes one under the other, the stack centred on the figure's height."""
     if len(legends) < 2:
@@ -733,16 +465,11 @@ def _stack_legends(fig: Figure, legends: list[Legend], gap_pt: float = 8.0) -> N
 
 def _highlight_legend(fig: Figure, handles: dict, size: Size) -> None:
     """The highlighted modules below the panels, in as many columns as the page width holds."""
-    font_pt = _font_pt("legend.fontsize")
-    entry_in = (0.6 * max(map(len, handles)) * font_pt + 40) / 72  # label + handle + gaps
+    legend_pt = font_pt("legend.fontsize")
+    entry_in = (0.6 * max(map(len, handles)) * legend_pt + 40) / 72  # label + handle + gaps
     ncol = max(1, min(len(handles), int(FIGURE_WIDTH[size] // entry_in)))
     fig.legend(list(handles.values()), list(handles), title="highlighted modules", loc="upper center",
                bbox_to_anchor=(0.5, 0.0), ncol=ncol, frameon=False)
-
-
-def _font_pt(key: str) -> float:
-    """A font size from the current rcParams ("small", 9, ...) in points."""
-    return FontProperties(size=matplotlib.rcParams[key]).get_size_in_points()
 
 
 def _label_log_y(ax) -> None:
@@ -756,7 +483,7 @@ def _label_log_y(ax) -> None:
         return
     span = math.log10(hi / lo)
     height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
-    min_gap = 1.6 * _font_pt("ytick.labelsize") / height_pt * span  # in decades
+    min_gap = 1.6 * font_pt("ytick.labelsize") / height_pt * span  # in decades
 
     def fits(ticks):
         return len(ticks) < 2 or np.diff(np.log10(ticks)).min() >= min_gap
@@ -812,7 +539,7 @@ def _fit_width_labels(axes: Sequence, widths: np.ndarray) -> None:
     widest) for the smallest k that fits at the tick font size or down to 80% of it."""
     ax = axes[0]
     renderer = ax.figure.canvas.get_renderer()
-    full_pt = _font_pt("xtick.labelsize")
+    full_pt = font_pt("xtick.labelsize")
     x = ax.transData.transform(np.c_[widths, np.ones(len(widths))])[:, 0]
     labels = [str(int(w)) for w in widths]
 
@@ -851,50 +578,6 @@ def _fit_titles(axes: Sequence, min_pt: float = 7.0) -> None:
             title.set_fontsize(max(min_pt, pt * scale))
 
 
-def _tensor_rank(name: str) -> tuple[int, str]:
-    order = {"out": 0, "delta": 1}
-    return order.get(name, len(order)), name
-
-
 def _check_column(df: pd.DataFrame, column: str, arg: str) -> None:
     if column not in df.columns:
         raise ValueError(f"{arg}={column!r} is not a column; columns: {list(df.columns)}")
-
-
-def _check_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise FrameError(f"not a {what}: missing columns {missing}")
-
-
-def _check_one_config(data: pd.DataFrame, by: list[str], what: str) -> None:
-    """Raise unless each group of ``by`` holds one config_id: lines must not average configs."""
-    counts = data.groupby(by, observed=True)["config_id"].nunique()
-    if (counts > 1).any():
-        varying = [c for c in CONFIG_COLUMNS if c not in (*by, "config_id") and c in data
-                   and data.groupby(by, observed=True)[c].nunique().gt(1).any()]
-        raise ValueError(
-            f"several configurations per {what} ({counts.max()} config_ids"
-            + (f"; varying: {', '.join(varying)}" if varying else "")
-            + "): filter the frame to one configuration per panel first"
-        )
-
-
-def _nothing_left(df: pd.DataFrame, stat: str, tensor: str | None) -> str:
-    tensors = sorted(set(df["tensor"]) - {"loss"})
-    stats = sorted(set(df["stat"]) - {"value"})
-    want = f"stat={stat!r}" + (f", tensor={tensor!r}" if tensor is not None else "")
-    return f"no rows with {want}; present: stats {stats}, tensors {tensors}"
-
-
-def save_figure(fig: Figure, path: str | Path | None) -> None:
-    """Write ``fig`` to ``<path>.pdf`` and ``<path>.png`` (a .pdf/.png suffix is replaced)."""
-    if path is None:
-        return
-    path = Path(path)
-    base = path.with_suffix("") if path.suffix.lower() in (".pdf", ".png") else path
-    for fmt in ("pdf", "png"):
-        target = base.with_name(f"{base.name}.{fmt}")
-        # the temporary name ends in .tmp, so the format is given explicitly
-        atomic_write(target, lambda tmp, fmt=fmt: fig.savefig(
-            tmp, format=fmt, dpi=PNG_DPI, bbox_inches="tight"))

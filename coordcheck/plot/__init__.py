@@ -1,0 +1,42 @@
+"""Figures: the coordinate-check figure, the slope heatmap, the loss curves and the causes figure.
+
+Stage: figures (analysis side; never imports torch), one module per figure over shared helpers:
+:mod:`~coordcheck.plot.coords` (:func:`plot_coords`: an activation statistic against width, grid or
+guide layout), :mod:`~coordcheck.plot.slopes` (:func:`plot_slopes`: the width exponent of every module
+at every step), :mod:`~coordcheck.plot.loss` (:func:`plot_loss`), :mod:`~coordcheck.plot.causes`
+(:func:`plot_causes`: each cause's measured exponents against the band muP allows) and
+:mod:`~coordcheck.plot.helpers` (sizes, theme, legends, checks, :func:`save_figure`). Input: a tidy frame
+(:mod:`coordcheck.frame`), a slopes table (:mod:`coordcheck.slopes`) or the verdict's evidence table.
+Output: a matplotlib Figure, and, when a path is given, the same figure as ``<path>.pdf`` and
+``<path>.png`` written atomically next to each other. The public names are re-exported here.
+"""
+
+from __future__ import annotations
+
+from coordcheck.plot.coords import (
+    HIGHLIGHT_COLOURS, HIGHLIGHT_WIDTH, KINDS, LAYER_CMAP, LAYER_CMAP_RANGE, MAX_COLUMNS, MAX_GUIDE_STEPS,
+    MAX_LAYER_LEGEND, MAX_MODULE_LEGEND, NOT_JUDGED_FACE, ROLE_STYLE, STEP_PALETTE, Layout, activation_kind,
+    plot_coords,
+)
+from coordcheck.plot.helpers import (
+    FIGURE_WIDTH, PNG_DPI, SLIDE_HEIGHT, WIDTH_PALETTE, Size, add_legend, check_columns, check_one_config, facet_size,
+    figure_style, font_pt, legend_line, module_order, nothing_left, save_figure, seaborn_modules, tensor_rank,
+)
+from coordcheck.plot.loss import plot_loss
+from coordcheck.plot.slopes import (
+    MAX_ANNOTATED, MAX_ANNOTATED_ACROSS, MAX_STACKED_MODULES, MIN_LABEL_PT, SLOPE_CLIP, SLOPE_CMAP, plot_slopes,
+)
+
+__all__ = [
+    # the figures
+    "plot_coords", "plot_slopes", "plot_loss", "activation_kind",
+    # coords
+    "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS", "HIGHLIGHT_WIDTH", "NOT_JUDGED_FACE", "LAYER_CMAP",
+    "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS", "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS",
+    # slopes
+    "SLOPE_CMAP", "SLOPE_CLIP", "MAX_STACKED_MODULES", "MAX_ANNOTATED", "MAX_ANNOTATED_ACROSS", "MIN_LABEL_PT",
+    # helpers
+    "Size", "FIGURE_WIDTH", "SLIDE_HEIGHT", "WIDTH_PALETTE", "PNG_DPI", "seaborn_modules", "figure_style",
+    "facet_size", "module_order", "legend_line", "add_legend", "font_pt", "tensor_rank", "check_columns",
+    "check_one_config", "nothing_left", "save_figure",
+]
