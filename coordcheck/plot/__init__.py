@@ -13,6 +13,10 @@ Output: a matplotlib Figure, and, when a path is given, the same figure as ``<pa
 
 from __future__ import annotations
 
+from coordcheck.plot.causes import (
+    DRAWN_COLUMNS, INSIDE_LABEL, MEASURE_ORDER, MEASURE_TITLES, NO_EVIDENCE, VIOLATES_COLOUR, VIOLATES_LABEL,
+    measure_order, plot_causes,
+)
 from coordcheck.plot.coords import (
     HIGHLIGHT_COLOURS, HIGHLIGHT_WIDTH, KINDS, LAYER_CMAP, LAYER_CMAP_RANGE, MAX_COLUMNS, MAX_GUIDE_STEPS,
     MAX_LAYER_LEGEND, MAX_MODULE_LEGEND, NOT_JUDGED_FACE, ROLE_STYLE, STEP_PALETTE, Layout, activation_kind,
@@ -29,10 +33,13 @@ from coordcheck.plot.slopes import (
 
 __all__ = [
     # the figures
-    "plot_coords", "plot_slopes", "plot_loss", "activation_kind",
+    "plot_coords", "plot_slopes", "plot_loss", "plot_causes", "activation_kind",
     # coords
     "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS", "HIGHLIGHT_WIDTH", "NOT_JUDGED_FACE", "LAYER_CMAP",
     "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS", "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS",
+    # causes
+    "DRAWN_COLUMNS", "MEASURE_ORDER", "MEASURE_TITLES", "VIOLATES_COLOUR", "VIOLATES_LABEL", "INSIDE_LABEL",
+    "NO_EVIDENCE", "measure_order",
     # slopes
     "SLOPE_CMAP", "SLOPE_CLIP", "MAX_STACKED_MODULES", "MAX_ANNOTATED", "MAX_ANNOTATED_ACROSS", "MIN_LABEL_PT",
     # helpers
