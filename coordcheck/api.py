@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 from pathlib import Path
 
 import pandas as pd
@@ -32,7 +32,9 @@ from coordcheck.report import Report, build_report, environments
 from coordcheck.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
 from coordcheck.verdict import Rules, Verdict
 
-__all__ = ["coord_check", "CoordCheckResult"]
+__all__ = ["coord_check", "CoordCheckResult", "PlotKind"]
+
+PlotKind = Literal["coords", "causes"]  # the figures of CoordCheckResult.plot
 
 DATA: dict[str, Callable[..., Batch]] = {
     "tokens": data_mod.tokens, "text": data_mod.text, "gaussian": data_mod.gaussian,
@@ -74,12 +76,22 @@ class CoordCheckResult:
         """The compliance report as markdown (verdict first)."""
         return self._report.markdown()
 
-    def plot(self, path: str | Path | None = None, *, layout: Literal["grid", "guide"] = "grid", **kwargs: object):
-        """The coord-check figure (``coordcheck.plot.plot_coords``); saved as PDF + PNG when ``path`` is given.
+    def plot(self, path: str | Path | None = None, *, kind: PlotKind = "coords",
+             layout: Literal["grid", "guide"] = "grid", **kwargs: object):
+        """A figure of the result; saved as PDF + PNG when ``path`` is given. The verdict is the title.
 
-        ``layout="grid"``: a panel per step, a line per module (the worst offenders highlighted);
-        ``"guide"``: a panel per kind of activation, a line per step. The verdict is the title.
+        ``kind="coords"``: the coord-check figure (``coordcheck.plot.plot_coords``), in ``layout="grid"``
+        (a panel per step, a line per module, the worst offenders highlighted) or ``"guide"`` (a panel per
+        kind of activation, a line per step). ``kind="causes"``: which knob — each parameter's measured
+        width exponents against the band muP allows, violators marked (``coordcheck.plot.plot_causes`` of
+        ``verdict.evidence``; ``layout`` does not apply). ``kwargs`` go to the plotting function.
         """
+        if kind == "causes":
+            from coordcheck.plot import plot_causes
+
+            return plot_causes(self.verdict.evidence, path, **{"title": self.verdict.title, **kwargs})
+        if kind != "coords":
+            raise CoordCheckError(f"kind must be one of {', '.join(get_args(PlotKind))} (got {kind!r})")
         from coordcheck.plot import plot_coords
         from coordcheck.report import coord_figure_options
 

@@ -316,8 +316,8 @@ def coord_figure_options(verdict: Verdict, *, row: str = "parametrization", layo
 def _write_figures(
     report: Report, out: Path, steps: list[int] | None, size: str, layout: str = "grid",
 ) -> dict[str, str]:
-    """Coord-check figure (``layout``: grid or guide), slope heatmap and loss curves (PDF + PNG); a figure that
-    cannot be drawn is noted."""
+    """Coord-check figure (``layout``: grid or guide), slope heatmap, loss curves and, when the verdict has evidence,
+    the causes figure (PDF + PNG); a figure that cannot be drawn is noted."""
     import matplotlib.pyplot as plt
 
     from coordcheck import plot
@@ -336,6 +336,8 @@ def _write_figures(
                                            title=v.title),
         "loss": lambda: plot.plot_loss(frame, out / "loss", size=size),
     }
+    if len(v.evidence):  # which knob: written only when the verdict measured causes
+        jobs["causes"] = lambda: plot.plot_causes(v.evidence, out / "causes", size=size, title=v.title)
     figures = {}
     for name, draw in jobs.items():
         try:

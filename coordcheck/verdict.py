@@ -259,6 +259,7 @@ class Verdict:
     divergence: list[str] = field(default_factory=list)
     models: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (configuration, width): n_params, fingerprint
     notes: list[str] = field(default_factory=list)  # what was judged otherwise than usual, or not at all, and why
+    evidence: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (config, name, measure): the causes figure
 
     @property
     def passed(self) -> bool:

@@ -10,9 +10,13 @@ matplotlib.use("Agg")
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.container import ErrorbarContainer
 
-from coordcheck.frame import COLUMNS, LOSS_MODULE, conform
-from coordcheck.plot import HIGHLIGHT_WIDTH, activation_kind, plot_coords, plot_loss, plot_slopes
+from coordcheck.frame import COLUMNS, LOSS_MODULE, FrameError, conform
+from coordcheck.plot import (
+    DRAWN_COLUMNS, HIGHLIGHT_WIDTH, INSIDE_LABEL, NO_EVIDENCE, VIOLATES_COLOUR, VIOLATES_LABEL, activation_kind,
+    plot_causes, plot_coords, plot_loss, plot_slopes,
+)
 from coordcheck.slopes import fit_slopes
 
 WIDTHS = (64, 128, 256)
@@ -469,7 +473,8 @@ def test_loss_drops_nonfinite_values():
 
 
 def test_plot_module_does_not_import_torch():
-    code = "import sys, coordcheck.plot; assert 'torch' not in sys.modules, 'torch imported'"
+    code = ("import sys, coordcheck.plot, coordcheck.plot.causes; from coordcheck.plot import plot_causes; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -478,3 +483,148 @@ def test_slopes_hatched_window_is_labelled_once_under_all_panels():
     assert fig.get_supxlabel() == "step (hatched: after the loss turned unstable, not judged)"
     assert {ax.get_xlabel() for ax in fig.axes[:-1]} == {""}  # none under a panel: they would run into each other
     assert plot_slopes(fit_slopes(tidy())).get_supxlabel() == "step"
+
+
+# --- plot_causes ---------------------------------------------------------------------
+
+# (name, order, {measure: (exponent, expected_low, expected_high)}): a muP GPT whose block 1 MLP
+# down-projection kept an unscaled learning rate, listed out of call order on purpose
+CAUSES_MODEL = [
+    ("lm_head", 5, {"init": (-1.0, -np.inf, 0.1), "lr": (-1.0, -1.1, -0.9), "own": (0.02, -0.1, 0.1)}),
+    ("h.0.mlp.c_fc", 1, {"init": (0.01, -0.1, 0.1), "lr": (-1.0, -1.1, -0.9), "own": (-0.03, -0.1, 0.1)}),
+    ("wte", 0, {"init": (0.0, -0.1, 0.1), "lr": (0.0, -0.1, 0.1), "own": (0.01, -0.1, 0.1)}),
+    ("h.1.mlp.c_proj", 4, {"init": (0.03, -0.1, 0.1), "lr": (0.0, -1.1, -0.9), "own": (1.02, -0.1, 0.1)}),
+    ("h.0.mlp.c_proj", 2, {"init": (-0.02, -0.1, 0.1), "lr": (-1.0, -1.1, -0.9), "own": (0.0, -0.1, 0.1)}),
+    ("ln_f", 3, {"init": (0.0, -0.1, 0.1), "own": (0.04, -0.1, 0.1)}),  # a norm: no width-scaled lr
+]
+CI = 0.05
+
+
+def evidence(parametrizations=("mup",), model=CAUSES_MODEL):
+    """An evidence table in the contract's columns (Verdict.evidence): violates = interval outside the band."""
+    rows = []
+    for par in parametrizations:
+        for name, order, measures in model:
+            for measure, (exponent, low, high) in measures.items():
+                rows.append({"config_id": f"{par}-1", "parametrization": par, "name": name, "measure": measure,
+                             "exponent": exponent, "ci_low": exponent - CI, "ci_high": exponent + CI,
+                             "expected_low": low, "expected_high": high,
+                             "violates": exponent - CI > high or exponent + CI < low, "order": order,
+                             "step": 0 if measure == "init" else 3})  # a column the figure does not read
+    return pd.DataFrame(rows)
+
+
+def _errorbars(ax, label):
+    """(x, y) of the points of the error bars labelled ``label`` in ``ax``."""
+    points = [c.lines[0].get_xydata() for c in ax.containers
+              if isinstance(c, ErrorbarContainer) and c.get_label() == label]
+    return np.concatenate(points) if points else np.empty((0, 2))
+
+
+def test_causes_has_a_row_per_name_in_call_order_and_a_column_per_measure(tmp_path):
+    fig = plot_causes(evidence(), tmp_path / "causes", title="coordinate check (parametrization=mup) — FAIL")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["causes.pdf", "causes.png"]
+    assert [ax.get_title() for ax in fig.axes] == ["initialisation", "learning rate", "own update"]
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["wte", "h.0.mlp.c_fc", "h.0.mlp.c_proj", "ln_f", "h.1.mlp.c_proj", "lm_head"]
+    assert fig.axes[0].get_ylim()[0] > fig.axes[0].get_ylim()[1]  # first in call order on top
+    own = fig.axes[2]
+    drawn = np.concatenate([_errorbars(own, label) for label in (INSIDE_LABEL, VIOLATES_LABEL)])
+    rows = evidence().query("measure == 'own'").assign(y=lambda d: d["name"].map(labels.index))
+    assert sorted(map(tuple, drawn)) == sorted(zip(rows["exponent"], rows["y"].astype(float)))
+    assert fig.get_suptitle() == "coordinate check (parametrization=mup) — FAIL"
+
+
+def test_causes_marks_exactly_the_violators():
+    ev = evidence()
+    fig = plot_causes(ev)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    red = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_color() == VIOLATES_COLOUR]
+    assert red == ["h.1.mlp.c_proj"]  # the planted parameter, nothing upstream of it
+    for ax, measure in zip(fig.axes, ["init", "lr", "own"]):
+        bad = ev[(ev["measure"] == measure) & ev["violates"]]
+        want = sorted(zip(bad["exponent"], bad["name"].map(labels.index).astype(float)))
+        assert sorted(map(tuple, _errorbars(ax, VIOLATES_LABEL))) == want, measure
+        numbers = [t.get_text() for t in ax.texts]
+        assert numbers == [f"{x:+.2f}" for x in bad["exponent"]]
+    assert [t.get_text() for t in fig.axes[2].texts] == ["+1.02"]
+    (legend,) = fig.legends
+    assert VIOLATES_LABEL in [t.get_text() for t in legend.get_texts()]
+
+
+def test_causes_shades_the_band_and_runs_an_infinite_edge_to_the_panel_edge():
+    fig = plot_causes(evidence())
+    init = fig.axes[0]
+    labels = [t.get_text() for t in init.get_yticklabels()]
+    bands = {round(p.get_y() + p.get_height() / 2): p for p in init.patches}
+    assert sorted(bands) == list(range(len(labels)))
+    c_fc = bands[labels.index("h.0.mlp.c_fc")]
+    np.testing.assert_allclose([c_fc.get_x(), c_fc.get_x() + c_fc.get_width()], [-0.1, 0.1])
+    readout = bands[labels.index("lm_head")]  # (-inf, 0.1]: may shrink at init
+    assert readout.get_x() < init.get_xlim()[0] and readout.get_x() + readout.get_width() == pytest.approx(0.1)
+    lr = fig.axes[1]  # ln_f has no lr: its row stays empty there
+    assert labels.index("ln_f") not in {round(p.get_y() + p.get_height() / 2) for p in lr.patches}
+
+
+def test_causes_stacks_parametrizations_and_reads_measures_it_does_not_know():
+    ev = evidence(("sp", "mup"))
+    extra = ev[ev["measure"] == "own"].assign(measure="audit:lr")
+    fig = plot_causes(pd.concat([ev, extra]))
+    assert [ax.get_title() for ax in fig.axes] == [f"{p} · {m}" for p in ("mup", "sp")
+                                                   for m in ("initialisation", "learning rate", "own update",
+                                                             "audit:lr")]
+
+
+def test_causes_refuses_what_it_cannot_draw():
+    with pytest.raises(ValueError, match="no evidence to draw") as empty:
+        plot_causes(pd.DataFrame(columns=DRAWN_COLUMNS))
+    assert str(empty.value) == NO_EVIDENCE and "\n" not in NO_EVIDENCE
+    with pytest.raises(FrameError, match=r"missing columns \['expected_low', 'expected_high'\]"):
+        plot_causes(evidence().drop(columns=["expected_low", "expected_high"]))
+    two = pd.concat([evidence(), evidence().assign(config_id="mup-2")])
+    with pytest.raises(ValueError, match="several configurations per parametrization"):
+        plot_causes(two)
+
+
+def test_causes_leaves_out_what_was_not_measured():
+    ev = evidence()
+    ev.loc[ev["name"] == "wte", ["exponent", "ci_low", "ci_high"]] = np.nan  # too few widths to fit
+    ev.loc[ev["name"] == "ln_f", ["expected_low", "expected_high"]] = np.nan  # not judged: no band
+    fig = plot_causes(ev)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[0] == "wte"  # the row is kept, its point is not drawn
+    ys = {y for label in (INSIDE_LABEL, VIOLATES_LABEL) for y in _errorbars(fig.axes[0], label)[:, 1]}
+    assert 0.0 not in ys and len(ys) == len(labels) - 1
+    assert labels.index("ln_f") not in {round(p.get_y() + p.get_height() / 2) for p in fig.axes[0].patches}
+
+
+# --- the causes figure in the report and the API -------------------------------------
+
+
+def test_report_writes_the_causes_figure_only_when_the_verdict_has_evidence(tmp_path):
+    from coordcheck.report import build_report, write_report
+
+    report = build_report(tidy(parametrizations=("mup",)))
+    assert report.verdict.evidence.empty
+    write_report(report, tmp_path / "without")
+    assert not list((tmp_path / "without").glob("causes.*"))
+    report.verdict.evidence = evidence()
+    md = write_report(report, tmp_path / "with").read_text()
+    assert sorted(p.name for p in (tmp_path / "with").glob("causes.*")) == ["causes.pdf", "causes.png"]
+    assert "](causes.png)" in md and report.figures["causes (png)"] == "causes.png"
+
+
+def test_result_plot_kind_causes_draws_the_verdicts_evidence():
+    from coordcheck.api import CoordCheckResult
+    from coordcheck.errors import CoordCheckError
+
+    result = CoordCheckResult(tidy(parametrizations=("mup",)))
+    with pytest.raises(ValueError, match="no evidence to draw"):
+        result.plot(kind="causes")
+    result.verdict.evidence = evidence()
+    fig = result.plot(kind="causes")
+    assert fig.get_suptitle() == result.verdict.title
+    assert [ax.get_title() for ax in fig.axes] == ["initialisation", "learning rate", "own update"]
+    assert result.plot().axes[0].get_title().startswith("step")  # kind="coords" stays the default
+    with pytest.raises(CoordCheckError, match="kind must be one of coords, causes"):
+        result.plot(kind="cause")
