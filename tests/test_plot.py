@@ -14,8 +14,8 @@ from matplotlib.container import ErrorbarContainer
 
 from coordcheck.frame import COLUMNS, LOSS_MODULE, FrameError, conform
 from coordcheck.plot import (
-    DRAWN_COLUMNS, HIGHLIGHT_WIDTH, INSIDE_LABEL, NO_EVIDENCE, VIOLATES_COLOUR, VIOLATES_LABEL, activation_kind,
-    plot_causes, plot_coords, plot_loss, plot_slopes,
+    DRAWN_COLUMNS, HIGHLIGHT_WIDTH, INSIDE_LABEL, NO_EVIDENCE, NO_SLOPE, VIOLATES_COLOUR, VIOLATES_LABEL,
+    activation_kind, plot_causes, plot_coords, plot_loss, plot_slopes,
 )
 from coordcheck.slopes import fit_slopes
 
@@ -592,7 +592,9 @@ def test_causes_leaves_out_what_was_not_measured():
     ev.loc[ev["name"] == "ln_f", ["expected_low", "expected_high"]] = np.nan  # not judged: no band
     fig = plot_causes(ev)
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert labels[0] == "wte"  # the row is kept, its point is not drawn
+    assert labels[0] == "wte"  # the row is kept, its point is not drawn, "no slope" is written instead
+    for ax in fig.axes:
+        assert [t.get_position()[1] for t in ax.texts if t.get_text() == NO_SLOPE] == [0]  # in wte's row
     ys = {y for label in (INSIDE_LABEL, VIOLATES_LABEL) for y in _errorbars(fig.axes[0], label)[:, 1]}
     assert 0.0 not in ys and len(ys) == len(labels) - 1
     assert labels.index("ln_f") not in {round(p.get_y() + p.get_height() / 2) for p in fig.axes[0].patches}

@@ -14,7 +14,7 @@ Output: a matplotlib Figure, and, when a path is given, the same figure as ``<pa
 from __future__ import annotations
 
 from coordcheck.plot.causes import (
-    DRAWN_COLUMNS, INSIDE_LABEL, MEASURE_ORDER, MEASURE_TITLES, NO_EVIDENCE, VIOLATES_COLOUR, VIOLATES_LABEL,
+    DRAWN_COLUMNS, INSIDE_LABEL, MEASURE_ORDER, MEASURE_TITLES, NO_EVIDENCE, NO_SLOPE, VIOLATES_COLOUR, VIOLATES_LABEL,
     measure_order, plot_causes,
 )
 from coordcheck.plot.coords import (
@@ -39,7 +39,7 @@ __all__ = [
     "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS", "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS",
     # causes
     "DRAWN_COLUMNS", "MEASURE_ORDER", "MEASURE_TITLES", "VIOLATES_COLOUR", "VIOLATES_LABEL", "INSIDE_LABEL",
-    "NO_EVIDENCE", "measure_order",
+    "NO_EVIDENCE", "NO_SLOPE", "measure_order",
     # slopes
     "SLOPE_CMAP", "SLOPE_CLIP", "MAX_STACKED_MODULES", "MAX_ANNOTATED", "MAX_ANNOTATED_ACROSS", "MIN_LABEL_PT",
     # helpers

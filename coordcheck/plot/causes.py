@@ -28,6 +28,7 @@ import pandas as pd
 from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.transforms import blended_transform_factory
 
 from coordcheck.plot.helpers import (
     FIGURE_WIDTH, SLIDE_HEIGHT, Size, add_legend, check_columns, check_one_config, figure_style, save_figure,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["plot_causes", "measure_order", "DRAWN_COLUMNS", "MEASURE_ORDER", "MEASURE_TITLES", "VIOLATES_COLOUR",
-           "VIOLATES_LABEL", "INSIDE_LABEL", "NO_EVIDENCE"]
+           "VIOLATES_LABEL", "INSIDE_LABEL", "NO_SLOPE", "NO_EVIDENCE"]
 
 # the columns of Verdict.evidence this figure reads (the table may hold more)
 DRAWN_COLUMNS = ["config_id", "parametrization", "name", "measure", "exponent", "ci_low", "ci_high",
@@ -59,6 +60,7 @@ MIN_SPAN = 1.0  # a panel's x axis spans at least this many width exponents: a f
 ROW_IN = {"paper": 0.24, "slides": 0.32}  # inches per name
 MAX_HEIGHT = 9.0  # a paper figure grows with the number of names up to this, then the names shrink
 MIN_LABEL_PT = 4.0
+NO_SLOPE = "no slope"  # written in a row whose exponent is NaN: values zero or not finite, or too few widths
 NO_EVIDENCE = ("no evidence to draw: Verdict.evidence is empty (the causes need the `own` rows of the probes: "
                "each module's initialisation gain and own update)")
 
@@ -87,7 +89,8 @@ def plot_causes(
     the point is ``exponent`` with the bar ``[ci_low, ci_high]``. Rows with ``violates`` are red
     crosses (error bars labelled :data:`VIOLATES_LABEL`) with the exponent written beside them,
     and their names are red; the others are grey dots (:data:`INSIDE_LABEL`). A name not measured
-    in a panel leaves its row there empty. NaN exponents are not drawn.
+    in a panel leaves its row there empty; a NaN exponent (values zero or not finite, e.g. the gain
+    of a zero-initialised layer at step 0, or too few widths to fit) is written :data:`NO_SLOPE`.
 
     Raises ``ValueError`` for an empty table (:data:`NO_EVIDENCE`) or several configurations per
     parametrization, and :class:`~coordcheck.frame.FrameError` for missing columns.
@@ -186,6 +189,10 @@ def _draw_panel(ax, panel: pd.DataFrame, limits: tuple[float, float]) -> None:
     ax.barh(band["y"], right - left, left=left, height=0.72, color=BAND_COLOUR, alpha=BAND_ALPHA, linewidth=0,
             zorder=0)
     drawn = panel[np.isfinite(panel["exponent"])]
+    at_left = blended_transform_factory(ax.transAxes, ax.transData)
+    for y in panel.loc[~np.isfinite(panel["exponent"]), "y"]:  # e.g. a zero-initialised layer's gain at step 0
+        ax.text(0.02, y, NO_SLOPE, transform=at_left, ha="left", va="center", fontsize="xx-small", color="0.4",
+                zorder=4)
     for violates, colour, marker, ms, label in ((False, INSIDE_COLOUR, "o", 4.5, INSIDE_LABEL),
                                                 (True, VIOLATES_COLOUR, "X", 7.0, VIOLATES_LABEL)):
         part = drawn[drawn["violates"] == violates]
