@@ -28,6 +28,7 @@ import pandas as pd
 from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 
 from coordcheck.plot.helpers import (
@@ -123,6 +124,7 @@ def plot_causes(
             len(rows), len(measures), figsize=(FIGURE_WIDTH[size], height), squeeze=False, sharex="col",
             sharey="row", layout="constrained", gridspec_kw={"height_ratios": [len(names[p]) + 1 for p in rows]},
         )
+        fig.get_layout_engine().set(wspace=0.07)  # the end labels of neighbouring x axes keep apart
         for i, par in enumerate(rows):
             order = {n: k for k, n in enumerate(names[par])}
             for j, measure in enumerate(measures):
@@ -178,6 +180,7 @@ def _draw_panel(ax, panel: pd.DataFrame, limits: tuple[float, float]) -> None:
     """Bands, the zero line, and the points with their intervals of one (parametrization, measure)."""
     lo, hi = limits
     ax.set_xlim(lo, hi)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]))  # few round exponents
     ax.axvline(0.0, color="0.55", linewidth=0.8, zorder=1)
     if panel.empty:
         ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="0.4",
