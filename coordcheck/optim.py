@@ -7,6 +7,14 @@ when ``mu=True`` — the optimizer configs set it from ``parametrization.mu_opti
 the plain torch optimizer otherwise. Any callable with the signature
 ``factory(model, lr)`` can replace them (``optimizer=factory optimizer._target_=pkg.make``),
 for models that implement muP by hand.
+
+``muon`` is two optimizers stepped as one (:class:`MuonWithAdamW`), as Muon is used in practice:
+``torch.optim.Muon`` on the hidden matrices (2-D, both dimensions growing with width: mup's
+``infshape``, which ``parametrization=mup`` and ``sp`` set; under ``none`` name them with
+``hidden=``), MuAdamW / AdamW on everything else. Muon's ``adjust_lr_fn="original"`` keeps the
+update's spectral norm ~ sqrt(fan_out / fan_in), flat in width, so Muon's own lr is not width-scaled
+under muP; ``"match_rms_adamw"`` grows it like width^0.5 and fails a coordinate check
+(``experiments/muon.py``).
 """
 
 from __future__ import annotations
@@ -72,7 +80,8 @@ MUON_WIDTH_INVARIANT = "original"  # the muP default (conf/optimizer/muon.yaml)
 def muon_lr_factor(adjust_lr_fn: str, shape: Sequence[int]) -> float:
     """The factor torch.optim.Muon multiplies a (fan_out, fan_in, ...) matrix's lr by under ``adjust_lr_fn``."""
     if adjust_lr_fn not in MUON_ADJUST_LR:
-        raise CoordCheckError(f"optimizer.adjust_lr_fn must be one of {', '.join(MUON_ADJUST_LR)}, got {adjust_lr_fn!r}")
+        raise CoordCheckError(
+            f"optimizer.adjust_lr_fn must be one of {', '.join(MUON_ADJUST_LR)}, got {adjust_lr_fn!r}")
     return MUON_ADJUST_LR[adjust_lr_fn](float(shape[0]), float(shape[1]))
 
 

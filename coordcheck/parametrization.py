@@ -133,14 +133,21 @@ class Standard(Parametrization):
     _base: dict | None = None
 
     def prepare(self, build: Builder, base_width: int) -> None:
-        self._base = base_shapes(build, base_width)  # which dimensions grow (optimizer=muon reads them)
+        # Which dimensions grow, for optimizer=muon; SP itself needs no base shapes, so a builder that cannot be built
+        # at base_width runs as before, with no dimension marked.
+        try:
+            self._base = base_shapes(build, base_width)
+        except Exception:  # noqa: BLE001 - the builder's own error surfaces when the trained model is built
+            self._base = None
 
     def apply(self, model: nn.Module) -> nn.Module:
         # width_mult 1 everywhere: SP. The width dimensions stay marked infinite (base dim = this dim), so that
         # p.infshape says which dimensions grow, as under mup.
         shapes = {n: p.shape for n, p in model.named_parameters()}
-        delta = None if self._base is None else {
-            n: [d + 1 if b.isinf() else d for b, d in zip(self._base[n], shape)] for n, shape in shapes.items()}
+        delta = None
+        if self._base is not None and set(self._base) == set(shapes):
+            delta = {n: [d + 1 if b.isinf() else d for b, d in zip(self._base[n], shape)]
+                     for n, shape in shapes.items()}
         set_base_shapes(model, shapes if delta else None, delta=delta, do_assert=False)
         return model
 

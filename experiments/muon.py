@@ -80,7 +80,8 @@ def spectral() -> pd.DataFrame:
     df = pd.concat([update_norms(w, fn) for fn in MUON_ADJUST_LR for w in SPECTRAL_WIDTHS], ignore_index=True)
     df = df[df["step"] >= FIRST_MUON_STEP]
     df["condition"] = df["norm"] / (LR * np.sqrt(df["fan_out"] / df["fan_in"]))  # 1 = the spectral condition met
-    print(f"## spectral norm of the hidden updates (muP GPT, lr {LR}, seed 0, steps {FIRST_MUON_STEP}-{SPECTRAL_STEPS}; "
+    print(f"## spectral norm of the hidden updates (muP GPT, lr {LR}, seed 0, "
+          f"steps {FIRST_MUON_STEP}-{SPECTRAL_STEPS}; "
           f"{time.perf_counter() - t0:.0f} s)\n")
     table = df.groupby(["adjust_lr_fn", "kind", "width"])["condition"].median().unstack("width")
     print("||dW||_2 / (lr * sqrt(fan_out / fan_in)), median over blocks and steps:\n")

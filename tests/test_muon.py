@@ -16,7 +16,7 @@ from coordcheck.config import compose_config, options
 from coordcheck.data import gaussian
 from coordcheck.errors import CoordCheckError
 from coordcheck.models import gpt, mlp
-from coordcheck.optim import (MUON_ADJUST_LR, MUON_WIDTH_INVARIANT, MuonWithAdamW, hidden_matrices, muon,
+from coordcheck.optim import (MUON_ADJUST_LR, MUON_WIDTH_INVARIANT, MuonWithAdamW, muon,
                               muon_lr_factor)
 from coordcheck.parametrization import Mup, Standard, build_model
 from coordcheck.testing.public_models import gpt_builder
