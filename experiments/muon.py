@@ -11,9 +11,19 @@ muP GPT and (Mu)AdamW on the rest. Two parts, one thread:
   squares over widths, per matrix and step; the table gives the range over matrices and steps).
 * ``check``: ``coordcheck.coord_check`` on the built-in ``gpt`` (widths 128 256 512, 2 seeds, 5 steps, muP, lr
   0.01) for each setting: the verdict, and the failing series with their slopes.
+* ``others``: the same check on the hand-written nanoGPT-mup (``parametrization=none``, hidden matrices named) with
+  both settings, and the SP control with Muon.
 
-    python experiments/muon.py            # both, about 4 minutes on one core
-    python experiments/muon.py spectral   # one part
+    python experiments/muon.py            # all three: about 6 minutes on one (shared) core: spectral 356 s,
+    python experiments/muon.py spectral   # check 58 s, others 65 s; or one part
+
+Measured (1 thread, a shared 2-core machine): ||dW||_2 / (lr sqrt(fan_out / fan_in)) is 1.20 at every width for
+``original`` and ``spectral_unclamped`` (2.40 for the MLP down-projection under ``original``, whose sqrt(1/4) it clamps
+to 1) and 2.72, 3.85, 5.44, 7.69 at widths 128-1024 for ``match_rms_adamw``; slopes in width: median -0.000 / -0.001
+(range -0.03..+0.001) against +0.500 (0.47..0.50). Coord check: ``original`` and ``spectral_unclamped`` PASS,
+``match_rms_adamw`` FAIL (20 modules, hidden delta slopes +0.48..+0.53); nanoGPT-mup PASS with ``original``, FAIL with
+``match_rms_adamw`` (slope +0.60); SP with Muon FAILs on the readout alone (lm_head out slope +0.90, no output
+multiplier), its hidden matrices flat.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from coordcheck.data import tokens
 from coordcheck.models import gpt
 from coordcheck.optim import MUON_ADJUST_LR, hidden_matrices, muon
 from coordcheck.parametrization import Mup, build_model
+from coordcheck.testing.public_models import gpt_builder
 
 LR = 0.01
 SPECTRAL_WIDTHS = (128, 256, 512, 1024)
@@ -114,8 +125,25 @@ def check() -> dict[str, object]:
     return results
 
 
+def others() -> None:
+    """The same check (widths 128 256 512, 2 seeds, 5 steps, lr 0.01) on the hand-written nanoGPT-mup model under
+    ``parametrization=none`` (Muon on the matrices in ``transformer.h``, named), and the SP control with Muon."""
+    named = functools.partial(muon, hidden=["transformer.h.*.weight"])
+    hand = dict(parametrization="none", forward_targets=True, loss="model", output=0, data=tokens())
+    cases = {
+        "nanoGPT-mup (none), original": (gpt_builder, dict(hand, optimizer=named)),
+        "nanoGPT-mup (none), match_rms_adamw": (
+            gpt_builder, dict(hand, optimizer=functools.partial(named, adjust_lr_fn="match_rms_adamw"))),
+        "built-in gpt, sp, original": (gpt, dict(parametrization="sp", optimizer="muon")),
+    }
+    for name, (build, run) in cases.items():
+        t0 = time.perf_counter()
+        v = coord_check(build, CHECK_WIDTHS, lr=LR, steps=5, seeds=2, progress=False, **run).verdict
+        print(f"## {name}: {v.status.upper()} ({time.perf_counter() - t0:.0f} s)\n\n{v.reason}\n")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    parts = sys.argv[1:] or ["spectral", "check"]
+    parts = sys.argv[1:] or ["spectral", "check", "others"]
     for part in parts:
-        {"spectral": spectral, "check": check}[part]()
+        {"spectral": spectral, "check": check, "others": others}[part]()
