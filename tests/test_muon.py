@@ -187,3 +187,23 @@ def test_the_spectral_setting_passes_and_the_rms_matched_one_fails():
                      & failing["tensor"].eq("delta")]
     assert hidden["module"].nunique() >= 8  # the hidden matrices' own outputs
     assert hidden["slope"].median() == pytest.approx(0.5, abs=0.15)  # sqrt(width)
+
+
+def test_a_grad_scaler_unscales_and_steps_both_parts():
+    model = built(mlp, 32, Mup)
+    opt = muon(model, LR, mu=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    batch = gaussian(dim=32, n_classes=10)
+    hidden, readout = model.blocks[0].fc.weight, model.readout.weight
+    for _ in range(2):  # the zero readout passes no gradient to the hidden matrices at the first step
+        opt.zero_grad()
+        F.cross_entropy(model(batch.inputs), batch.targets).backward()
+        plain = {p: p.grad.clone() for p in (hidden, readout)}
+        before = {p: p.detach().clone() for p in (hidden, readout)}
+        opt.zero_grad()
+        scaler.scale(F.cross_entropy(model(batch.inputs), batch.targets)).backward()
+        scaler.unscale_(opt)  # as train.update does before clipping: the gradients of every group, both parts
+        assert all(torch.allclose(p.grad, plain[p], rtol=1e-4, atol=1e-9) for p in plain)
+        scaler.step(opt)
+        scaler.update()
+    assert all(not torch.equal(p, before[p]) for p in before)
