@@ -66,9 +66,10 @@ def sgd(
 # torch.optim.Muon's shape adjustments of the lr (torch/optim/_muon.py): for a (fan_out, fan_in) = (A, B) matrix
 # "original" (Keller Jordan) lr * sqrt(max(1, A / B)), "spectral_unclamped" (Bernstein) lr * sqrt(A / B),
 # "match_rms_adamw" (Moonshot) lr * 0.2 * sqrt(max(A, B)). The orthogonalised update has every singular value near 1,
-# so the update's spectral norm is the adjusted lr: the first two keep it ~ sqrt(fan_out / fan_in), flat in width for
-# hidden matrices (the spectral condition of Yang, Simon & Bernstein 2023); "match_rms_adamw" grows it like
-# width^0.5 (measured: experiments/muon.py).
+# so the update's spectral norm is the adjusted lr (measured: 1.2 x it). "spectral_unclamped" is the spectral condition
+# of Yang, Simon & Bernstein (2023), ||dW||_2 ~ sqrt(fan_out / fan_in), and "original" the same clamped below at 1 (a
+# constant factor for a down-projection): both flat in width for hidden matrices. "match_rms_adamw" grows it like
+# width^0.5 and fails a coordinate check (experiments/muon.py). "original" is the default (torch's and Keller Jordan's).
 MUON_ADJUST_LR = {
     "original": lambda a, b: math.sqrt(max(1.0, a / b)),
     "spectral_unclamped": lambda a, b: math.sqrt(a / b),
