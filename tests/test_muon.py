@@ -207,3 +207,8 @@ def test_a_grad_scaler_unscales_and_steps_both_parts():
         scaler.step(opt)
         scaler.update()
     assert all(not torch.equal(p, before[p]) for p in before)
+
+
+def test_the_api_takes_muon_by_name():
+    r = coord_check(mlp, [16, 32], optimizer="muon", steps=1, seeds=1, base_width=16, progress=False)
+    assert set(r.frame["optimizer"]) == {"muon"} and set(r.frame["width"]) == {16, 32}
