@@ -7,17 +7,30 @@ when ``mu=True`` — the optimizer configs set it from ``parametrization.mu_opti
 the plain torch optimizer otherwise. Any callable with the signature
 ``factory(model, lr)`` can replace them (``optimizer=factory optimizer._target_=pkg.make``),
 for models that implement muP by hand.
+
+``muon`` is two optimizers stepped as one (:class:`MuonWithAdamW`), as Muon is used in practice:
+``torch.optim.Muon`` on the hidden matrices (2-D, both dimensions growing with width: mup's
+``infshape``, which ``parametrization=mup`` and ``sp`` set; under ``none`` name them with
+``hidden=``), MuAdamW / AdamW on everything else. Muon's ``adjust_lr_fn="original"`` keeps the
+update's spectral norm ~ sqrt(fan_out / fan_in), flat in width, so Muon's own lr is not width-scaled
+under muP; ``"match_rms_adamw"`` grows it like width^0.5 and fails a coordinate check
+(``experiments/muon.py``).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import math
 from collections.abc import Sequence
 
 import mup
 import torch
 from torch import nn
 
-__all__ = ["adam", "adamw", "sgd", "OPTIMIZERS"]
+from coordcheck.errors import CoordCheckError
+
+__all__ = ["adam", "adamw", "sgd", "muon", "MuonWithAdamW", "hidden_matrices", "muon_lr_factor", "MUON_ADJUST_LR",
+           "MUON_WIDTH_INVARIANT", "OPTIMIZERS"]
 
 
 def _float_lr(lr: float) -> float:
@@ -48,4 +61,104 @@ def sgd(
     return cls(model.parameters(), lr=_float_lr(lr), momentum=momentum, weight_decay=weight_decay)
 
 
-OPTIMIZERS = {"adam": adam, "adamw": adamw, "sgd": sgd}
+# --- Muon on the hidden matrices, (Mu)AdamW on the rest -------------------------------------------------------------
+
+# torch.optim.Muon's shape adjustments of the lr (torch/optim/_muon.py): for a (fan_out, fan_in) = (A, B) matrix
+# "original" (Keller Jordan) lr * sqrt(max(1, A / B)), "spectral_unclamped" (Bernstein) lr * sqrt(A / B),
+# "match_rms_adamw" (Moonshot) lr * 0.2 * sqrt(max(A, B)). The orthogonalised update has every singular value near 1,
+# so the update's spectral norm is the adjusted lr (measured: 1.2 x it). "spectral_unclamped" is the spectral condition
+# of Yang, Simon & Bernstein (2023), ||dW||_2 ~ sqrt(fan_out / fan_in), and "original" the same clamped below at 1 (a
+# constant factor for a down-projection): both flat in width for hidden matrices. "match_rms_adamw" grows it like
+# width^0.5 and fails a coordinate check (experiments/muon.py). "original" is the default (torch's and Keller Jordan's).
+MUON_ADJUST_LR = {
+    "original": lambda a, b: math.sqrt(max(1.0, a / b)),
+    "spectral_unclamped": lambda a, b: math.sqrt(a / b),
+    "match_rms_adamw": lambda a, b: 0.2 * math.sqrt(max(a, b)),
+}
+MUON_WIDTH_INVARIANT = "original"  # the muP default (conf/optimizer/muon.yaml)
+
+
+def muon_lr_factor(adjust_lr_fn: str, shape: Sequence[int]) -> float:
+    """The factor torch.optim.Muon multiplies a (fan_out, fan_in, ...) matrix's lr by under ``adjust_lr_fn``."""
+    if adjust_lr_fn not in MUON_ADJUST_LR:
+        raise CoordCheckError(
+            f"optimizer.adjust_lr_fn must be one of {', '.join(MUON_ADJUST_LR)}, got {adjust_lr_fn!r}")
+    return MUON_ADJUST_LR[adjust_lr_fn](float(shape[0]), float(shape[1]))
+
+
+def hidden_matrices(model: nn.Module, hidden: Sequence[str] | None = None) -> list[str]:
+    """Names of the parameters Muon takes: the 2-D matrices whose two dimensions both grow with width.
+
+    With ``hidden`` (shell patterns on parameter names, e.g. ``transformer.h.*.weight``) the 2-D parameters that match
+    one. Otherwise from mup's ``infshape`` (two infinite dimensions), which ``parametrization=mup`` and ``sp`` set by
+    comparing the builder's shapes at two widths; a model without infinite dimensions (``parametrization=none``
+    without ``mup.set_base_shapes``) cannot say, and is refused in one line.
+    """
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if hidden is not None:
+        patterns = [hidden] if isinstance(hidden, str) else list(hidden)
+        names = [n for n, p in params if p.ndim == 2 and any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
+        if not names:
+            raise CoordCheckError(f"optimizer.hidden={patterns} matches no 2-D parameter of the model")
+        return names
+    if not any(d.isinf() for _, p in params for d in getattr(p, "infshape", ())):
+        raise CoordCheckError(
+            "optimizer=muon cannot tell which matrices grow with width in this model (no mup base shapes): "
+            "name them, e.g. optimizer.hidden=[transformer.h.*.weight], or use parametrization=mup")
+    names = [n for n, p in params if p.ndim == 2 and p.infshape.ninf() == 2]
+    if not names:
+        raise CoordCheckError("optimizer=muon: the model has no 2-D matrix whose two dimensions grow with width "
+                              "(Muon's part would be empty): use optimizer=adamw")
+    return names
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """Two optimizers stepped as one: ``torch.optim.Muon`` on the hidden matrices, an AdamW on the rest.
+
+    ``param_groups`` are the two optimizers' own group dicts (Muon's first; Muon's carry ``adjust_lr_fn``), so a
+    change of ``lr`` there reaches them; ``.muon`` and ``.adamw`` are the two parts.
+    """
+
+    def __init__(self, muon: torch.optim.Optimizer, adamw: torch.optim.Optimizer):
+        self.muon, self.adamw = muon, adamw
+        super().__init__(muon.param_groups + adamw.param_groups, {})  # add_param_group keeps each dict itself
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss
+
+    def state_dict(self) -> dict:
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.muon.load_state_dict(state_dict["muon"])
+        self.adamw.load_state_dict(state_dict["adamw"])
+
+
+def muon(
+    model: nn.Module, lr: float, *, mu: bool = False, adjust_lr_fn: str = MUON_WIDTH_INVARIANT,
+    muon_lr_ratio: float = 1.0, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
+    hidden: Sequence[str] | None = None, betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8,
+    weight_decay: float = 0.01,
+) -> MuonWithAdamW:
+    """``torch.optim.Muon`` (lr ``lr * muon_lr_ratio``, shape-adjusted by ``adjust_lr_fn``) on the hidden matrices
+    (:func:`hidden_matrices`), AdamW on everything else — embeddings, norms, biases, readout, non-2-D hidden weights
+    such as convolutions — with MuAdamW for that part when ``mu=True``. ``weight_decay`` is decoupled in both."""
+    muon_lr_factor(adjust_lr_fn, (1, 1))  # one line for an unknown setting, before anything is built
+    names = set(hidden_matrices(model, hidden))
+    matrices = [p for n, p in model.named_parameters() if n in names]
+    rest = [p for n, p in model.named_parameters() if n not in names and p.requires_grad]
+    muon_part = torch.optim.Muon(matrices, lr=_float_lr(lr) * muon_lr_ratio, weight_decay=weight_decay,
+                                 momentum=momentum, nesterov=nesterov, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
+    cls = mup.MuAdamW if mu else torch.optim.AdamW
+    return MuonWithAdamW(muon_part, cls(rest, lr=_float_lr(lr), betas=tuple(betas), eps=eps,
+                                        weight_decay=weight_decay))
+
+
+OPTIMIZERS = {"adam": adam, "adamw": adamw, "sgd": sgd, "muon": muon}

@@ -8,9 +8,10 @@ seed. Output: the seeded model, ready for its optimizer (``coordcheck.optim``).
   tensors allocated, the global RNG untouched), once per job. The trained model gets
   ``mup.set_base_shapes`` and then its own ``reset_parameters()`` if it has one, as in the
   mup examples. Optimizers are MuAdam / MuAdamW / MuSGD.
-* ``sp`` — the same model in standard parametrization: ``set_base_shapes(model, None)`` (every
-  width multiplier is 1, so MuReadout is a plain Linear) and torch optimizers. The control
-  that must fail a coord check.
+* ``sp`` — the same model in standard parametrization: base shapes equal to the model's own
+  (every width multiplier is 1, so MuReadout is a plain Linear; the dimensions that grow are
+  still marked, from the same two meta builds) and torch optimizers. The control that must
+  fail a coord check.
 * ``none`` — the model is used exactly as built (models that implement muP by hand, with
   their own optimizer factory ``factory(model, lr)``).
 
@@ -107,11 +108,7 @@ class Mup(Parametrization):
     _base: dict | None = None
 
     def prepare(self, build: Builder, base_width: int) -> None:
-        base_width = check_width(base_width, key="base_width")
-        with torch.random.fork_rng(devices=[]), torch.device("meta"):
-            base = call_builder(build, base_width, base_width)
-            delta = call_builder(build, 2 * base_width, base_width)
-        self._base = make_base_shapes(base, delta)
+        self._base = base_shapes(build, base_width)
 
     def apply(self, model: nn.Module) -> nn.Module:
         set_base_shapes(model, self._base, do_assert=False)
@@ -133,9 +130,25 @@ class Mup(Parametrization):
 @dataclass
 class Standard(Parametrization):
     name: str = "sp"
+    _base: dict | None = None
+
+    def prepare(self, build: Builder, base_width: int) -> None:
+        # Which dimensions grow, for optimizer=muon; SP itself needs no base shapes, so a builder that cannot be built
+        # at base_width runs as before, with no dimension marked.
+        try:
+            self._base = base_shapes(build, base_width)
+        except Exception:  # noqa: BLE001 - the builder's own error surfaces when the trained model is built
+            self._base = None
 
     def apply(self, model: nn.Module) -> nn.Module:
-        set_base_shapes(model, None, do_assert=False)  # width_mult 1 everywhere: SP
+        # width_mult 1 everywhere: SP. The width dimensions stay marked infinite (base dim = this dim), so that
+        # p.infshape says which dimensions grow, as under mup.
+        shapes = {n: p.shape for n, p in model.named_parameters()}
+        delta = None
+        if self._base is not None and set(self._base) == set(shapes):
+            delta = {n: [d + 1 if b.isinf() else d for b, d in zip(self._base[n], shape)]
+                     for n, shape in shapes.items()}
+        set_base_shapes(model, shapes if delta else None, delta=delta, do_assert=False)
         return model
 
 
@@ -151,6 +164,16 @@ class AsGiven(Parametrization):
                     f"shapes: use parametrization=mup (or sp), or call mup.set_base_shapes in the builder"
                 )
         return model
+
+
+def base_shapes(build: Builder, base_width: int) -> dict:
+    """mup base shapes from the builder at ``base_width`` and ``2 * base_width``, built on the meta device inside
+    ``torch.random.fork_rng`` (no tensors allocated, the global RNG untouched)."""
+    base_width = check_width(base_width, key="base_width")
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        base = call_builder(build, base_width, base_width)
+        delta = call_builder(build, 2 * base_width, base_width)
+    return make_base_shapes(base, delta)
 
 
 PARAMETRIZATIONS: dict[str, type[Parametrization]] = {"mup": Mup, "sp": Standard, "none": AsGiven}
