@@ -345,9 +345,10 @@ EPS_COLUMNS = ["config_id", "parametrization", "parameter", "layer_index", "role
 
 
 def eps_table(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
-    """Per (configuration, parameter): the ε fraction (:mod:`coordcheck.eps`) averaged over the updated steps of
-    each (width, seed), at the narrowest and widest width (mean over seeds), its exponent in width (slope of log2
-    fraction against log2 width over the points where it is not zero, with a 95 % interval), and the judgement:
+    """Per (configuration, parameter): the ε fraction (:mod:`coordcheck.eps`) over the updated steps, at the
+    narrowest and widest width (``narrow``, ``wide``: mean over steps and seeds), its exponent in width (slope of
+    log2 fraction against log2 width over every (width, seed, step) point where it is not zero, with a 95 %
+    interval; the steps of one seed are not independent, so the interval is on the narrow side), and the judgement:
     ``grows`` (the interval lies above ``Rules.tol``, or it is zero at the narrowest width and not at the widest),
     ``material`` (at least :data:`EPS_MATERIAL` at the widest width), ``violates`` (both). ``step``: the last
     updated step."""
@@ -356,11 +357,9 @@ def eps_table(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
     if e.empty:
         return pd.DataFrame(columns=EPS_COLUMNS)
     keys = ["config_id", "parametrization", "module", "layer_index", "role", "call_order"]
-    pts = e.groupby(keys + ["width", "seed"], sort=False, observed=True).agg(value=("value", "mean"),
-                                                                             step=("step", "max")).reset_index()
     rows = []
-    for key, g in pts.groupby(keys, sort=False, observed=True):
-        by_w = g.groupby("width")["value"].mean().sort_index()
+    for key, g in e.groupby(keys, sort=False, observed=True):
+        by_w = g.groupby(["width", "seed"])["value"].mean().groupby("width").mean().sort_index()
         narrow, wide = float(by_w.iloc[0]), float(by_w.iloc[-1])
         pos = g[g["value"] > 0]
         slope = c_lo = c_hi = np.nan
