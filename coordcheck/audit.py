@@ -137,7 +137,7 @@ def _growth(dims_by_width: Mapping[int, list[int]]) -> list[float] | None:
     out = []
     for i in range(len(shapes[0])):
         d = np.asarray([s[i] for s in shapes], dtype=float)
-        out.append(0.0 if (d == d[0]).all() or (d <= 0).any() else float(np.polyfit(x, np.log2(d), 1)[0]))
+        out.append(0.0 if (d == d[0]).all() or (d <= 0).any() else round(float(np.polyfit(x, np.log2(d), 1)[0]), 9))
     return out
 
 
