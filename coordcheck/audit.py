@@ -42,7 +42,8 @@ from coordcheck.slopes import t_quantile
 from coordcheck.verdict import Rules
 
 __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
-           "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table", "eps_causes"]
+           "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table", "eps_causes",
+           "eps_evidence"]
 
 QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
 CLASSES = ("input-like", "hidden", "output-like", "vector", "fixed")
@@ -345,17 +346,28 @@ EPS_COLUMNS = ["config_id", "parametrization", "parameter", "layer_index", "role
 
 
 def eps_table(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
-    """Per (configuration, parameter): the ε fraction (:mod:`coordcheck.eps`) over the updated steps, at the
-    narrowest and widest width (``narrow``, ``wide``: mean over steps and seeds), its exponent in width (slope of
-    log2 fraction against log2 width over every (width, seed, step) point where it is not zero, with a 95 %
-    interval; the steps of one seed are not independent, so the interval is on the narrow side), and the judgement:
+    """Per (configuration, parameter): the ε fraction (:mod:`coordcheck.eps`) over the last ``Rules.persist``
+    updated steps, at the narrowest and widest width (``narrow``, ``wide``: mean over those steps and seeds), its
+    exponent in width (slope of log2 fraction against log2 width over every (width, seed, step) point where it is
+    not zero, with a 95 % interval; the steps of one seed are not independent, so the interval is on the narrow
+    side), and the judgement:
     ``grows`` (the interval lies above ``Rules.tol``, or it is zero at the narrowest width and not at the widest),
     ``material`` (at least :data:`EPS_MATERIAL` at the widest width), ``violates`` (both). ``step``: the last
-    updated step."""
+    updated step.
+
+    Only the last steps are judged because ε can dominate for a few steps for a reason that passes: behind a
+    zero-initialised query the key's gradient is exactly zero at the first update and tiny (∝ the query, ∝ 1/width)
+    for the next few, so on the built-in GPT (MuAdam, ε = 1e-8, widths 64–512) the keys' fraction at width 512 is
+    79 % at step 3 and 0.4 % at step 10 (at width 64: 5 %, then 0); a fixed ε that is too large stays (the muP MLP
+    with ε = 1e-5 at width 1024: 89–92 % of the hidden weights' coordinates at step 2, still 38–49 % at step 10,
+    0–0.4 % at width 64; ``python experiments/eps.py --steps 10 --seeds 1``, ``--gpt``).
+    """
     e = frame[(frame["tensor"] == "eps") & (frame["stat"] == "mean") & (frame["step"] >= 1)
               & (frame["module"] != LOSS_MODULE)]
     if e.empty:
         return pd.DataFrame(columns=EPS_COLUMNS)
+    last = e.groupby("config_id")["step"].transform("max")
+    e = e[e["step"] > last - rules.persist]  # the last persist updated steps: early transients are not judged
     keys = ["config_id", "parametrization", "module", "layer_index", "role", "call_order"]
     rows = []
     for key, g in e.groupby(keys, sort=False, observed=True):
@@ -403,3 +415,17 @@ def eps_causes(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
     if len(df):
         df["order"] = df.groupby("config_id")["order"].rank(method="first").astype("int64") - 1
     return df
+
+
+def eps_evidence(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
+    """The ε fraction's exponent per parameter (:func:`eps_table`) in the schema of ``Verdict.evidence``
+    (:data:`EVIDENCE_COLUMNS`, ``measure`` ``eps``): allowed up to ``Rules.tol`` (a fraction that does not grow with
+    width); ``violates`` as judged (growing and material); ``order``: the owning module's call order."""
+    t = eps_table(frame, rules)
+    t = t[np.isfinite(t["exponent"].astype(float))]
+    return pd.DataFrame({
+        "config_id": t["config_id"], "parametrization": t["parametrization"], "name": t["parameter"],
+        "measure": "eps", "exponent": t["exponent"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
+        "expected_low": -np.inf, "expected_high": rules.tol, "violates": t["violates"].astype(bool),
+        "order": t["call_order"],
+    }, columns=EVIDENCE_COLUMNS).reset_index(drop=True)

@@ -3,6 +3,7 @@
 Usage (2 CPU threads at most; ~1 minute):
 
     PYTHONPATH=. python experiments/eps.py            # the case: fractions per width, the cause, the fix
+    PYTHONPATH=. python experiments/eps.py --gpt      # the built-in GPT at the usual eps: a transient, no cause
     PYTHONPATH=. python experiments/eps.py --cost     # elements touched per step: ε probe vs Adam's own step
 
 The case: the built-in muP MLP (MuAdam, lr 1e-2, gaussian data) with ε = 1e-5 instead of the usual 1e-8. Under muP
@@ -55,7 +56,12 @@ def case(steps: int, seeds: int) -> None:
         table = e.pivot_table(index="module", columns="width", values="value", aggfunc="mean")
         print("fraction of coordinates with eps >= 0.1 sqrt(v_hat), mean over steps 1..%d and seeds:" % steps)
         print(table.round(3).to_string())
-        print(t[["parameter", "exponent", "ci_low", "ci_high", "violates"]].round(2).to_string(index=False))
+        steps_wide = e[e["width"] == max(WIDTHS)].pivot_table(index="module", columns="step", values="value")
+        print(f"by step at width {max(WIDTHS)}:")
+        print(steps_wide.round(3).to_string())
+        print("judged on the last steps (coordcheck.audit.eps_table):")
+        print(t[["parameter", "narrow", "wide", "exponent", "ci_low", "ci_high", "violates"]].round(3)
+              .to_string(index=False))
         causes = eps_causes(r.frame)
         print("causes:", *(causes["line"] if len(causes) else ["none"]), sep="\n  ")
         hidden = r.verdict.series[(r.verdict.series["role"] == "hidden") & (r.verdict.series["tensor"] == "delta")]
@@ -112,15 +118,29 @@ def cost(widths: list[int]) -> None:
               f"{ep.elements / (fb.elements + st.elements):.4f} |")
 
 
+def gpt_transient(steps: int = 10) -> None:
+    """The built-in GPT (MuAdam, ε = 1e-8): the keys behind the zero-initialised query are ε-dominated for a few
+    steps only."""
+    r = coord_check(gpt, [64, 128, 256, 512], steps=steps, seeds=1, base_width=64, device="cpu", progress=False,
+                    tensors=("out", "delta", "eps"))
+    e = r.frame[(r.frame["tensor"] == "eps") & r.frame["module"].str.contains("c_k|c_q")]
+    print(e.pivot_table(index=["module", "step"], columns="width", values="value").round(3).to_string())
+    causes = eps_causes(r.frame)
+    print("causes:", *(causes["line"] if len(causes) else ["none"]), sep="\n  ")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cost", action="store_true", help="count elements touched instead of running the case")
+    p.add_argument("--gpt", action="store_true", help="the built-in GPT's early transient instead")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--seeds", type=int, default=2)
     args = p.parse_args()
     torch.set_num_threads(1)
     if args.cost:
         cost([256, 1024])
+    elif args.gpt:
+        gpt_transient()
     else:
         case(args.steps, args.seeds)
 

@@ -113,3 +113,26 @@ def test_eps_judgement(fractions, violates):
     t = eps_table(_synthetic(fractions))
     assert t["violates"].item() is violates
     assert len(eps_causes(_synthetic(fractions))) == int(violates)
+
+
+def test_eps_evidence_in_the_contract_schema():
+    from coordcheck.audit import EVIDENCE_COLUMNS, eps_evidence
+
+    ev = eps_evidence(_synthetic({64: 0.02, 256: 0.08, 1024: 0.32}))
+    assert list(ev.columns) == EVIDENCE_COLUMNS and len(ev) == 1
+    assert ev["measure"].item() == "eps" and ev["violates"].item()
+    assert ev["exponent"].item() == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.slow
+def test_the_built_in_gpt_at_the_usual_eps_has_only_a_transient():
+    # behind the zero-initialised query the keys are eps-dominated for a few steps, more at larger width; judged on
+    # the last steps, that is no cause
+    from coordcheck.models import gpt
+
+    r = coord_check(gpt, [64, 128, 256], steps=8, seeds=1, base_width=64, device="cpu", progress=False,
+                    tensors=("out", "delta", "eps"))
+    e = r.frame[(r.frame["tensor"] == "eps") & (r.frame["module"] == "blocks.0.attn.c_k.weight")]
+    early = e[(e["step"] == 3) & (e["width"] == 256)]["value"].item()
+    assert early > EPS_MATERIAL  # the transient is there ...
+    assert eps_causes(r.frame).empty  # ... and not judged a cause
