@@ -44,7 +44,8 @@ class CoordCheckResult:
     """What ``coord_check`` returns: the tidy frame, per-width facts, and the verdict on demand.
 
     ``.slopes`` (tidy slopes table), ``.verdict`` (:class:`coordcheck.verdict.Verdict`),
-    ``.passed``, ``.audit`` (the parameter audit, :mod:`coordcheck.audit`), ``.report()`` (markdown text) and ``.plot(path)`` are computed lazily with
+    ``.passed``, ``.audit`` (the parameter audit, :mod:`coordcheck.audit`), ``.report()`` (markdown text) and
+    ``.plot(path)`` are computed lazily with
     ``rules`` (default :class:`coordcheck.verdict.Rules`).
     """
 

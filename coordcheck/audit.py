@@ -409,8 +409,8 @@ def eps_causes(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
         modules = list(dict.fromkeys(n.rpartition(".")[0] or "(root)" for n in names))
         rows.append([cid, w["parametrization"], int(g["call_order"].min()), "epsilon", what, modules, "eps",
                      int(w["step"]), float(w["exponent"]), float(w["ci_low"]), float(w["ci_high"]),
-                     f"fraction flat in width and below {EPS_MATERIAL:.0%}", "scale eps by base_width/width or lower it",
-                     line])
+                     f"fraction flat in width and below {EPS_MATERIAL:.0%}",
+                     "scale eps by base_width/width or lower it", line])
     df = pd.DataFrame(rows, columns=CAUSE_COLUMNS)
     if len(df):
         df["order"] = df.groupby("config_id")["order"].rank(method="first").astype("int64") - 1

@@ -26,8 +26,8 @@ class Two(nn.Module):
         self.b = nn.Parameter(torch.zeros(n))
 
 
-def _one_step(model: nn.Module, grads: dict[str, torch.Tensor], eps: float) -> EpsProbe:
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=eps)
+def _one_step(model: nn.Module, grads: dict[str, torch.Tensor], eps: float, **kw) -> EpsProbe:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=eps, **kw)
     probe = EpsProbe(model, opt)
     for name, p in model.named_parameters():
         p.grad = grads.get(name)
@@ -36,10 +36,11 @@ def _one_step(model: nn.Module, grads: dict[str, torch.Tensor], eps: float) -> E
     return probe
 
 
-def test_fraction_is_exact_where_every_coordinate_is_read():
+@pytest.mark.parametrize("kw", [{}, {"foreach": True}, {"fused": True}, {"amsgrad": True}])
+def test_fraction_is_exact_where_every_coordinate_is_read(kw):
     # after one step v_hat = g^2 exactly; eps = 1e-3 >= 0.1 |g| where |g| <= 1e-2
     g = torch.cat([torch.full((300,), 1e-4), torch.full((500,), 1.0), torch.zeros(200)])  # zeros: never counted
-    probe = _one_step(Two(1000), {"a": g}, eps=1e-3)
+    probe = _one_step(Two(1000), {"a": g}, eps=1e-3, **kw)
     fr = probe.fractions()
     assert probe.names == ["a", "b"] and probe.steps == [1]
     assert fr[0, 0] == pytest.approx(0.3)
