@@ -32,14 +32,16 @@ Never imports torch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from coordcheck.frame import LOSS_MODULE
 from coordcheck.slopes import t_quantile
-from coordcheck.verdict import Rules
+
+if TYPE_CHECKING:  # the verdict may import this module (causes): its Rules are read, not imported, here
+    from coordcheck.verdict import Rules
 
 __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
            "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table", "eps_causes",
@@ -56,8 +58,19 @@ EVIDENCE_COLUMNS = ["config_id", "parametrization", "name", "measure", "exponent
 
 # (optimizer family or "*", class, quantity) -> ((c_in, c_out, c_main), band, reason): the expected exponent is
 # c_in * a_in + c_out * a_out + c_main * a_main. band "flat": expected ± tol; "no_growth": at most expected + tol.
-# Checked against the installed mup 1.0.0 (mup/optim.py, mup/layer.py, mup/shape.py) and torch.optim.Muon.
+# Checked against the installed mup 1.0.0 (mup/optim.py: MuAdam, MuSGD; mup/layer.py: MuReadout; mup/infshape.py:
+# width_mult = the main dimension's dim / base_dim) and torch.optim.Muon (its _adjust_lr). A key that is absent
+# (Muon on a non-hidden parameter, an optimizer family mup has no form for) has no expectation: not judged.
+_VEC_ADAM = "MuAdam keeps the base lr for vector-like parameters (one width dimension or none)"
+_VEC_ADAM_WD = "MuAdam keeps weight_decay for vector-like parameters"
+_VEC_ADAMW_WD = "MuAdamW keeps lr and weight_decay: the per-step shrink lr·λ is constant"
+_VEC_SGD = "MuSGD multiplies the lr of parameters with one width dimension by width_mult"
+_VEC_SGD_WD = "MuSGD divides their weight_decay by width_mult"
+_FIXED_SGD = "MuSGD keeps lr and weight_decay for parameters with no width dimension"
+_EPS = "MuAdam passes ε unchanged; a shrinking ε (Everett et al. 2024) is allowed, a growing one is not; whether ε " \
+       "dominates is measured (the eps tensor)"
 EXPECTED: dict[tuple[str, str, str], tuple[tuple[float, float, float], str, str]] = {
+    # initialisation (any optimizer): the scale (rms) of the built tensor
     ("*", "hidden", "init"): ((-0.5, 0, 0), "flat", "std ∝ fan_in^-1/2: an output coordinate sums fan_in terms"),
     ("*", "input-like", "init"): ((0, 0, 0), "flat", "fan-in is fixed: std constant in width"),
     ("*", "output-like", "init"): ((0, 0, 0), "flat", "MuReadout: std constant (set_base_shapes rescales SP's "
@@ -65,40 +78,54 @@ EXPECTED: dict[tuple[str, str, str], tuple[tuple[float, float, float], str, str]
                                                       "multiplier"),
     ("*", "vector", "init"): ((0, 0, 0), "flat", "biases and norm gains: constant in width"),
     ("*", "fixed", "init"): ((0, 0, 0), "flat", "no dimension grows: constant"),
+    # the forward multiplier the audit can read
     ("*", "output-like", "mult"): ((0, 0, -1), "flat", "MuReadout multiplies its input by output_mult / width_mult"),
+    # Adam, coupled weight decay (MuAdam)
     ("adam", "hidden", "lr"): ((0, 0, -1), "flat", "MuAdam divides the lr of matrices with two width dimensions by "
                                                    "width_mult"),
+    ("adam", "input-like", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adam", "output-like", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adam", "vector", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adam", "fixed", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
     ("adam", "hidden", "wd"): ((0, 0, 1), "flat", "MuAdam multiplies their (coupled) weight_decay by width_mult"),
+    ("adam", "input-like", "wd"): ((0, 0, 0), "flat", _VEC_ADAM_WD),
+    ("adam", "output-like", "wd"): ((0, 0, 0), "flat", _VEC_ADAM_WD),
+    ("adam", "vector", "wd"): ((0, 0, 0), "flat", _VEC_ADAM_WD),
+    ("adam", "fixed", "wd"): ((0, 0, 0), "flat", _VEC_ADAM_WD),
+    # AdamW, decoupled weight decay (MuAdamW): wd is the per-step shrink lr·λ
     ("adamw", "hidden", "lr"): ((0, 0, -1), "flat", "MuAdamW divides the lr of matrices with two width dimensions "
                                                     "by width_mult"),
+    ("adamw", "input-like", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adamw", "output-like", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adamw", "vector", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adamw", "fixed", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
     ("adamw", "hidden", "wd"): ((0, 0, 0), "flat", "MuAdamW: lr / width_mult times weight_decay * width_mult: the "
                                                    "per-step shrink lr·λ is constant"),
+    ("adamw", "input-like", "wd"): ((0, 0, 0), "flat", _VEC_ADAMW_WD),
+    ("adamw", "output-like", "wd"): ((0, 0, 0), "flat", _VEC_ADAMW_WD),
+    ("adamw", "vector", "wd"): ((0, 0, 0), "flat", _VEC_ADAMW_WD),
+    ("adamw", "fixed", "wd"): ((0, 0, 0), "flat", _VEC_ADAMW_WD),
+    # Adam's ε (either Adam)
+    **{(fam, cls, "adam_eps"): ((0, 0, 0), "no_growth", _EPS) for fam in ("adam", "adamw")
+       for cls in ("hidden", "input-like", "output-like", "vector", "fixed")},
+    # SGD, coupled weight decay (MuSGD)
     ("sgd", "hidden", "lr"): ((-1, 1, 0), "flat", "MuSGD divides the lr of hidden matrices by the fan_in / fan_out "
                                                   "width_mult ratio (1 for square growth)"),
+    ("sgd", "input-like", "lr"): ((0, 0, 1), "flat", _VEC_SGD),
+    ("sgd", "output-like", "lr"): ((0, 0, 1), "flat", _VEC_SGD),
+    ("sgd", "vector", "lr"): ((0, 0, 1), "flat", _VEC_SGD),
+    ("sgd", "fixed", "lr"): ((0, 0, 0), "flat", _FIXED_SGD),
     ("sgd", "hidden", "wd"): ((1, -1, 0), "flat", "MuSGD multiplies their weight_decay by that ratio"),
+    ("sgd", "input-like", "wd"): ((0, 0, -1), "flat", _VEC_SGD_WD),
+    ("sgd", "output-like", "wd"): ((0, 0, -1), "flat", _VEC_SGD_WD),
+    ("sgd", "vector", "wd"): ((0, 0, -1), "flat", _VEC_SGD_WD),
+    ("sgd", "fixed", "wd"): ((0, 0, 0), "flat", _FIXED_SGD),
+    # Muon on hidden matrices (torch.optim.Muon; the rest of the model under AdamW, as Muon is used)
     ("muon", "hidden", "lr"): ((-0.5, 0.5, 0), "flat", "spectral condition ‖ΔW‖ ∝ sqrt(fan_out / fan_in) (Yang, "
                                                        "Simon & Bernstein 2023): Muon's orthogonalised update has "
                                                        "spectral norm ≈ 1, so its applied lr must scale so"),
-    ("muon", "hidden", "wd"): ((0, 0, 0), "flat", "decoupled shrink lr·λ: constant"),
+    ("muon", "hidden", "wd"): ((0, 0, 0), "flat", "decoupled shrink lr·λ (Muon's unadjusted lr): constant"),
 }
-for _cls in ("input-like", "output-like", "vector", "fixed"):
-    for _fam, _lr, _why in (("adam", 0, "MuAdam keeps the base lr for vector-like parameters (one width dimension or "
-                                        "none)"),
-                            ("adamw", 0, "MuAdamW keeps the base lr for vector-like parameters"),
-                            ("sgd", 0 if _cls == "fixed" else 1, "MuSGD multiplies the lr of vector-like parameters "
-                                                                 "by width_mult" if _cls != "fixed" else
-                             "MuSGD keeps the base lr for parameters with no width dimension")):
-        EXPECTED[_fam, _cls, "lr"] = ((0, 0, _lr), "flat", _why)
-        EXPECTED[_fam, _cls, "wd"] = ((0, 0, -_lr if _fam == "sgd" else 0), "flat",
-                                      "the shrink lr·λ is constant (decoupled)" if _fam == "adamw" else
-                                      "weight_decay scaled inversely to the lr (MuSGD)" if _fam == "sgd" else
-                                      "MuAdam keeps weight_decay for vector-like parameters")
-for _cls in CLASSES:
-    for _fam in ("adam", "adamw"):
-        EXPECTED[_fam, _cls, "adam_eps"] = ((0, 0, 0), "no_growth", "MuAdam passes ε unchanged; a shrinking ε "
-                                                                    "(Everett et al. 2024) is allowed, a growing one "
-                                                                    "is not; whether ε dominates is measured (eps)")
-del _cls, _fam, _lr, _why
 
 FIXES = {
     ("lr", "hidden", "adam"): "give them lr * base_width / width (MuAdam does)",
@@ -118,6 +145,14 @@ WHAT = {"init": "initialisation std", "lr": "learning rate", "wd": "weight decay
         "mult": "output multiplier"}
 PLURAL = {"hidden": "hidden matrices", "input-like": "input-like matrices", "output-like": "output-like matrices",
           "vector": "vectors", "fixed": "fixed-size parameters"}
+
+
+def _rules(rules: Rules | None) -> Rules:
+    if rules is None:
+        from coordcheck.verdict import Rules
+
+        return Rules()
+    return rules
 
 
 def _fix(quantity: str, cls: str, family: str, expected: float) -> str:
@@ -207,10 +242,11 @@ LONG_COLUMNS = ["config_id", "parametrization", "parameter", "module", "order", 
                 "expected_high", "status", "reason"]
 
 
-def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules = Rules()) -> pd.DataFrame:
+def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -> pd.DataFrame:
     """One row per (configuration, parameter, quantity) with a value (columns :data:`LONG_COLUMNS`); ``value`` is at
     the widest width; ``status`` ``pass`` / ``fail`` / ``inconclusive`` / ``zero`` / ``not judged`` / ``""``
     (no expectation: an optimizer family or class muP says nothing about here)."""
+    rules = _rules(rules)
     rows = []
     for cid, by_width in _audit_facts(facts).items():
         widths = sorted(by_width)
@@ -255,7 +291,7 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules = Rules()) -> pd
 _RANK = {"fail": 3, "inconclusive": 2, "pass": 1, "zero": 1, "not judged": 0, "": 0}
 
 
-def audit_table(facts: Iterable[Mapping[str, Any]], rules: Rules = Rules(), long: pd.DataFrame | None = None
+def audit_table(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None, long: pd.DataFrame | None = None
                 ) -> pd.DataFrame:
     """One row per (configuration, parameter): ``config_id, parametrization, parameter, module, order, class,
     family, dims``, then per quantity ``<q>`` (its value at the widest width), ``<q>_exponent``, ``<q>_expected``,
@@ -345,7 +381,7 @@ EPS_COLUMNS = ["config_id", "parametrization", "parameter", "layer_index", "role
                "violates"]
 
 
-def eps_table(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
+def eps_table(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
     """Per (configuration, parameter): the ε fraction (:mod:`coordcheck.eps`) over the last ``Rules.persist``
     updated steps, at the narrowest and widest width (``narrow``, ``wide``: mean over those steps and seeds), its
     exponent in width (slope of log2 fraction against log2 width over every (width, seed, step) point where it is
@@ -362,6 +398,7 @@ def eps_table(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
     with ε = 1e-5 at width 1024: 89–92 % of the hidden weights' coordinates at step 2, still 38–49 % at step 10,
     0–0.4 % at width 64; ``python experiments/eps.py --steps 10 --seeds 1``, ``--gpt``).
     """
+    rules = _rules(rules)
     e = frame[(frame["tensor"] == "eps") & (frame["stat"] == "mean") & (frame["step"] >= 1)
               & (frame["module"] != LOSS_MODULE)]
     if e.empty:
@@ -387,7 +424,7 @@ def eps_table(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
 EPS_FIX = "epsilon dominates the update at large width: scale eps by base_width/width or lower it"
 
 
-def eps_causes(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
+def eps_causes(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
     """Cause rows (:data:`CAUSE_COLUMNS`, kind ``epsilon``, measure ``eps``) for the parameters whose ε fraction
     grows with width and is material at the widest width (:func:`eps_table`), one per (configuration, role): "all 4
     hidden parameters: ε ≥ 0.1·√v̂ on 3 % of coordinates at width 64, 61 % at width 1024 (fraction ∝ width^+1.9
@@ -417,10 +454,11 @@ def eps_causes(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
     return df
 
 
-def eps_evidence(frame: pd.DataFrame, rules: Rules = Rules()) -> pd.DataFrame:
+def eps_evidence(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
     """The ε fraction's exponent per parameter (:func:`eps_table`) in the schema of ``Verdict.evidence``
     (:data:`EVIDENCE_COLUMNS`, ``measure`` ``eps``): allowed up to ``Rules.tol`` (a fraction that does not grow with
     width); ``violates`` as judged (growing and material); ``order``: the owning module's call order."""
+    rules = _rules(rules)
     t = eps_table(frame, rules)
     t = t[np.isfinite(t["exponent"].astype(float))]
     return pd.DataFrame({
