@@ -54,7 +54,7 @@ EPS_MATERIAL = 0.05  # ε fraction at the widest width above which growth with w
 CAUSE_COLUMNS = ["config_id", "parametrization", "order", "kind", "what", "modules", "measure", "step", "exponent",
                  "ci_low", "ci_high", "expected", "fix", "line"]
 EVIDENCE_COLUMNS = ["config_id", "parametrization", "name", "measure", "exponent", "ci_low", "ci_high",
-                    "expected_low", "expected_high", "violates", "order"]
+                    "expected_low", "expected_high", "violates", "order", "step", "role", "status"]
 
 # (optimizer family or "*", class, quantity) -> ((c_in, c_out, c_main), band, reason): the expected exponent is
 # c_in * a_in + c_out * a_out + c_main * a_main. band "flat": expected ± tol; "no_growth": at most expected + tol.
@@ -140,7 +140,6 @@ FIXES = {
     ("mult", "output-like", ""): "multiply the logits by base_width / width (mup.MuReadout's output multiplier)",
     ("adam_eps", "", ""): "do not grow eps with width",
 }
-KINDS = {"lr": "lr", "init": "init", "mult": "output_multiplier", "wd": "audit", "adam_eps": "audit"}
 WHAT = {"init": "initialisation std", "lr": "learning rate", "wd": "weight decay", "adam_eps": "Adam eps",
         "mult": "output multiplier"}
 PLURAL = {"hidden": "hidden matrices", "input-like": "input-like matrices", "output-like": "output-like matrices",
@@ -337,9 +336,9 @@ def audit_causes(long: pd.DataFrame) -> pd.DataFrame:
     """The audit's judged violations (``fail``) as cause rows (:data:`CAUSE_COLUMNS`, the schema of
     ``Verdict.causes``): one per (configuration, quantity, class, optimizer family) — "all 8 hidden matrices:
     learning rate ∝ width^+0.00 [+0.00, +0.00] (muP expects width^-1.00: MuAdam divides ...) — give them
-    lr * base_width / width". ``kind``: ``lr`` / ``init`` / ``output_multiplier`` / ``audit`` (weight decay, ε);
-    ``measure``: ``audit:<quantity>``; ``step`` 0 (as built); ``order``: by the first parameter's registration
-    order within the configuration (the causes module reorders by call order)."""
+    lr * base_width / width". ``kind`` ``audit`` (the causes module's closed set); ``measure``
+    ``audit:<quantity>`` (``init``, ``lr``, ``wd``, ``adam_eps``, ``mult``); ``step`` 0 (as built); ``order``: by
+    the first parameter's registration order within the configuration (the causes module reorders by call order)."""
     fails = long[long["status"] == "fail"]
     rows = []
     for (cid, quantity, cls, family), g in fails.groupby(["config_id", "quantity", "class", "family"], sort=False):
@@ -353,7 +352,7 @@ def audit_causes(long: pd.DataFrame) -> pd.DataFrame:
         expected = f"{w['expected']:+.2f}" + (" or less" if np.isinf(w["expected_low"]) else "")
         line = (f"{what}: {WHAT[quantity]} ∝ width^{w['exponent']:+.2f}{interval} (muP expects width^{expected}: "
                 f"{w['reason']}) — {fix}")
-        rows.append([cid, w["parametrization"], int(g["order"].min()), KINDS[quantity], what,
+        rows.append([cid, w["parametrization"], int(g["order"].min()), "audit", what,
                      list(dict.fromkeys(g["module"])), f"audit:{quantity}", 0, float(w["exponent"]),
                      float(w["ci_low"]), float(w["ci_high"]), expected, fix, line])
     df = pd.DataFrame(rows, columns=CAUSE_COLUMNS)
@@ -364,13 +363,14 @@ def audit_causes(long: pd.DataFrame) -> pd.DataFrame:
 
 def audit_evidence(long: pd.DataFrame) -> pd.DataFrame:
     """Judged audit rows with an exponent, in the schema of ``Verdict.evidence`` (:data:`EVIDENCE_COLUMNS`):
-    ``name`` = the parameter, ``measure`` = the quantity (``init``, ``lr``, ``wd``, ``adam_eps``, ``mult``)."""
+    ``name`` = the parameter, ``measure`` = the quantity (``init``, ``lr``, ``wd``, ``adam_eps``, ``mult``), ``role``
+    = its class, ``step`` 0 (as built)."""
     e = long[long["status"].isin(["pass", "fail", "inconclusive"]) & np.isfinite(long["exponent"])]
     return pd.DataFrame({
         "config_id": e["config_id"], "parametrization": e["parametrization"], "name": e["parameter"],
         "measure": e["quantity"], "exponent": e["exponent"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
         "expected_low": e["expected_low"], "expected_high": e["expected_high"], "violates": e["status"] == "fail",
-        "order": e["order"],
+        "order": e["order"], "step": 0, "role": e["class"], "status": e["status"],
     }, columns=EVIDENCE_COLUMNS).reset_index(drop=True)
 
 
@@ -465,5 +465,6 @@ def eps_evidence(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFram
         "config_id": t["config_id"], "parametrization": t["parametrization"], "name": t["parameter"],
         "measure": "eps", "exponent": t["exponent"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
         "expected_low": -np.inf, "expected_high": rules.tol, "violates": t["violates"].astype(bool),
-        "order": t["call_order"],
+        "order": t["call_order"], "step": t["step"], "role": t["role"],
+        "status": np.where(t["violates"], "fail", "pass"),
     }, columns=EVIDENCE_COLUMNS).reset_index(drop=True)

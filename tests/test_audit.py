@@ -63,7 +63,7 @@ def test_an_unscaled_hidden_lr_is_one_cause_with_its_fix():
     assert list(causes.columns) == CAUSE_COLUMNS
     assert len(causes) == 1
     c = causes.iloc[0]
-    assert (c["what"], c["kind"], c["measure"], c["modules"]) == ("h.fc.weight", "lr", "audit:lr", ["h.fc"])
+    assert (c["what"], c["kind"], c["measure"], c["modules"]) == ("h.fc.weight", "audit", "audit:lr", ["h.fc"])
     assert c["exponent"] == pytest.approx(0.0) and c["expected"] == "-1.00"
     assert "lr * base_width / width" in c["fix"] and c["line"].startswith("h.fc.weight: learning rate")
     ev = audit_evidence(long)
@@ -104,7 +104,7 @@ def test_standard_parametrization_shows_the_hidden_lr_and_the_missing_multiplier
     r = coord_check(gpt, WIDTHS, parametrization="sp", steps=1, seeds=1, base_width=32, progress=False, device="cpu")
     causes = audit_causes(audit_long(r.facts))
     assert list(causes["what"]) == ["all 12 hidden matrices", "lm_head.weight"]
-    assert list(causes["kind"]) == ["lr", "output_multiplier"]
+    assert list(causes["measure"]) == ["audit:lr", "audit:mult"] and set(causes["kind"]) == {"audit"}
 
 
 def test_sgd_under_mup_scales_vector_like_lrs_up():
