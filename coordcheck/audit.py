@@ -136,7 +136,12 @@ FIXES = {
                                    "multiplier (mup.MuReadout)",
     ("lr", "output-like", "adamw"): "keep the readout's lr constant in width; the 1/width belongs in its output "
                                     "multiplier (mup.MuReadout)",
+    ("lr", "input-like", "adam"): "keep their lr at the base lr, constant in width (vector-like in MuAdam)",
+    ("lr", "input-like", "adamw"): "keep their lr at the base lr, constant in width (vector-like in MuAdamW)",
+    ("lr", "vector", "adam"): "keep their lr at the base lr, constant in width (vector-like in MuAdam)",
+    ("lr", "vector", "adamw"): "keep their lr at the base lr, constant in width (vector-like in MuAdamW)",
     ("init", "hidden", ""): "initialise with std ∝ fan_in^-1/2 (nn.init.normal_(w, std=fan_in ** -0.5))",
+    ("init", "", ""): "initialise with a std constant in width",
     ("mult", "output-like", ""): "multiply the logits by base_width / width (mup.MuReadout's output multiplier)",
     ("adam_eps", "", ""): "do not grow eps with width",
 }

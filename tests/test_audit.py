@@ -13,8 +13,8 @@ import torch
 from coordcheck import coord_check
 from coordcheck.audit import (CAUSE_COLUMNS, EVIDENCE_COLUMNS, audit_causes, audit_evidence, audit_long, audit_table,
                               param_class)
-from coordcheck.models import gpt, mlp
-from coordcheck.optim import adamw, sgd
+from coordcheck.models import GPT, gpt, mlp
+from coordcheck.optim import adam, adamw, sgd
 from coordcheck.param_facts import param_facts
 from coordcheck.parametrization import Mup, build_model
 from coordcheck.report import build_report, write_report
@@ -167,3 +167,39 @@ def test_the_report_writes_audit_csv_and_links_it(tmp_path):
     assert set(table.loc[table["class"] == "hidden", "lr_status"]) == {"fail"}
     assert "[audit.csv](audit.csv)" in md.read_text()
     pd.testing.assert_frame_equal(r.audit.reset_index(drop=True), report.audit.reset_index(drop=True))
+
+
+class ConstantInitGPT(GPT):
+    """The built-in GPT with block 0's first MLP layer initialised at a constant std (not ∝ fan_in^-1/2)."""
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        torch.nn.init.normal_(self.blocks[0].mlp.c_fc.weight, std=0.02)
+
+
+def one_group_off(model: torch.nn.Module, lr: float, *, name: str, factor) -> torch.optim.Optimizer:
+    """MuAdam, then parameter ``name`` moved to a group of its own whose lr is ``factor(width_mult) * lr``."""
+    opt = adam(model, lr, mu=True)
+    p = dict(model.named_parameters())[name]
+    for g in opt.param_groups:
+        g["params"] = [q for q in g["params"] if q is not p]
+    opt.add_param_group({**{k: v for k, v in opt.defaults.items()}, "params": [p],
+                         "lr": lr * factor(p.infshape.width_mult())})
+    return opt
+
+
+@pytest.mark.parametrize("planted, kw, what, measure, expected", [
+    ("constant init", dict(build=ConstantInitGPT), "blocks.0.mlp.c_fc.weight", "audit:init", "-0.50"),
+    ("unscaled hidden lr", dict(optimizer=functools.partial(one_group_off, name="blocks.1.mlp.c_proj.weight",
+                                                            factor=lambda m: 1.0)),
+     "blocks.1.mlp.c_proj.weight", "audit:lr", "-1.00"),
+    ("embedding lr scaled like a hidden matrix", dict(optimizer=functools.partial(one_group_off, name="wte.weight",
+                                                                                  factor=lambda m: 1 / m)),
+     "wte.weight", "audit:lr", "+0.00"),
+])
+def test_a_planted_fault_is_named_alone(planted, kw, what, measure, expected):
+    build = kw.pop("build", gpt)
+    r = coord_check(build, WIDTHS, steps=1, seeds=1, base_width=32, progress=False, device="cpu", data="tokens", **kw)
+    causes = audit_causes(audit_long(r.facts))
+    assert list(causes["what"]) == [what], causes["line"].tolist()  # that parameter, nothing upstream or beside it
+    assert causes["measure"].item() == measure and causes["expected"].item() == expected
