@@ -159,6 +159,11 @@ def _rules(rules: Rules | None) -> Rules:
     return rules
 
 
+def _num(x: float) -> str:
+    """``+0.50``; ``+0.00`` for a value that rounds to zero from below (never ``-0.00``)."""
+    return f"{round(float(x), 2) + 0.0:+.2f}"
+
+
 def _fix(quantity: str, cls: str, family: str, expected: float) -> str:
     for key in ((quantity, cls, family), (quantity, cls, ""), (quantity, "", "")):
         if key in FIXES:
@@ -321,7 +326,7 @@ def audit_table(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None, 
                                                                    base["parameter"])]
     bad = long[long["status"].isin(["fail", "inconclusive"])]
     text = bad.groupby(keys[:3], sort=False).apply(
-        lambda g: "; ".join(f"{WHAT[r.quantity]} ∝ width^{r.exponent:+.2f} (muP: {r.expected:+.2f}, {r.status})"
+        lambda g: "; ".join(f"{WHAT[r.quantity]} ∝ width^{_num(r.exponent)} (muP: {_num(r.expected)}, {r.status})"
                             for r in g.itertuples()), include_groups=False) if len(bad) else pd.Series(dtype=str)
     base["violations"] = [text.get((c, p, n), "") for c, p, n in zip(base["config_id"], base["parametrization"],
                                                                       base["parameter"])]
@@ -353,9 +358,9 @@ def audit_causes(long: pd.DataFrame) -> pd.DataFrame:
         what = _group_name(names, cls, len(peers))
         w = g.loc[(g["exponent"] - g["expected"]).abs().idxmax()]
         fix = _fix(quantity, cls, family, float(w["expected"]))
-        interval = f" [{w['ci_low']:+.2f}, {w['ci_high']:+.2f}]" if np.isfinite(w["ci_low"]) else ""
-        expected = f"{w['expected']:+.2f}" + (" or less" if np.isinf(w["expected_low"]) else "")
-        line = (f"{what}: {WHAT[quantity]} ∝ width^{w['exponent']:+.2f}{interval} (muP expects width^{expected}: "
+        interval = f" [{_num(w['ci_low'])}, {_num(w['ci_high'])}]" if np.isfinite(w["ci_low"]) else ""
+        expected = _num(w["expected"]) + (" or less" if np.isinf(w["expected_low"]) else "")
+        line = (f"{what}: {WHAT[quantity]} ∝ width^{_num(w['exponent'])}{interval} (muP expects width^{expected}: "
                 f"{w['reason']}) — {fix}")
         rows.append([cid, w["parametrization"], int(g["order"].min()), "audit", what,
                      list(dict.fromkeys(g["module"])), f"audit:{quantity}", 0, float(w["exponent"]),
@@ -444,7 +449,7 @@ def eps_causes(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
         what = (names[0] if len(names) == 1 else f"all {len(names)} {role} parameters" if len(names) == len(peers)
                 else f"{len(names)} of {len(peers)} {role} parameters")
         w = g.loc[g["wide"].idxmax()]
-        expo = (f" (fraction ∝ width^{w['exponent']:+.2f} [{w['ci_low']:+.2f}, {w['ci_high']:+.2f}])"
+        expo = (f" (fraction ∝ width^{_num(w['exponent'])} [{_num(w['ci_low'])}, {_num(w['ci_high'])}])"
                 if np.isfinite(w["ci_low"]) else "")
         line = (f"{what}: ε ≥ 0.1·√v̂ on {w['narrow']:.0%} of coordinates at width {w['min_width']}, {w['wide']:.0%} "
                 f"at width {w['max_width']}{expo} — {EPS_FIX}")
