@@ -44,8 +44,8 @@ if TYPE_CHECKING:  # the verdict may import this module (causes): its Rules are 
     from coordcheck.verdict import Rules
 
 __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
-           "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table", "eps_causes",
-           "eps_evidence"]
+           "TABLE_COLUMNS", "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table",
+           "eps_causes", "eps_evidence"]
 
 QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
 CLASSES = ("input-like", "hidden", "output-like", "vector", "fixed")
@@ -247,14 +247,15 @@ def _audit_facts(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, Mapp
 
 
 LONG_COLUMNS = ["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims",
-                "quantity", "value", "wd_kind", "exponent", "ci_low", "ci_high", "expected", "expected_low",
+                "quantity", "value", "std", "wd_kind", "exponent", "ci_low", "ci_high", "expected", "expected_low",
                 "expected_high", "status", "reason"]
 
 
 def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -> pd.DataFrame:
     """One row per (configuration, parameter, quantity) with a value (columns :data:`LONG_COLUMNS`); ``value`` is at
-    the widest width; ``status`` ``pass`` / ``fail`` / ``inconclusive`` / ``zero`` / ``not judged`` / ``""``
-    (no expectation: an optimizer family or class muP says nothing about here)."""
+    the widest width (for ``init`` the rms of the built tensor, which is judged — the std of a zero-mean weight, 1 for
+    a norm's gain of ones — and ``std`` its std); ``status`` ``pass`` / ``fail`` / ``inconclusive`` / ``zero`` /
+    ``not judged`` / ``""`` (no expectation: an optimizer family or class muP says nothing about here)."""
     rules = _rules(rules)
     rows = []
     for cid, by_width in _audit_facts(facts).items():
@@ -290,27 +291,32 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
                     status = "" if status not in ("zero",) else status
                 elif not judged and status:
                     status = "not judged"
+                std = per[-1].get("std") if quantity == "init" and per[-1] is not None else None
                 rows.append((cid, par, name, name.rpartition(".")[0] or "(root)", order, cls, family, dims, quantity,
-                             values[-1], p.get("wd_kind", "") if quantity == "wd" else "", slope, c_lo, c_hi,
+                             values[-1], std, p.get("wd_kind", "") if quantity == "wd" else "", slope, c_lo, c_hi,
                              expected, lo, hi, status, reason))
     df = pd.DataFrame(rows, columns=LONG_COLUMNS)
-    return df.astype({"value": "float64", "exponent": "float64", "expected": "float64", "order": "int64"})
+    return df.astype({"value": "float64", "std": "float64", "exponent": "float64", "expected": "float64",
+                      "order": "int64"})
 
 
+TABLE_COLUMNS = (["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims"]
+                 + [f"{q}{s}" for q in QUANTITIES for s in ("", *(("_std",) if q == "init" else ()), "_exponent",
+                                                              "_expected", "_status")]
+                 + ["wd_kind", "status", "violations"])
 _RANK = {"fail": 3, "inconclusive": 2, "pass": 1, "zero": 1, "not judged": 0, "": 0}
 
 
 def audit_table(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None, long: pd.DataFrame | None = None
                 ) -> pd.DataFrame:
     """One row per (configuration, parameter): ``config_id, parametrization, parameter, module, order, class,
-    family, dims``, then per quantity ``<q>`` (its value at the widest width), ``<q>_exponent``, ``<q>_expected``,
-    ``<q>_status``; ``wd_kind``; ``status`` (the worst judged) and ``violations`` (what is off, in words)."""
+    family, dims``, then per quantity ``<q>`` (its value at the widest width; ``init``: the rms, ``init_std`` beside
+    it), ``<q>_exponent``, ``<q>_expected``, ``<q>_status``; ``wd_kind``; ``status`` (the worst judged) and
+    ``violations`` (what is off, in words); columns :data:`TABLE_COLUMNS`."""
     long = audit_long(facts, rules) if long is None else long
     keys = ["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims"]
     if long.empty:
-        return pd.DataFrame(columns=keys + [f"{q}{s}" for q in QUANTITIES for s in ("", "_exponent", "_expected",
-                                                                                     "_status")]
-                            + ["wd_kind", "status", "violations"])
+        return pd.DataFrame(columns=TABLE_COLUMNS)
     base = long.drop_duplicates(keys)[keys].set_index(keys[:3])
     for q in QUANTITIES:
         part = long[long["quantity"] == q].set_index(keys[:3])
@@ -319,6 +325,7 @@ def audit_table(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None, 
         base[f"{q}_expected"] = part["expected"]
         base[f"{q}_status"] = part["status"]
     base["wd_kind"] = long[long["quantity"] == "wd"].set_index(keys[:3])["wd_kind"]
+    base["init_std"] = long[long["quantity"] == "init"].set_index(keys[:3])["std"]
     base = base.reset_index()
     worst = long.assign(_r=long["status"].map(_RANK)).sort_values("_r", kind="stable").groupby(
         keys[:3], sort=False)["status"].last()
@@ -332,7 +339,7 @@ def audit_table(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None, 
                                                                       base["parameter"])]
     for c in [f"{q}_status" for q in QUANTITIES] + ["wd_kind"]:
         base[c] = base[c].fillna("")
-    return base.sort_values(["config_id", "order"], kind="stable").reset_index(drop=True)
+    return base.sort_values(["config_id", "order"], kind="stable").reset_index(drop=True)[TABLE_COLUMNS]
 
 
 def _group_name(names: list[str], cls: str, n_class: int) -> str:
