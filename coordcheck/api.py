@@ -46,7 +46,8 @@ class CoordCheckResult:
     """What ``coord_check`` returns: the tidy frame, per-width facts, and the verdict on demand.
 
     ``.slopes`` (tidy slopes table), ``.verdict`` (:class:`coordcheck.verdict.Verdict`),
-    ``.passed``, ``.report()`` (markdown text) and ``.plot(path)`` are computed lazily with
+    ``.passed``, ``.audit`` (the parameter audit, :mod:`coordcheck.audit`), ``.report()`` (markdown text) and
+    ``.plot(path)`` are computed lazily with
     ``rules`` (default :class:`coordcheck.verdict.Rules`).
     """
 
@@ -71,6 +72,13 @@ class CoordCheckResult:
     @property
     def passed(self) -> bool:
         return self.verdict.passed
+
+    @functools.cached_property
+    def audit(self) -> pd.DataFrame:
+        """The parameter audit (:func:`coordcheck.audit.audit_table`): one row per (configuration, parameter) —
+        class, init std, learning rate, weight decay, Adam ε, output multiplier, each as an exponent in width beside
+        what muP expects; judged under ``parametrization=mup|sp``."""
+        return self._report.audit
 
     def report(self) -> str:
         """The compliance report as markdown (verdict first)."""

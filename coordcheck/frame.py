@@ -39,7 +39,14 @@ column              dtype    meaning
                              applies only where it grows with width (rule 3)
 ``tensor``          str      ``out`` (module output), ``delta`` (output minus the
                              same module's step-0 output on the same batch),
-                             ``loss``
+                             ``loss``; ``eps`` (Adam's epsilon, ``tensors``
+                             with ``eps``: ``module`` is a *parameter*'s
+                             dotted name, layer_index / role / call_order
+                             its owning module's, only ``stat`` ``mean``:
+                             the fraction of its coordinates where ε >=
+                             0.1 sqrt(v_hat) after ``step`` updates;
+                             :mod:`coordcheck.eps`; not an activation, so
+                             the verdict's activation rules skip it)
 ``stat``            str      ``std`` / ``l1`` / ``rms`` / ``mean`` / ``absmax``;
                              ``value`` for loss rows
 ``value``           float64  the measurement (may be NaN or inf after divergence)
@@ -67,6 +74,7 @@ __all__ = [
     "FILLED",
     "STATS",
     "TENSORS",
+    "NOT_ACTIVATIONS",
     "ROLES",
     "FRAME_NAME",
     "LOSS_MODULE",
@@ -86,7 +94,8 @@ ROOT_MODULE = "(root)"
 QK_LOGITS = ("(sdpa)", "(mha)")
 
 STATS = ("std", "l1", "rms", "mean", "absmax")
-TENSORS = ("out", "delta", "loss")
+TENSORS = ("out", "delta", "loss", "eps")
+NOT_ACTIVATIONS = ("loss", "eps")  # tensor kinds the activation rules of the verdict do not judge
 ROLES = ("input", "hidden", "output", "attention", "norm", "loss")
 
 COLUMNS: dict[str, str] = {

@@ -2,7 +2,8 @@
 
 Stage: report. Input: a sweep directory (job frames on disk, any launcher) or a tidy frame
 (Python API). Output, in ``SWEEP_DIR/report/``: ``combined.parquet`` (all job frames),
-``slopes.parquet`` + ``slopes.csv``, ``verdict.csv`` (judged series), the figures
+``slopes.parquet`` + ``slopes.csv``, ``verdict.csv`` (judged series), ``audit.csv`` (the parameter audit,
+:mod:`coordcheck.audit`), the figures
 (``coord_check``, ``slopes``, ``loss``; PDF + PNG), ``report.md`` (verdict first),
 ``report.json`` (schema below) and ``config.yaml`` (the sweep's resolved config, linked from
 ``report.md``; when known). Every file is written atomically; re-running is safe.
@@ -53,6 +54,7 @@ from typing import Any
 
 import pandas as pd
 
+from coordcheck.audit import audit_table
 from coordcheck.errors import EXIT, OK, USER_ERROR, CoordCheckError
 from coordcheck.frame import atomic_write
 from coordcheck.slopes import fit_slopes
@@ -65,6 +67,7 @@ __all__ = ["Report", "build_report", "write_report", "report_sweep", "coord_figu
 SCHEMA = "coordcheck.report/1"
 REPORT_DIR = "report"
 ERROR_NAME = "error.txt"  # SWEEP_DIR/report/error.txt: why the end of a sweep left no report
+AUDIT_NAME = "audit.csv"  # SWEEP_DIR/report/audit.csv: the parameter audit (coordcheck.audit), linked from report.md
 CONFIG_NAME = "config.yaml"  # SWEEP_DIR/report/config.yaml: the sweep's resolved config, linked from report.md
 @dataclass
 class Report:
@@ -80,6 +83,7 @@ class Report:
     figures: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     environment: list[dict] = field(default_factory=list)  # where the jobs ran: device, torch, CUDA, precision
+    audit: pd.DataFrame = field(default_factory=pd.DataFrame)  # the parameter audit (coordcheck.audit), audit.csv
 
     @property
     def status(self) -> str:
@@ -201,6 +205,9 @@ class Report:
             rows = v.models[v.models["config_id"] == c.config_id]
             if len(rows):
                 built.append(f"{c.parametrization + ': ' if len(v.configs) > 1 else ''}{models_line(rows)}")
+        if len(self.audit):
+            built.append(f"parameter audit (class, init, learning rate, weight decay, ε, multiplier as exponents in "
+                         f"width): [{AUDIT_NAME}]({AUDIT_NAME})")
         lines += run_lines(self.environment, self.command, self.config, more=built)
         return "\n".join(lines) + "\n"
 
@@ -272,7 +279,8 @@ def build_report(
     slopes = fit_slopes(frame)
     problems = list(problems or [])
     verdict = judge(frame, slopes, rules, problems=problems, facts=list(facts or []))  # rules 8 and 9
-    return Report(frame, slopes, verdict, problems, list(jobs or []), command, config)
+    return Report(frame, slopes, verdict, problems, list(jobs or []), command, config,
+                  audit=audit_table(list(facts or []), rules))
 
 
 def write_report(
@@ -286,6 +294,7 @@ def write_report(
     atomic_write(out / "slopes.parquet", lambda p: report.slopes.to_parquet(p, index=False))
     atomic_write(out / "slopes.csv", lambda p: report.slopes.to_csv(p, index=False))
     atomic_write(out / "verdict.csv", lambda p: report.verdict.series.to_csv(p, index=False))
+    atomic_write(out / AUDIT_NAME, lambda p: report.audit.to_csv(p, index=False))
     if figures:
         report.figures = _write_figures(report, out, steps, size, layout)
     write_json(out / "report.json", report.payload(), allow_nan=False)

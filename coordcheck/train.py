@@ -38,6 +38,8 @@ from coordcheck.moments import stats_from_moments
 from coordcheck.errors import resolve_seeds  # noqa: F401  (re-exported: its home was here)
 from coordcheck.probes import Probes, StepRecord, first_tensor, select_output
 from coordcheck.shapes import n_params, param_shapes
+from coordcheck.eps import EPS_TENSOR, EpsProbe, eps_frame
+from coordcheck.param_facts import param_facts
 
 __all__ = ["RunIdentity", "cross_entropy", "forward_loss", "train_with_probes", "to_frame", "run_width",
            "resolve_seeds"]
@@ -205,6 +207,7 @@ def train_with_probes(
     grad_clip: float | None = None,
     precision: str = "fp32",
     skipped_out: list[int] | None = None,
+    eps: EpsProbe | None = None,
 ) -> tuple[list[StepRecord], dict[str, tuple[int, str, int]]]:
     """Train ``steps`` updates on the fixed batch; return the per-step records and the layout.
 
@@ -213,7 +216,8 @@ def train_with_probes(
     pass the targets to ``forward`` (True: positionally, a string: by that keyword);
     ``grad_clip``: clip the global gradient norm to this before each update; ``precision``:
     ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (autocast and a gradient scaler);
-    ``skipped_out`` receives the steps after which the fp16 scaler skipped the update.
+    ``skipped_out`` receives the steps after which the fp16 scaler skipped the update; ``eps``
+    (:class:`coordcheck.eps.EpsProbe`) records Adam's ε fraction after each update.
     """
     check_count(steps, "steps")
     device = next(model.parameters(), torch.empty(0)).device
@@ -236,6 +240,8 @@ def train_with_probes(
                 break
             if not update(model, optimizer, loss, scaler, grad_clip):
                 skipped.append(step)
+            elif eps:
+                eps.record(step + 1)  # the state after update step + 1, which the next forward sees
         layout = dict(probes.layout)
     if skipped:
         log.warning("fp16: the gradient scaler skipped the update after step(s) %s (inf/NaN gradients): the next "
@@ -324,10 +330,12 @@ def run_width(
             model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr)
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.shapes)
             facts["n_params"] = n_params(facts["shapes"])
+            facts.setdefault("audit", param_facts(model, opt, parametrization.name))  # coordcheck.audit (first seed)
+            eps = EpsProbe(model, opt) if EPS_TENSOR in tensors else None
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
                 on_step=lambda rec: bar.update(1), output=output, forward_targets=forward_targets, grad_clip=grad_clip,
-                precision=precision, skipped_out=(skipped := []),
+                precision=precision, skipped_out=(skipped := []), eps=eps,
             )
             if skipped:
                 facts.setdefault("fp16_skipped_updates", []).append({"seed": seed, "after_steps": skipped})
@@ -336,6 +344,8 @@ def run_width(
                 facts["diverged"].append({"seed": seed, "step": last.step, "loss": repr(last.loss)})
                 log.warning("width %d seed %d diverged at step %d (loss %s)", width, seed, last.step, last.loss)
             frames.append(to_frame(records, layout, identity, width=width, seed=seed, stats=stats))
+            if eps:
+                frames.append(eps_frame(eps, layout, {**identity.__dict__, "width": width, "seed": seed}))
     finally:
         if bar is not progress:
             bar.close()

@@ -1,0 +1,487 @@
+"""The parameter audit: what each parameter is given (init, learning rate, weight decay, ε, multiplier), as an
+exponent in width, beside what muP expects — and Adam's ε measured against √v̂.
+
+Stage: judge (beside the verdict; no training needed for the audit itself). Input: the jobs' facts (``audit``,
+recorded before training by :mod:`coordcheck.param_facts` at each width; ``job.json`` or
+``CoordCheckResult.facts``) and, for ε, the tidy frame's ``eps`` rows (:mod:`coordcheck.eps`). Output:
+
+* :func:`audit_long` — one row per (configuration, parameter, quantity): the value at the widest width, its
+  exponent in width (least-squares slope of log2 value against log2 width, one point per width) with a 95 %
+  interval, the exponent muP expects (:data:`EXPECTED`), the allowed band and a status;
+* :func:`audit_table` — the same, one row per (configuration, parameter) (``CoordCheckResult.audit``,
+  ``audit.csv``);
+* :func:`audit_causes` / :func:`audit_evidence` — judged violations as cause rows and evidence rows in the schema
+  of ``Verdict.causes`` / ``Verdict.evidence``;
+* :func:`eps_table` / :func:`eps_causes` — the ε fraction per parameter and its judgement.
+
+**Class** of a parameter, from its shapes across the sweep's widths as mup's infshapes find it: a dimension grows
+when it differs between widths. Two growing dimensions: ``hidden``; one: ``input-like`` (fan-in fixed, fan-out
+grows) or ``output-like`` (fan-in grows, fan-out fixed) for matrices — fan-in is dimension 1 (``nn.Linear``'s
+``(out, in)``), dimension 0 for an ``nn.Embedding``'s ``(num_embeddings, dim)`` —, ``vector`` for a 1-D parameter;
+none: ``fixed``. Exponents of the expectations are in terms of how fast each dimension grows (``a_in``,
+``a_out``; ``a_main``: mup's main dimension, the last growing one), 1 for a dimension proportional to width.
+
+**Judged** only under ``parametrization=mup`` or ``sp``, where every multiplier the forward applies is a
+``MuReadout``'s (which the audit reads); under ``none`` a multiplier may hide in ``forward`` and the rows say
+``not judged``. A quantity fails when its exponent is outside the band (expected ± ``Rules.tol``; for ε: at most
+expected + tol) and so is its whole interval; outside with an overlapping interval is ``inconclusive``; exactly
+zero at every width is ``zero`` (a zero-initialised readout or query, no weight decay), never a violation.
+Never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from coordcheck.frame import LOSS_MODULE
+from coordcheck.slopes import t_quantile
+
+if TYPE_CHECKING:  # the verdict may import this module (causes): its Rules are read, not imported, here
+    from coordcheck.verdict import Rules
+
+__all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
+           "TABLE_COLUMNS", "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table",
+           "eps_causes", "eps_evidence"]
+
+QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
+CLASSES = ("input-like", "hidden", "output-like", "vector", "fixed")
+JUDGED = ("mup", "sp")  # parametrizations under which no multiplier can hide in the forward
+EPS_MATERIAL = 0.05  # ε fraction at the widest width above which growth with width is a cause
+CAUSE_COLUMNS = ["config_id", "parametrization", "order", "kind", "what", "modules", "measure", "step", "exponent",
+                 "ci_low", "ci_high", "expected", "fix", "line"]
+EVIDENCE_COLUMNS = ["config_id", "parametrization", "name", "measure", "exponent", "ci_low", "ci_high",
+                    "expected_low", "expected_high", "violates", "order", "step", "role", "status"]
+
+# (optimizer family or "*", class, quantity) -> ((c_in, c_out, c_main), band, reason): the expected exponent is
+# c_in * a_in + c_out * a_out + c_main * a_main. band "flat": expected ± tol; "no_growth": at most expected + tol.
+# Checked against the installed mup 1.0.0 (mup/optim.py: MuAdam, MuSGD; mup/layer.py: MuReadout; mup/infshape.py:
+# width_mult = the main dimension's dim / base_dim) and torch.optim.Muon (its _adjust_lr). A key that is absent
+# (Muon on a non-hidden parameter, an optimizer family mup has no form for) has no expectation: not judged.
+_VEC_ADAM = "MuAdam keeps the base lr for vector-like parameters (one width dimension or none)"
+_VEC_ADAM_WD = "MuAdam keeps weight_decay for vector-like parameters"
+_VEC_ADAMW_WD = "MuAdamW keeps lr and weight_decay: the per-step shrink lr·λ is constant"
+_VEC_SGD = "MuSGD multiplies the lr of parameters with one width dimension by width_mult"
+_VEC_SGD_WD = "MuSGD divides their weight_decay by width_mult"
+_FIXED_SGD = "MuSGD keeps lr and weight_decay for parameters with no width dimension"
+_EPS = "MuAdam passes ε unchanged; a shrinking ε (Everett et al. 2024) is allowed, a growing one is not; whether ε " \
+       "dominates is measured (the eps tensor)"
+EXPECTED: dict[tuple[str, str, str], tuple[tuple[float, float, float], str, str]] = {
+    # initialisation (any optimizer): the scale (rms) of the built tensor
+    ("*", "hidden", "init"): ((-0.5, 0, 0), "flat", "std ∝ fan_in^-1/2: an output coordinate sums fan_in terms"),
+    ("*", "input-like", "init"): ((0, 0, 0), "flat", "fan-in is fixed: std constant in width"),
+    ("*", "output-like", "init"): ((0, 0, 0), "flat", "MuReadout: std constant (set_base_shapes rescales SP's "
+                                                      "fan_in^-1/2 by width_mult^1/2); its 1/width is the forward "
+                                                      "multiplier"),
+    ("*", "vector", "init"): ((0, 0, 0), "flat", "biases and norm gains: constant in width"),
+    ("*", "fixed", "init"): ((0, 0, 0), "flat", "no dimension grows: constant"),
+    # the forward multiplier the audit can read
+    ("*", "output-like", "mult"): ((0, 0, -1), "flat", "MuReadout multiplies its input by output_mult / width_mult"),
+    # Adam, coupled weight decay (MuAdam)
+    ("adam", "hidden", "lr"): ((0, 0, -1), "flat", "MuAdam divides the lr of matrices with two width dimensions by "
+                                                   "width_mult"),
+    ("adam", "input-like", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adam", "output-like", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adam", "vector", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adam", "fixed", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adam", "hidden", "wd"): ((0, 0, 1), "flat", "MuAdam multiplies their (coupled) weight_decay by width_mult"),
+    ("adam", "input-like", "wd"): ((0, 0, 0), "flat", _VEC_ADAM_WD),
+    ("adam", "output-like", "wd"): ((0, 0, 0), "flat", _VEC_ADAM_WD),
+    ("adam", "vector", "wd"): ((0, 0, 0), "flat", _VEC_ADAM_WD),
+    ("adam", "fixed", "wd"): ((0, 0, 0), "flat", _VEC_ADAM_WD),
+    # AdamW, decoupled weight decay (MuAdamW): wd is the per-step shrink lr·λ
+    ("adamw", "hidden", "lr"): ((0, 0, -1), "flat", "MuAdamW divides the lr of matrices with two width dimensions "
+                                                    "by width_mult"),
+    ("adamw", "input-like", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adamw", "output-like", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adamw", "vector", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adamw", "fixed", "lr"): ((0, 0, 0), "flat", _VEC_ADAM),
+    ("adamw", "hidden", "wd"): ((0, 0, 0), "flat", "MuAdamW: lr / width_mult times weight_decay * width_mult: the "
+                                                   "per-step shrink lr·λ is constant"),
+    ("adamw", "input-like", "wd"): ((0, 0, 0), "flat", _VEC_ADAMW_WD),
+    ("adamw", "output-like", "wd"): ((0, 0, 0), "flat", _VEC_ADAMW_WD),
+    ("adamw", "vector", "wd"): ((0, 0, 0), "flat", _VEC_ADAMW_WD),
+    ("adamw", "fixed", "wd"): ((0, 0, 0), "flat", _VEC_ADAMW_WD),
+    # Adam's ε (either Adam)
+    **{(fam, cls, "adam_eps"): ((0, 0, 0), "no_growth", _EPS) for fam in ("adam", "adamw")
+       for cls in ("hidden", "input-like", "output-like", "vector", "fixed")},
+    # SGD, coupled weight decay (MuSGD)
+    ("sgd", "hidden", "lr"): ((-1, 1, 0), "flat", "MuSGD divides the lr of hidden matrices by the fan_in / fan_out "
+                                                  "width_mult ratio (1 for square growth)"),
+    ("sgd", "input-like", "lr"): ((0, 0, 1), "flat", _VEC_SGD),
+    ("sgd", "output-like", "lr"): ((0, 0, 1), "flat", _VEC_SGD),
+    ("sgd", "vector", "lr"): ((0, 0, 1), "flat", _VEC_SGD),
+    ("sgd", "fixed", "lr"): ((0, 0, 0), "flat", _FIXED_SGD),
+    ("sgd", "hidden", "wd"): ((1, -1, 0), "flat", "MuSGD multiplies their weight_decay by that ratio"),
+    ("sgd", "input-like", "wd"): ((0, 0, -1), "flat", _VEC_SGD_WD),
+    ("sgd", "output-like", "wd"): ((0, 0, -1), "flat", _VEC_SGD_WD),
+    ("sgd", "vector", "wd"): ((0, 0, -1), "flat", _VEC_SGD_WD),
+    ("sgd", "fixed", "wd"): ((0, 0, 0), "flat", _FIXED_SGD),
+    # Muon on hidden matrices (torch.optim.Muon; the rest of the model under AdamW, as Muon is used)
+    ("muon", "hidden", "lr"): ((-0.5, 0.5, 0), "flat", "spectral condition ‖ΔW‖ ∝ sqrt(fan_out / fan_in) (Yang, "
+                                                       "Simon & Bernstein 2023): Muon's orthogonalised update has "
+                                                       "spectral norm ≈ 1, so its applied lr must scale so"),
+    ("muon", "hidden", "wd"): ((0, 0, 0), "flat", "decoupled shrink lr·λ (Muon's unadjusted lr): constant"),
+}
+
+FIXES = {
+    ("lr", "hidden", "adam"): "give them lr * base_width / width (MuAdam does)",
+    ("lr", "hidden", "adamw"): "give them lr * base_width / width (MuAdamW does)",
+    ("lr", "hidden", "sgd"): "give them lr * (fan_out / fan_in) scaled as MuSGD does (constant for square growth)",
+    ("lr", "hidden", "muon"): "use adjust_lr_fn='original' (or 'spectral_unclamped'): lr ∝ sqrt(fan_out / fan_in)",
+    ("lr", "output-like", "adam"): "keep the readout's lr constant in width; the 1/width belongs in its output "
+                                   "multiplier (mup.MuReadout)",
+    ("lr", "output-like", "adamw"): "keep the readout's lr constant in width; the 1/width belongs in its output "
+                                    "multiplier (mup.MuReadout)",
+    ("lr", "input-like", "adam"): "keep their lr at the base lr, constant in width (vector-like in MuAdam)",
+    ("lr", "input-like", "adamw"): "keep their lr at the base lr, constant in width (vector-like in MuAdamW)",
+    ("lr", "vector", "adam"): "keep their lr at the base lr, constant in width (vector-like in MuAdam)",
+    ("lr", "vector", "adamw"): "keep their lr at the base lr, constant in width (vector-like in MuAdamW)",
+    ("init", "hidden", ""): "initialise with std ∝ fan_in^-1/2 (nn.init.normal_(w, std=fan_in ** -0.5))",
+    ("init", "", ""): "initialise with a std constant in width",
+    ("mult", "output-like", ""): "multiply the logits by base_width / width (mup.MuReadout's output multiplier)",
+    ("adam_eps", "", ""): "do not grow eps with width",
+}
+WHAT = {"init": "initialisation std", "lr": "learning rate", "wd": "weight decay", "adam_eps": "Adam eps",
+        "mult": "output multiplier"}
+PLURAL = {"hidden": "hidden matrices", "input-like": "input-like matrices", "output-like": "output-like matrices",
+          "vector": "vectors", "fixed": "fixed-size parameters"}
+
+
+def _rules(rules: Rules | None) -> Rules:
+    if rules is None:
+        from coordcheck.verdict import Rules
+
+        return Rules()
+    return rules
+
+
+def _num(x: float) -> str:
+    """``+0.50``; ``+0.00`` for a value that rounds to zero from below (never ``-0.00``)."""
+    return f"{round(float(x), 2) + 0.0:+.2f}"
+
+
+def _fix(quantity: str, cls: str, family: str, expected: float) -> str:
+    for key in ((quantity, cls, family), (quantity, cls, ""), (quantity, "", "")):
+        if key in FIXES:
+            return FIXES[key]
+    return f"scale it like width^{expected:+.2g}"
+
+
+def _growth(dims_by_width: Mapping[int, list[int]]) -> list[float] | None:
+    """Per dimension, the slope of log2 size against log2 width over the widths (0 when fixed); None when the
+    number of dimensions changes."""
+    widths = sorted(dims_by_width)
+    shapes = [list(dims_by_width[w]) for w in widths]
+    if len({len(s) for s in shapes}) != 1:
+        return None
+    x = np.log2(np.asarray(widths, dtype=float))
+    out = []
+    for i in range(len(shapes[0])):
+        d = np.asarray([s[i] for s in shapes], dtype=float)
+        out.append(0.0 if (d == d[0]).all() or (d <= 0).any() else round(float(np.polyfit(x, np.log2(d), 1)[0]), 9))
+    return out
+
+
+def param_class(growth: list[float] | None, embedding: bool = False) -> tuple[str, float, float, float]:
+    """``(class, a_in, a_out, a_main)`` from the growth exponent of each dimension (``_growth``)."""
+    if growth is None:
+        return "unmatched", 0.0, 0.0, 0.0
+    grows = [g > 0 for g in growth]
+    main = next((g for g, inf in zip(reversed(growth), reversed(grows)) if inf), 0.0)  # mup: the last width dim
+    if len(growth) == 1:
+        return ("vector" if grows[0] else "fixed"), 0.0, 0.0, main
+    if not any(grows):
+        return "fixed", 0.0, 0.0, 0.0
+    if sum(grows) > 2 or any(grows[2:]):
+        return "other", 0.0, 0.0, main
+    a_out, a_in = (growth[1], growth[0]) if embedding else (growth[0], growth[1])
+    if sum(grows) == 2:
+        return "hidden", growth[1], growth[0], main  # mup's fan-in / fan-out: dimensions 1 and 0
+    return ("output-like" if a_in > 0 else "input-like"), a_in, a_out, main
+
+
+def _fit(widths: np.ndarray, values: np.ndarray) -> tuple[float, float, float]:
+    """Slope of log2 value vs log2 width, and its 95 % interval (exact: zero width, for values on a power law)."""
+    x, y = np.log2(widths), np.log2(values)
+    slope, intercept = np.polyfit(x, y, 1)
+    slope = round(float(slope), 9) + 0.0  # a constant's slope is 0, not -2e-17 (nor -0.0)
+    n = len(x)
+    if n < 3:
+        return float(slope), np.nan, np.nan
+    resid = y - (slope * x + intercept)
+    sxx = ((x - x.mean()) ** 2).sum()
+    se = float(np.sqrt((resid ** 2).sum() / (n - 2) / sxx))
+    half = float(t_quantile(np.array([n - 2]))[0]) * se
+    return float(slope), float(slope - half), float(slope + half)
+
+
+def _judge_value(widths: np.ndarray, values: list[Any], expected: float, band: str, tol: float, exact: bool
+                 ) -> tuple[float, float, float, float, float, str]:
+    """``(exponent, ci_low, ci_high, expected_low, expected_high, status)`` of one quantity across widths."""
+    lo, hi = (expected - tol if band == "flat" else -np.inf), expected + tol
+    v = np.asarray([np.nan if x is None else float(x) for x in values], dtype=float)
+    if np.isnan(v).all():
+        return np.nan, np.nan, np.nan, lo, hi, ""
+    if (v == 0).all():
+        return np.nan, np.nan, np.nan, lo, hi, "zero"
+    if (v == 0).any() or not np.isfinite(v).all() or len(v) < 2:
+        return np.nan, np.nan, np.nan, lo, hi, "inconclusive"
+    slope, c_lo, c_hi = _fit(widths, np.abs(v))
+    if exact and np.isnan(c_lo):  # a quantity the optimizer sets, not sampled: two widths determine it
+        c_lo = c_hi = slope
+    outside = slope < lo or slope > hi
+    sig = (c_lo > hi or c_hi < lo) if np.isfinite(c_lo) else False
+    return slope, c_lo, c_hi, lo, hi, ("fail" if sig else "inconclusive") if outside else "pass"
+
+
+def _audit_facts(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, Mapping[str, Any]]]:
+    out: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for f in facts:
+        if f.get("audit") and f.get("width") is not None:
+            out.setdefault(str(f.get("config_id")), {}).setdefault(int(f["width"]), f["audit"])
+    return out
+
+
+LONG_COLUMNS = ["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims",
+                "quantity", "value", "std", "wd_kind", "exponent", "ci_low", "ci_high", "expected", "expected_low",
+                "expected_high", "status", "reason"]
+
+
+def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -> pd.DataFrame:
+    """One row per (configuration, parameter, quantity) with a value (columns :data:`LONG_COLUMNS`); ``value`` is at
+    the widest width (for ``init`` the rms of the built tensor, which is judged — the std of a zero-mean weight, 1 for
+    a norm's gain of ones — and ``std`` its std); ``status`` ``pass`` / ``fail`` / ``inconclusive`` / ``zero`` /
+    ``not judged`` / ``""`` (no expectation: an optimizer family or class muP says nothing about here)."""
+    rules = _rules(rules)
+    rows = []
+    for cid, by_width in _audit_facts(facts).items():
+        widths = sorted(by_width)
+        w = np.asarray(widths, dtype=float)
+        wide = by_width[widths[-1]]
+        par = str(wide.get("parametrization", ""))
+        judged = par in JUDGED
+        for order, (name, p) in enumerate(wide["params"].items()):
+            per = [by_width[x]["params"].get(name) for x in widths]
+            if any(q is None for q in per):
+                cls, a_in, a_out, a_main = "unmatched", 0.0, 0.0, 0.0
+            else:
+                cls, a_in, a_out, a_main = param_class(_growth(dict(zip(widths, [q["dims"] for q in per]))),
+                                                       bool(p.get("embedding")))
+            family = str(p.get("family", ""))
+            dims = " → ".join(dict.fromkeys("x".join(map(str, q["dims"])) for q in per if q is not None))
+            for quantity in QUANTITIES:
+                key = "rms" if quantity == "init" else "eps" if quantity == "adam_eps" else quantity
+                values = [None if q is None else q.get(key) for q in per]
+                if all(v is None for v in values):
+                    continue
+                exp = EXPECTED.get(("*" if quantity in ("init", "mult") else family, cls, quantity))
+                if exp is None:
+                    expected, band, reason = np.nan, "flat", "no muP expectation for this class / optimizer"
+                else:
+                    (c_in, c_out, c_main), band, reason = exp
+                    expected = c_in * a_in + c_out * a_out + c_main * a_main
+                slope, c_lo, c_hi, lo, hi, status = _judge_value(
+                    w, values, 0.0 if np.isnan(expected) else expected, band, rules.tol, exact=quantity != "init")
+                if np.isnan(expected):
+                    lo = hi = np.nan
+                    status = "" if status not in ("zero",) else status
+                elif not judged and status:
+                    status = "not judged"
+                std = per[-1].get("std") if quantity == "init" and per[-1] is not None else None
+                rows.append((cid, par, name, name.rpartition(".")[0] or "(root)", order, cls, family, dims, quantity,
+                             values[-1], std, p.get("wd_kind", "") if quantity == "wd" else "", slope, c_lo, c_hi,
+                             expected, lo, hi, status, reason))
+    df = pd.DataFrame(rows, columns=LONG_COLUMNS)
+    return df.astype({"value": "float64", "std": "float64", "exponent": "float64", "expected": "float64",
+                      "order": "int64"})
+
+
+TABLE_COLUMNS = (["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims"]
+                 + [f"{q}{s}" for q in QUANTITIES for s in ("", *(("_std",) if q == "init" else ()), "_exponent",
+                                                              "_expected", "_status")]
+                 + ["wd_kind", "status", "violations"])
+_RANK = {"fail": 3, "inconclusive": 2, "pass": 1, "zero": 1, "not judged": 0, "": 0}
+
+
+def audit_table(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None, long: pd.DataFrame | None = None
+                ) -> pd.DataFrame:
+    """One row per (configuration, parameter): ``config_id, parametrization, parameter, module, order, class,
+    family, dims``, then per quantity ``<q>`` (its value at the widest width; ``init``: the rms, ``init_std`` beside
+    it), ``<q>_exponent``, ``<q>_expected``, ``<q>_status``; ``wd_kind``; ``status`` (the worst judged) and
+    ``violations`` (what is off, in words); columns :data:`TABLE_COLUMNS`."""
+    long = audit_long(facts, rules) if long is None else long
+    keys = ["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims"]
+    if long.empty:
+        return pd.DataFrame(columns=TABLE_COLUMNS)
+    base = long.drop_duplicates(keys)[keys].set_index(keys[:3])
+    for q in QUANTITIES:
+        part = long[long["quantity"] == q].set_index(keys[:3])
+        base[q] = part["value"]
+        base[f"{q}_exponent"] = part["exponent"]
+        base[f"{q}_expected"] = part["expected"]
+        base[f"{q}_status"] = part["status"]
+    base["wd_kind"] = long[long["quantity"] == "wd"].set_index(keys[:3])["wd_kind"]
+    base["init_std"] = long[long["quantity"] == "init"].set_index(keys[:3])["std"]
+    base = base.reset_index()
+    worst = long.assign(_r=long["status"].map(_RANK)).sort_values("_r", kind="stable").groupby(
+        keys[:3], sort=False)["status"].last()
+    base["status"] = [worst.get((c, p, n), "") for c, p, n in zip(base["config_id"], base["parametrization"],
+                                                                   base["parameter"])]
+    bad = long[long["status"].isin(["fail", "inconclusive"])]
+    text = bad.groupby(keys[:3], sort=False).apply(
+        lambda g: "; ".join(f"{WHAT[r.quantity]} ∝ width^{_num(r.exponent)} (muP: {_num(r.expected)}, {r.status})"
+                            for r in g.itertuples()), include_groups=False) if len(bad) else pd.Series(dtype=str)
+    base["violations"] = [text.get((c, p, n), "") for c, p, n in zip(base["config_id"], base["parametrization"],
+                                                                      base["parameter"])]
+    for c in [f"{q}_status" for q in QUANTITIES] + ["wd_kind"]:
+        base[c] = base[c].fillna("")
+    return base.sort_values(["config_id", "order"], kind="stable").reset_index(drop=True)[TABLE_COLUMNS]
+
+
+def _group_name(names: list[str], cls: str, n_class: int) -> str:
+    if len(names) == 1:
+        return names[0]
+    plural = PLURAL.get(cls, "parameters")
+    return f"all {len(names)} {plural}" if len(names) == n_class else f"{len(names)} of {n_class} {plural}"
+
+
+def audit_causes(long: pd.DataFrame) -> pd.DataFrame:
+    """The audit's judged violations (``fail``) as cause rows (:data:`CAUSE_COLUMNS`, the schema of
+    ``Verdict.causes``): one per (configuration, quantity, class, optimizer family) — "all 8 hidden matrices:
+    learning rate ∝ width^+0.00 [+0.00, +0.00] (muP expects width^-1.00: MuAdam divides ...) — give them
+    lr * base_width / width". ``kind`` ``audit`` (the causes module's closed set); ``measure``
+    ``audit:<quantity>`` (``init``, ``lr``, ``wd``, ``adam_eps``, ``mult``); ``step`` 0 (as built); ``order``: by
+    the first parameter's registration order within the configuration (the causes module reorders by call order)."""
+    fails = long[long["status"] == "fail"]
+    rows = []
+    for (cid, quantity, cls, family), g in fails.groupby(["config_id", "quantity", "class", "family"], sort=False):
+        peers = long[(long["config_id"] == cid) & (long["quantity"] == quantity) & (long["class"] == cls)
+                     & (long["family"] == family) & long["status"].isin(["pass", "fail", "inconclusive"])]
+        names = list(g["parameter"])
+        what = _group_name(names, cls, len(peers))
+        w = g.loc[(g["exponent"] - g["expected"]).abs().idxmax()]
+        fix = _fix(quantity, cls, family, float(w["expected"]))
+        interval = f" [{_num(w['ci_low'])}, {_num(w['ci_high'])}]" if np.isfinite(w["ci_low"]) else ""
+        expected = _num(w["expected"]) + (" or less" if np.isinf(w["expected_low"]) else "")
+        line = (f"{what}: {WHAT[quantity]} ∝ width^{_num(w['exponent'])}{interval} (muP expects width^{expected}: "
+                f"{w['reason']}) — {fix}")
+        rows.append([cid, w["parametrization"], int(g["order"].min()), "audit", what,
+                     list(dict.fromkeys(g["module"])), f"audit:{quantity}", 0, float(w["exponent"]),
+                     float(w["ci_low"]), float(w["ci_high"]), expected, fix, line])
+    df = pd.DataFrame(rows, columns=CAUSE_COLUMNS)
+    if len(df):
+        df["order"] = df.groupby("config_id")["order"].rank(method="first").astype("int64") - 1
+    return df
+
+
+def audit_evidence(long: pd.DataFrame) -> pd.DataFrame:
+    """Judged audit rows with an exponent, in the schema of ``Verdict.evidence`` (:data:`EVIDENCE_COLUMNS`):
+    ``name`` = the parameter, ``measure`` = the quantity (``init``, ``lr``, ``wd``, ``adam_eps``, ``mult``), ``role``
+    = its class, ``step`` 0 (as built)."""
+    e = long[long["status"].isin(["pass", "fail", "inconclusive"]) & np.isfinite(long["exponent"])]
+    return pd.DataFrame({
+        "config_id": e["config_id"], "parametrization": e["parametrization"], "name": e["parameter"],
+        "measure": e["quantity"], "exponent": e["exponent"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
+        "expected_low": e["expected_low"], "expected_high": e["expected_high"], "violates": e["status"] == "fail",
+        "order": e["order"], "step": 0, "role": e["class"], "status": e["status"],
+    }, columns=EVIDENCE_COLUMNS).reset_index(drop=True)
+
+
+# -- Adam's epsilon, measured (tensor "eps") -------------------------------------------------------------------------
+
+EPS_COLUMNS = ["config_id", "parametrization", "parameter", "layer_index", "role", "call_order", "step",
+               "narrow", "wide", "min_width", "max_width", "exponent", "ci_low", "ci_high", "grows", "material",
+               "violates"]
+
+
+def eps_table(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
+    """Per (configuration, parameter): the ε fraction (:mod:`coordcheck.eps`) over the last ``Rules.persist``
+    updated steps, at the narrowest and widest width (``narrow``, ``wide``: mean over those steps and seeds), its
+    exponent in width (slope of log2 fraction against log2 width over every (width, seed, step) point where it is
+    not zero, with a 95 % interval; the steps of one seed are not independent, so the interval is on the narrow
+    side), and the judgement:
+    ``grows`` (the interval lies above ``Rules.tol``, or it is zero at the narrowest width and not at the widest),
+    ``material`` (at least :data:`EPS_MATERIAL` at the widest width), ``violates`` (both). ``step``: the last
+    updated step.
+
+    Only the last steps are judged because ε can dominate for a few steps for a reason that passes: behind a
+    zero-initialised query the key's gradient is exactly zero at the first update and tiny (∝ the query, ∝ 1/width)
+    for the next few, so on the built-in GPT (MuAdam, ε = 1e-8, widths 64–512) the keys' fraction at width 512 is
+    79 % at step 3 and 0.4 % at step 10 (at width 64: 5 %, then 0); a fixed ε that is too large stays (the muP MLP
+    with ε = 1e-5 at width 1024: 89–92 % of the hidden weights' coordinates at step 2, still 38–49 % at step 10,
+    0–0.4 % at width 64; ``python experiments/eps.py --steps 10 --seeds 1``, ``--gpt``).
+    """
+    rules = _rules(rules)
+    e = frame[(frame["tensor"] == "eps") & (frame["stat"] == "mean") & (frame["step"] >= 1)
+              & (frame["module"] != LOSS_MODULE)]
+    if e.empty:
+        return pd.DataFrame(columns=EPS_COLUMNS)
+    last = e.groupby("config_id")["step"].transform("max")
+    e = e[e["step"] > last - rules.persist]  # the last persist updated steps: early transients are not judged
+    keys = ["config_id", "parametrization", "module", "layer_index", "role", "call_order"]
+    rows = []
+    for key, g in e.groupby(keys, sort=False, observed=True):
+        by_w = g.groupby(["width", "seed"])["value"].mean().groupby("width").mean().sort_index()
+        narrow, wide = float(by_w.iloc[0]), float(by_w.iloc[-1])
+        pos = g[g["value"] > 0]
+        slope = c_lo = c_hi = np.nan
+        if pos["width"].nunique() >= 2:
+            slope, c_lo, c_hi = _fit(pos["width"].to_numpy(dtype=float), pos["value"].to_numpy(dtype=float))
+        grows = bool((np.isfinite(c_lo) and c_lo > rules.tol) or (narrow == 0 and wide > 0))
+        material = wide >= EPS_MATERIAL
+        rows.append((*key, int(g["step"].max()), narrow, wide, int(by_w.index[0]), int(by_w.index[-1]), slope,
+                     c_lo, c_hi, grows, material, grows and material))
+    return pd.DataFrame(rows, columns=EPS_COLUMNS[:2] + ["parameter"] + EPS_COLUMNS[3:])
+
+
+EPS_FIX = "epsilon dominates the update at large width: scale eps by base_width/width or lower it"
+
+
+def eps_causes(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
+    """Cause rows (:data:`CAUSE_COLUMNS`, kind ``epsilon``, measure ``eps``) for the parameters whose ε fraction
+    grows with width and is material at the widest width (:func:`eps_table`), one per (configuration, role): "all 4
+    hidden parameters: ε ≥ 0.1·√v̂ on 3 % of coordinates at width 64, 61 % at width 1024 (fraction ∝ width^+1.9
+    [+1.6, +2.2]) — epsilon dominates the update at large width: scale eps by base_width/width or lower it"
+    (Everett et al. 2024). ``exponent``: of the fraction, NaN when it is zero at the narrowest width."""
+    t = eps_table(frame, rules)
+    bad = t[t["violates"]]
+    rows = []
+    for (cid, role), g in bad.groupby(["config_id", "role"], sort=False):
+        peers = t[(t["config_id"] == cid) & (t["role"] == role)]
+        names = list(g["parameter"])
+        what = (names[0] if len(names) == 1 else f"all {len(names)} {role} parameters" if len(names) == len(peers)
+                else f"{len(names)} of {len(peers)} {role} parameters")
+        w = g.loc[g["wide"].idxmax()]
+        expo = (f" (fraction ∝ width^{_num(w['exponent'])} [{_num(w['ci_low'])}, {_num(w['ci_high'])}])"
+                if np.isfinite(w["ci_low"]) else "")
+        line = (f"{what}: ε ≥ 0.1·√v̂ on {w['narrow']:.0%} of coordinates at width {w['min_width']}, {w['wide']:.0%} "
+                f"at width {w['max_width']}{expo} — {EPS_FIX}")
+        modules = list(dict.fromkeys(n.rpartition(".")[0] or "(root)" for n in names))
+        rows.append([cid, w["parametrization"], int(g["call_order"].min()), "epsilon", what, modules, "eps",
+                     int(w["step"]), float(w["exponent"]), float(w["ci_low"]), float(w["ci_high"]),
+                     f"fraction flat in width and below {EPS_MATERIAL:.0%}",
+                     "scale eps by base_width/width or lower it", line])
+    df = pd.DataFrame(rows, columns=CAUSE_COLUMNS)
+    if len(df):
+        df["order"] = df.groupby("config_id")["order"].rank(method="first").astype("int64") - 1
+    return df
+
+
+def eps_evidence(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
+    """The ε fraction's exponent per parameter (:func:`eps_table`) in the schema of ``Verdict.evidence``
+    (:data:`EVIDENCE_COLUMNS`, ``measure`` ``eps``): allowed up to ``Rules.tol`` (a fraction that does not grow with
+    width); ``violates`` as judged (growing and material); ``order``: the owning module's call order."""
+    rules = _rules(rules)
+    t = eps_table(frame, rules)
+    t = t[np.isfinite(t["exponent"].astype(float))]
+    return pd.DataFrame({
+        "config_id": t["config_id"], "parametrization": t["parametrization"], "name": t["parameter"],
+        "measure": "eps", "exponent": t["exponent"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
+        "expected_low": -np.inf, "expected_high": rules.tol, "violates": t["violates"].astype(bool),
+        "order": t["call_order"], "step": t["step"], "role": t["role"],
+        "status": np.where(t["violates"], "fail", "pass"),
+    }, columns=EVIDENCE_COLUMNS).reset_index(drop=True)

@@ -1,0 +1,117 @@
+"""Parameter facts: what each parameter is given before training, read from the model and its optimizer.
+
+Stage: build (the audit's torch side). Input: the parametrized model and its optimizer as built at one width
+(``coordcheck.train.build_on``), before any step. Output: a JSON-able dict recorded in the job's facts as
+``audit`` (so in ``job.json`` too) and judged across widths by :mod:`coordcheck.audit` (which never imports
+torch)::
+
+    {"parametrization": "mup",
+     "params": {name: {"dims": [...], "embedding": bool, "std": float, "rms": float,
+                       "family": "adam" | "adamw" | "sgd" | "muon" | "<class name>" | "",
+                       "lr": float, "wd": float, "wd_kind": "coupled" | "decoupled" | "",
+                       "eps": float | None, "mult": float | None}}}
+
+* ``std`` / ``rms``: of the built tensor (float64 on the host; one transfer for all parameters).
+* ``family``: from the keys of the parameter's group (``adjust_lr_fn``: Muon; ``betas``: Adam-like, ``adamw`` when
+  the weight decay is decoupled — ``torch.optim.AdamW`` or ``decoupled_weight_decay=True``; ``momentum`` and
+  ``dampening``: SGD), so it holds for optimizers built from several groups (mup's MuAdam, a Muon + AdamW mix);
+  ``""`` for a parameter that no group holds (not trained).
+* ``lr``: the step size the optimizer applies to this parameter: the group's ``lr`` (mup's Mu* optimizers already
+  put their width-scaled lrs in their groups), times Muon's shape adjustment (``adjust_lr_fn``, as
+  ``torch.optim.Muon`` applies it to the parameter's shape).
+* ``wd``: weight decay as applied: the coefficient ``λ`` for coupled decay (Adam, SGD: ``λ·W`` is added to the
+  gradient), the per-step shrink ``lr·λ`` for decoupled decay (AdamW, Muon: ``W ← W (1 − lr·λ)``, with Muon's
+  unadjusted lr).
+* ``eps``: Adam's ε (Adam-like groups only; Muon's ``eps`` is the Newton–Schulz guard, not recorded).
+* ``mult``: the forward multiplier the audit can see: ``output_mult / width_mult`` of a ``mup.MuReadout``'s weight;
+  ``None`` elsewhere (a multiplier written in ``forward`` is invisible here).
+* ``embedding``: the parameter is an ``nn.Embedding``'s weight, whose fan-in is dimension 0 (``(num_embeddings,
+  dim)``), not dimension 1 as for ``nn.Linear``'s ``(out, in)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = ["param_facts", "optimizer_family", "effective_lr"]
+
+
+def optimizer_family(optimizer: torch.optim.Optimizer, group: dict) -> str:
+    """``adam`` / ``adamw`` / ``sgd`` / ``muon``, or the optimizer's class name, from one parameter group."""
+    if "adjust_lr_fn" in group or "ns_steps" in group:
+        return "muon"
+    if "betas" in group:
+        decoupled = isinstance(optimizer, torch.optim.AdamW) or bool(group.get("decoupled_weight_decay", False))
+        return "adamw" if decoupled else "adam"
+    if "momentum" in group and "dampening" in group:
+        return "sgd"
+    return type(optimizer).__name__
+
+
+def muon_adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: torch.Size) -> float:
+    """The lr ``torch.optim.Muon`` applies to a parameter of ``shape`` (its ``_adjust_lr``, restated: A = fan-out,
+    B = fan-in)."""
+    if len(shape) < 2:
+        return lr
+    a, b = shape[0], shape[1]
+    if adjust_lr_fn is None or adjust_lr_fn == "original":
+        return lr * math.sqrt(max(1.0, a / b))
+    if adjust_lr_fn == "match_rms_adamw":
+        return lr * 0.2 * math.sqrt(max(a, b))
+    if adjust_lr_fn == "spectral_unclamped":
+        return lr * math.sqrt(a / b)
+    return lr
+
+
+def effective_lr(family: str, group: dict, p: torch.Tensor) -> float:
+    lr = float(group["lr"])
+    return muon_adjusted_lr(lr, group.get("adjust_lr_fn"), p.shape) if family == "muon" else lr
+
+
+def _readout_mults(model: nn.Module) -> dict[int, float]:
+    """``id(weight) -> output_mult / width_mult`` of every ``mup.MuReadout`` with base shapes."""
+    from mup import MuReadout
+
+    out = {}
+    for module in model.modules():
+        if isinstance(module, MuReadout) and hasattr(module.weight, "infshape"):
+            out[id(module.weight)] = float(module.output_mult) / float(module.width_mult())
+    return out
+
+
+@torch.no_grad()
+def param_facts(model: nn.Module, optimizer: torch.optim.Optimizer, parametrization: str) -> dict:
+    """The audit facts of every parameter of ``model`` (shared parameters once), in registration order."""
+    named = list(model.named_parameters())
+    groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    mults = _readout_mults(model)
+    moments = [torch.stack([p.detach().double().mean(), p.detach().double().square().mean()])
+               if p.numel() else torch.full((2,), float("nan"), dtype=torch.float64, device=p.device)
+               for _, p in named]  # mean and mean square of each parameter, on its device
+    sums = torch.stack(moments).cpu().tolist() if named else []  # moved to the host once
+    params = {}
+    for (name, p), (mean, sq) in zip(named, sums):
+        n = p.numel()
+        var = max(sq - mean * mean, 0.0) * n / (n - 1) if n > 1 else float("nan")
+        group = groups.get(id(p))
+        family = optimizer_family(optimizer, group) if group is not None else ""
+        lr = effective_lr(family, group, p) if group is not None else float("nan")
+        lam = float(group.get("weight_decay", 0.0) or 0.0) if group is not None else float("nan")
+        decoupled = family in ("adamw", "muon")
+        params[name] = {
+            "dims": list(p.shape),
+            "embedding": id(p) in embeddings,
+            "std": math.sqrt(var) if math.isfinite(var) else None,
+            "rms": math.sqrt(sq) if math.isfinite(sq) else None,
+            "family": family,
+            "lr": lr if math.isfinite(lr) else None,
+            "wd": (float(group["lr"]) * lam if decoupled else lam) if group is not None else None,
+            "wd_kind": ("decoupled" if decoupled else "coupled") if group is not None else "",
+            "eps": float(group["eps"]) if group is not None and family in ("adam", "adamw") else None,
+            "mult": mults.get(id(p)),
+        }
+    return {"parametrization": parametrization, "params": params}
