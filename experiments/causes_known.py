@@ -45,7 +45,7 @@ from coordcheck.train import build_on
 WIDTHS, FULL_WIDTHS = [128, 256, 512], [128, 256, 512, 1024]
 RUN, FULL_RUN = dict(steps=4, seeds=2, progress=False), dict(steps=10, seeds=3, progress=False)
 DATA = tokens(batch_size=4, seq_len=32)
-LR_FAULT = 1e-2  # the planted faults at the lr; the correct GPT at 3e-3 (at 1e-2 it drifts: edge_of_stability.py)
+LR_FAULT = 1e-2  # the planted faults at the lr; the correct GPT at 3e-3 (1e-2 drifts: edge_of_stability.py)
 LR_CORRECT = 3e-3
 
 # name -> (expected cause, run(widths, run_kwargs) -> CoordCheckResult)
