@@ -84,8 +84,29 @@ def preconditioned_sharpness(model: pm.GPT, opt: torch.optim.AdamW, v0: list[tor
     return lam, v
 
 
-def train(width: int, seed: int, lr: float, beta2: float, sharpness: bool) -> list[dict]:
-    """One run: rows (step, loss, std per probed module, sharpness) for steps 0..STEPS."""
+def update_curvature(model: pm.GPT, params: list[torch.Tensor], before: list[torch.Tensor],
+                     grads: list[torch.Tensor]) -> tuple[float, float]:
+    """``(g . d, d^T H d)`` for the update ``d`` just taken from ``before`` (params hold ``before + d``), with ``g`` and
+    ``H`` the gradient and Hessian at ``before``: the quadratic model of the step's loss change is
+    ``g.d + d^T H d / 2``, so ``d^T H d / (-2 g.d) > 1`` means the step overshoots along its own direction
+    (the loss rises)."""
+    after = [p.detach().clone() for p in params]
+    delta = [a - b for a, b in zip(after, before)]
+    with torch.no_grad():
+        for p, b in zip(params, before):
+            p.copy_(b)
+    with sdpa_kernel(SDPBackend.MATH):  # twice differentiable
+        g = torch.autograd.grad(loss_of(model), params, create_graph=True)
+    hd = torch.autograd.grad(g, params, delta)
+    with torch.no_grad():
+        for p, a in zip(params, after):
+            p.copy_(a)
+    return float(sum((x * d).sum() for x, d in zip(grads, delta))), float(sum((h * d).sum() for h, d in zip(hd, delta)))
+
+
+def train(width: int, seed: int, lr: float, beta2: float, sharpness: bool, curvature: bool) -> list[dict]:
+    """One run: rows (step, loss, std per probed module, sharpness, the update's g.d and d^T H d) for steps 0..STEPS;
+    step t's ``gd``/``dHd`` are of the update from step t to t + 1."""
     torch.manual_seed(seed)
     model = pm.gpt_builder(width, base_width=64)
     opt = pm.configure_optimizers(model, lr)
@@ -105,7 +126,11 @@ def train(width: int, seed: int, lr: float, beta2: float, sharpness: bool) -> li
         if step < STEPS:
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            params = [p for p in model.parameters() if p.grad is not None]
+            before, grads = [p.detach().clone() for p in params], [p.grad.detach().clone() for p in params]
             opt.step()
+            if curvature:
+                row["gd"], row["dHd"] = update_curvature(model, params, before, grads)
     return rows
 
 
@@ -113,7 +138,7 @@ def slope(g: pd.DataFrame, col: str) -> float:
     return float(np.polyfit(np.log2(g["width"]), np.log2(g[col]), 1)[0])
 
 
-def report(name: str, df: pd.DataFrame, sharpness: bool) -> None:
+def report(name: str, df: pd.DataFrame, sharpness: bool, curvature: bool) -> None:
     mean = df.groupby(["step", "width"]).mean(numeric_only=True).reset_index()
     print(f"\n== {name}")
     print("loss per step (mean over seeds), a column per width:")
@@ -128,6 +153,16 @@ def report(name: str, df: pd.DataFrame, sharpness: bool) -> None:
         table["slope"] = slopes
         print(f"{label}: std per step, a column per width, and the slope in width over (width, seed) points:")
         print(table.round(3).T.to_string())
+    if curvature:
+        df = df.sort_values(["width", "seed", "step"])
+        df["overshoot"] = df["dHd"] / (-2 * df["gd"])
+        df["realized"] = (df.groupby(["width", "seed"])["loss"].shift(-1) - df["loss"]) / df["gd"]
+        for col, what in (("overshoot", "the update's overshoot d^T H d / (-2 g.d) (> 1: the quadratic model says the "
+                                        "loss rises)"),
+                          ("realized", "loss change / (g.d): 1 = as the gradient predicts, < 0 = the loss rose")):
+            t = df[df["step"] < STEPS].pivot_table(index=["width", "seed"], columns="step", values=col)
+            print(f"{what}, per (width, seed) and step:")
+            print(t.round(2).to_string())
     if sharpness:
         table = mean[mean["step"] >= 1].pivot(index="step", columns="width", values="sharpness")
         print("preconditioned sharpness lambda_max(D H) per step (threshold 38 for beta1 0.9):")
@@ -137,6 +172,8 @@ def report(name: str, df: pd.DataFrame, sharpness: bool) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sharpness", action="store_true", help="also the preconditioned sharpness (power iteration)")
+    ap.add_argument("--curvature", action="store_true", help="also each update's curvature along itself (one "
+                    "Hessian-vector product per step)")
     ap.add_argument("--verdict", action="store_true", help="also coord_check's verdict per configuration")
     ap.add_argument("--widths", type=int, nargs="+", default=WIDTHS)
     ap.add_argument("--config", default="", help="only configurations whose name contains this")
@@ -146,8 +183,9 @@ def main() -> None:
         if args.config not in name:
             continue
         t0 = time.perf_counter()
-        rows = [r for w in args.widths for s in range(SEEDS) for r in train(w, s, lr, beta2, args.sharpness)]
-        report(name, pd.DataFrame(rows), args.sharpness)
+        rows = [r for w in args.widths for s in range(SEEDS)
+                for r in train(w, s, lr, beta2, args.sharpness, args.curvature)]
+        report(name, pd.DataFrame(rows), args.sharpness, args.curvature)
         if args.verdict:
             def optimizer(model, lr_, beta2=beta2):
                 opt = pm.configure_optimizers(model, lr_)
