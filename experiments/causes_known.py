@@ -18,7 +18,16 @@ with Adam, and correct models that must get no cause. Two parts:
     python experiments/causes_known.py verdict embed   # cases whose name contains "embed"
     python experiments/causes_known.py verdict "" full # widths 128-1024, 3 seeds, 10 steps (the issue's)
 
-About 4 minutes for the default verdict part on 2 cores, one thread.
+About 1 minute for the default verdict part on 2 cores, one thread.
+
+What it showed (2026-12-01, before the causes existed): facts — each planted GPT differs from the correct one in
+exactly its planted parameter (c_proj of block 1: lr exponent -1.00 -> 0.00; wte: 0.00 -> -1.00; c_fc of block 0:
+init exponent -0.50 -> 0.00; no output multiplier and 1/sqrt(d) attention: no parameter, forward-only); the built-in
+GPT in SP differs from muP in the lr of all 12 hidden matrices (-1 -> 0) and the readout's multiplier (1 at every
+width against base/width). Verdict at 128-512, 2 seeds, 4 steps: every planted fault fails with its own module the
+first failing one in call order; (d) lists 5 modules and its worst series is c_proj's (+0.56), the wrong knob; every
+correct case passes. At the issue's 128-1024, 3 seeds, 10 steps (``full``), (a) lists 4 modules, two of them before
+the fault in call order (block 1's attention output and the MLP's gelu): the late drift of edge_of_stability.py.
 """
 
 from __future__ import annotations
