@@ -25,9 +25,11 @@ exactly its planted parameter (c_proj of block 1: lr exponent -1.00 -> 0.00; wte
 init exponent -0.50 -> 0.00; no output multiplier and 1/sqrt(d) attention: no parameter, forward-only); the built-in
 GPT in SP differs from muP in the lr of all 12 hidden matrices (-1 -> 0) and the readout's multiplier (1 at every
 width against base/width). Verdict at 128-512, 2 seeds, 4 steps: every planted fault fails with its own module the
-first failing one in call order; (d) lists 5 modules and its worst series is c_proj's (+0.56), the wrong knob; every
-correct case passes. At the issue's 128-1024, 3 seeds, 10 steps (``full``), (a) lists 4 modules, two of them before
-the fault in call order (block 1's attention output and the MLP's gelu): the late drift of edge_of_stability.py.
+first failing one in call order; (d) lists 5 modules and its worst series is block 0's c_proj, after the fault
+(+0.56 at step 0, "init too large"); every correct case passes. At the issue's 128-1024, 3 seeds, 10 steps
+(``full``): (a) lists 4 modules, two of them before the fault in call order (block 1's attention output and the
+MLP's gelu: the late drift of edge_of_stability.py); (d)'s worst series is c_proj at step 1, +0.58 [+0.53, +0.63],
+"the hidden learning rate is not scaled by width" — the wrong knob the issue reports.
 """
 
 from __future__ import annotations
