@@ -6,11 +6,13 @@ the init, and each case's verdict). Written against the causes contract: ``Verdi
 group: ``kind``, ``what``, ``modules``, ``measure``, ``step``, ``exponent``, ``ci_low``, ``ci_high``, ``line``)
 and ``Verdict.modules``' ``cause`` / ``inherited_from``.
 
-Sizes: widths 128-512, 2 seeds, 4 steps at lr 1e-2 for the faults. Measured on the current verdict at these
-settings (before the causes existed): each fault fails with its planted module the first failing one in call
-order — (a) transformer.h.1.mlp.c_proj delta +1.07 [+0.49, +1.65], (b) transformer.wte delta -1.00, (c) (root)
-out +0.77 [+0.47, +1.08], (d) transformer.h.0.mlp.c_fc and four modules after it at step 0 (+0.5), (e) both
-(sdpa) logits at step 0 (-0.01 against -0.5) — and nothing before it fails.
+Two fast tests check the planted models themselves (each fault changes exactly its parameter's lr or init; the
+correct one is ``public_models.gpt_builder``); the rest train (``slow``). Sizes: widths 128-512, 2 seeds, 4 steps at
+lr 1e-2 for the faults. Measured on the current verdict at these settings (before the causes existed): each fault
+fails with its planted module the first failing one in call order — (a) transformer.h.1.mlp.c_proj delta +1.07
+[+0.49, +1.65], (b) transformer.wte delta -1.00, (c) (root) out +0.77 [+0.47, +1.08], (d) transformer.h.0.mlp.c_fc
+and four modules after it at step 0 (+0.5), (e) both (sdpa) logits at step 0 (-0.01 against -0.5) — and nothing
+before it fails.
 """
 
 import pytest
@@ -23,7 +25,7 @@ from coordcheck.testing import known_models as km
 from coordcheck.testing import planted as pl
 from coordcheck.testing import public_models as pm
 
-pytestmark = pytest.mark.slow  # every case trains real models for its verdict
+slow = pytest.mark.slow  # the verdict cases train real models
 
 WIDTHS = [128, 256, 512]
 DATA = tokens(batch_size=4, seq_len=32)
@@ -70,6 +72,56 @@ def assert_inherits_downstream(result, cause) -> None:
                 assert row["inherited_from"] == cause["what"], (name, row["inherited_from"])
 
 
+def planted_facts(fault: str, widths=(64, 256)) -> dict[str, tuple[float, float]]:
+    """Per parameter: (lr at the widest / lr at the narrowest, init rms ratio likewise), as planted_optimizers and
+    the builder set them (no training)."""
+    per_width = []
+    for w in widths:
+        torch.manual_seed(0)
+        model = pl.planted_builder(w, **pl.FAULTS[fault])
+        names = {id(p): n for n, p in model.named_parameters()}
+        per_width.append({names[id(p)]: (g["lr"], float(p.detach().square().mean().sqrt()))
+                          for g in pl.planted_optimizers(model, 1e-2).param_groups for p in g["params"]})
+    (a, b) = per_width
+    return {n: (b[n][0] / a[n][0], b[n][1] / a[n][1] if a[n][1] else float("nan")) for n in a}
+
+
+@pytest.mark.parametrize("fault,planted_in", [
+    ("hidden_lr_one_matrix", {"transformer.h.1.mlp.c_proj.weight": "lr"}),
+    ("embedding_lr_scaled", {"transformer.wte.weight": "lr"}),
+    ("constant_init_std", {"transformer.h.0.mlp.c_fc.weight": "init"}),
+    ("no_output_multiplier", {}),  # forward-only faults: no parameter differs
+    ("attention_sqrt_d", {}),
+])
+def test_each_planted_fault_changes_exactly_its_parameter(fault, planted_in):
+    correct, faulty = planted_facts("correct"), planted_facts(fault)
+    assert correct.keys() == faulty.keys()
+    differ = {}
+    for n in correct:
+        for i, what in enumerate(("lr", "init")):
+            x, y = correct[n][i], faulty[n][i]
+            if not (x == y or abs(x - y) < 0.1 * abs(x) or (x != x and y != y)):  # NaN: zero init at both
+                differ[n] = what
+    assert differ == planted_in
+    if fault == "hidden_lr_one_matrix":  # 4x the width: muP's lr / 4 everywhere else in the blocks, the full lr here
+        name = "transformer.h.1.mlp.c_proj.weight"
+        assert correct[name][0] == 0.25 and faulty[name][0] == 1
+    if fault == "constant_init_std":  # std 0.02 at every width instead of 0.02 * sqrt(64 / width)
+        assert abs(faulty["transformer.h.0.mlp.c_fc.weight"][1] - 1) < 0.05
+
+
+def test_the_correct_planted_model_is_the_public_gpt():
+    torch.manual_seed(0)
+    a = pm.gpt_builder(128)
+    torch.manual_seed(0)
+    b = pl.planted_builder(128)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    groups = [sorted((len(g["params"]), g["lr"], g["weight_decay"]) for g in opt.param_groups)
+              for opt in (pm.configure_optimizers(a, 1e-2), pl.planted_optimizers(b, 1e-2))]
+    assert groups[0] == groups[1]
+
+
+@slow
 def test_one_hidden_matrix_left_at_an_unscaled_lr_is_the_only_cause():
     r = planted("hidden_lr_one_matrix")
     assert r.verdict.status == "fail"
@@ -82,6 +134,7 @@ def test_one_hidden_matrix_left_at_an_unscaled_lr_is_the_only_cause():
     assert_inherits_downstream(r, c)
 
 
+@slow
 def test_the_embedding_with_a_hidden_lr_is_the_only_cause():
     r = planted("embedding_lr_scaled")
     c = only_cause(r)
@@ -91,6 +144,7 @@ def test_the_embedding_with_a_hidden_lr_is_the_only_cause():
     assert_inherits_downstream(r, c)
 
 
+@slow
 def test_a_missing_output_multiplier_is_the_output():
     r = planted("no_output_multiplier")
     c = only_cause(r)
@@ -98,6 +152,7 @@ def test_a_missing_output_multiplier_is_the_output():
     assert not any(m.startswith("transformer.") for m in c["modules"])  # no block is blamed for the logits
 
 
+@slow
 def test_one_layer_at_a_constant_init_std_is_its_initialisation_at_step_0():
     r = planted("constant_init_std")
     c = only_cause(r)
@@ -107,6 +162,7 @@ def test_one_layer_at_a_constant_init_std_is_its_initialisation_at_step_0():
     assert_inherits_downstream(r, c)
 
 
+@slow
 def test_attention_scaled_one_over_sqrt_d_is_the_attention_logits():
     r = planted("attention_sqrt_d")
     causes = r.verdict.causes
@@ -116,6 +172,7 @@ def test_attention_scaled_one_over_sqrt_d_is_the_attention_logits():
     assert (causes["step"] == 0).all()
 
 
+@slow
 def test_standard_parametrization_with_adam_is_the_output_multiplier_and_every_hidden_lr():
     r = coord_check(gpt, WIDTHS, parametrization="sp", data=DATA, steps=4, seeds=2, progress=False)
     causes = r.verdict.causes
@@ -150,6 +207,7 @@ CORRECT = {  # (build, widths, coord_check options): the settings their own know
 }
 
 
+@slow
 @pytest.mark.parametrize("name", list(CORRECT))
 def test_correct_models_get_no_cause(name):
     build, widths, options = CORRECT[name]
@@ -160,6 +218,7 @@ def test_correct_models_get_no_cause(name):
     assert (m["cause"] == "").all() and (m["inherited_from"] == "").all()
 
 
+@slow
 def test_undecided_correct_gpt_at_the_edge_of_stability_names_no_parameter():
     # The replica of issue 17's published nanoGPT-mup case: muP-correct (hidden lrs scaled, experiments/
     # causes_known.py facts), AdamW betas (0.9, 0.95) at lr 1e-2 on a fixed batch. Its loss rises at step 3 or 6 at
