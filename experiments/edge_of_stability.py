@@ -34,12 +34,12 @@ preconditioned sharpness is 160-710 in magnitude (4-19x the threshold) at steps 
 curvature along the updates turns strongly negative at 512 and 1024 (down to -2.9) and mildly at 128 (down to -0.5);
 block 1's attention output then grows with width (+0.45, +0.61, +0.69 at steps 8-10) and the loss at step 10 is
 worse the wider the model (1.93, 2.19, 3.19, 4.04 at 128-1024). At lr 3e-3 no update overshoots (<= 0.78, then
-0.06-0.2), 40-94 % of g.d is realized, the sharpness settles at 35-47 (at the threshold), no loss rises, and the
-verdict passes. lr 5e-3 sits at the edge: overshoots of 0.5-2.9, and the loss rises only at the widest width (1024,
-step 9, both seeds), where block 1's attention output jumps (+0.49 at step 9; the verdict still passes on 2 seeds):
-the widest model crosses the edge first. beta2 0.999 changes nothing within 10 steps (the same rises and drift; the
-verdict even FAILs, +0.75 [+0.33, +1.17] at step 9): with bias correction v_hat is the mean of the few g^2 seen
-either way. The drift is fixed-batch dynamics past the edge of stability (catapults that wider models leave
+0.06-0.2), 40-94 % of g.d is realized, the sharpness settles at 35-52 from step 4 (at the threshold), no loss rises,
+and the verdict passes. lr 5e-3 sits at the edge: overshoots of 0.5-2.9, and the loss rises only at the widest width
+(1024, step 9, both seeds), where block 1's attention output jumps (+0.49 at step 9; the verdict still passes on 2
+seeds): the widest model crosses the edge first. beta2 0.999 changes nothing within 10 steps (the same rises and
+drift; the verdict even FAILs, +0.75 [+0.33, +1.17] at step 9): with bias correction v_hat is the mean of the few
+g^2 seen either way. The drift is fixed-batch dynamics past the edge of stability (catapults that wider models leave
 differently), not a mis-scaled parameter: lower the learning rate.
 """
 
