@@ -39,11 +39,30 @@ column              dtype    meaning
                              applies only where it grows with width (rule 3)
 ``tensor``          str      ``out`` (module output), ``delta`` (output minus the
                              same module's step-0 output on the same batch),
-                             ``loss``
+                             ``in``, ``own`` (below), ``loss``
 ``stat``            str      ``std`` / ``l1`` / ``rms`` / ``mean`` / ``absmax``;
                              ``value`` for loss rows
 ``value``           float64  the measurement (may be NaN or inf after divergence)
 ==================  =======  ====================================================
+
+Tensors ``in`` and ``own`` (:mod:`coordcheck.own`): recorded for every module that owns parameters
+directly (``module.parameters(recurse=False)``, some requiring grad) and whose output is recorded, on
+the *sampled rows* ``x_s``: the first ``own.sampled_rows(n)`` entries (at most ``SAMPLED_ROWS`` = 8,
+at most a quarter, at least one) of the leading dimension ``n`` of every tensor argument whose leading
+size equals the first tensor argument's — the same rows at every width, seed and step (the batch is
+fixed); for sequence-first inputs ``(T, B, ...)`` they are the first time steps.
+
+* ``in``: the module's input on the sampled rows (the first floating-point tensor among its
+  arguments); absent for integer inputs (embeddings). It is some other module's output: evidence of
+  what a module inherits, not judged on its own.
+* ``own``: what the module's *own* parameters do, as a gain. Step 0: ``f(x_s; θ_0) / s(x_s)``, the
+  initialisation gain; step t >= 1: ``(f(x_s; θ_t) - f(x_s; θ_0)) / s(x_s)``, the change of its
+  output from its own update on the input it receives now (θ_0: its own parameters at step 0, the
+  rest of the model as it is). ``s(x) = rms(x)`` over the sampled rows; ``s = 1`` for
+  normalisation layers (role ``norm``), integer inputs and an all-zero input. Under Adam-family
+  optimizers the gain does not move with the scale of x; under SGD it does (ΔW carries x).
+  muP expects ``own`` after updates flat in width for every role; at step 0 flat for input, hidden
+  and norm, and for the readout shrinking (~1/width) or exactly 0 (zero-initialised readout).
 
 Columns added after the first release (``FILLED``: ``head_dim``) are filled with their default
 (0: not recorded) when a frame lacks them or holds NaN there, so frames written before them, or
@@ -67,6 +86,8 @@ __all__ = [
     "FILLED",
     "STATS",
     "TENSORS",
+    "DEFAULT_TENSORS",
+    "JUDGED_TENSORS",
     "ROLES",
     "FRAME_NAME",
     "LOSS_MODULE",
@@ -86,7 +107,9 @@ ROOT_MODULE = "(root)"
 QK_LOGITS = ("(sdpa)", "(mha)")
 
 STATS = ("std", "l1", "rms", "mean", "absmax")
-TENSORS = ("out", "delta", "loss")
+TENSORS = ("out", "delta", "in", "own", "loss")
+DEFAULT_TENSORS = ("out", "delta", "in", "own")  # what the probes record unless told otherwise (config: tensors)
+JUDGED_TENSORS = ("out", "delta")  # the activation tensors the verdict's rules judge (in / own: evidence for causes)
 ROLES = ("input", "hidden", "output", "attention", "norm", "loss")
 
 COLUMNS: dict[str, str] = {
