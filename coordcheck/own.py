@@ -57,6 +57,7 @@ from torch import nn
 
 from coordcheck.frame import ROOT_MODULE
 from coordcheck.layout import is_norm
+from coordcheck.moments import batched_moments
 
 __all__ = ["SAMPLED_ROWS", "SAMPLED_SHARE", "LINEAR_FORWARDS", "OwnUpdate", "sampled_rows", "sample_rows",
            "owns_parameters"]
@@ -157,6 +158,8 @@ class OwnUpdate:
         self._calls: Counter = Counter()
         self._failed: set[str] = set()
         self._busy = False
+        self._ins: list[tuple[str, torch.Tensor]] = []  # this step's (module, flat float32 input) records
+        self._owns: list[tuple[str, torch.Tensor, torch.Tensor | None]] = []  # (module, flat change, input to scale by)
         for name, module in probes.model.named_modules():
             if owns_parameters(module):
                 probes._handles.append(module.register_forward_hook(
@@ -164,9 +167,11 @@ class OwnUpdate:
 
     def begin_step(self) -> None:
         self._calls = Counter()
+        self._ins, self._owns = [], []
 
     def clear(self) -> None:
         self._theta0.clear()
+        self._ins, self._owns = [], []
 
     def _hook(self, name: str, module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
         p = self.probes
@@ -202,14 +207,38 @@ class OwnUpdate:
                 self._busy, p.recording = False, recording
             if change is None or change.numel() == 0:
                 return
-            with torch._C.DisableTorchFunction():  # the reductions, as the probes' own, bypass the function probe
-                if x is not None:
-                    x = x.detach()
-                    if not _is_norm(module):
-                        s = x.float().square().mean().sqrt()  # rms over the sampled rows
-                        change = change / torch.where(s > 0, s, 1.0)
-                    p._push(name, "in", x, None)
-                p._push(name, "own", change, None)
+            with torch._C.DisableTorchFunction():
+                if x is not None:  # a float32 copy: the forward may still change its input in place
+                    x = x.detach().reshape(-1).to(torch.float32, copy=True)
+                    if "in" in p.tensors:
+                        self._ins.append((name, x))
+                self._owns.append((name, change.reshape(-1), None if x is None or _is_norm(module) else x))
+
+    def flush(self, which: tuple[str, ...]) -> tuple[list[tuple[str, str]], list[int], torch.Tensor | None]:
+        """This step's ``in`` / ``own`` rows: their keys, element counts and device moments ``which`` (R, k), reduced
+        together in a fixed number of kernels (:func:`coordcheck.moments.batched_moments`); ``own`` divided by the
+        rms of its input here, also in one pass for all modules."""
+        ins, owns = self._ins, self._owns
+        self._ins, self._owns = [], []
+        if not owns:
+            return [], [], None
+        with torch.no_grad(), torch._C.DisableTorchFunction():
+            lengths = [f.numel() for _, f, _ in owns]
+            change = torch.cat([f for _, f, _ in owns])
+            scaled = [i for i, (_, _, x) in enumerate(owns) if x is not None]
+            if scaled:
+                xs = [owns[i][2] for i in scaled]
+                n = torch.tensor([x.numel() for x in xs], device=change.device)
+                ss = torch.segment_reduce(torch.cat(xs).square(), "sum", lengths=n, unsafe=True)
+                rms = (ss / n).sqrt()
+                div = torch.ones(len(owns), device=change.device)
+                div[scaled] = torch.where(rms > 0, rms, 1.0)  # an all-zero input has no scale: s = 1
+                change = change / torch.repeat_interleave(div, torch.tensor(lengths, device=change.device),
+                                                          output_size=change.numel())
+            flats = [f for _, f in ins] + list(change.split(lengths))
+            block = batched_moments(flats, which)
+        keys = [(name, "in") for name, _ in ins] + [(name, "own") for name, _, _ in owns]
+        return keys, [f.numel() for f in flats], block
 
     def _out(self, name: str, module: nn.Module, args: tuple, kwargs: dict,
              values: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor | None:

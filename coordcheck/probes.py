@@ -383,7 +383,7 @@ class Probes:
             self._keys.append((name, tensor))
             self._n.append(x.numel())
             if self.batched:  # a float32 snapshot (one kernel): later in-place ops must not change it
-                self._vals.append(x.reshape(-1).to(torch.float32, copy=tensor in ("out", "in")))
+                self._vals.append(x.reshape(-1).to(torch.float32, copy=tensor == "out"))
                 self._pending += x.numel()
                 if self._pending > BATCH_BUDGET:  # bound the snapshots' memory: reduce what is pending now
                     self._reduced.append(batched_moments(self._vals, self._which))
@@ -420,6 +420,10 @@ class Probes:
                 parts.append(torch.cat(done).reshape(-1))
         elif self._vals:
             parts.append(torch.stack(self._vals).reshape(-1))
+        own_keys, own_n, own = self._own.flush(self._which) if self._own is not None else ([], [], None)
+        if own is not None:  # in / own rows: after this step's other unmasked rows
+            parts.append(own.reshape(-1))
+            self._keys, self._n = self._keys + own_keys, self._n + own_n
         if self._mvals:
             parts.append(torch.stack(self._mvals).reshape(-1))
         parts.append(loss.detach().float().reshape(1))
