@@ -62,7 +62,8 @@ def role_table(s: pd.DataFrame) -> pd.DataFrame:
                      "median": live.median() if len(live) else np.nan,
                      "min": live.min() if len(live) else np.nan, "max": live.max() if len(live) else np.nan})
     t = pd.DataFrame(rows)
-    t["role"] = pd.Categorical(t["role"], [r for r in ROLES if r in set(t["role"])] + sorted(set(t["role"]) - set(ROLES)))
+    present = set(t["role"])
+    t["role"] = pd.Categorical(t["role"], [r for r in ROLES if r in present] + sorted(present - set(ROLES)))
     return t.sort_values(["role", "step"])
 
 
@@ -94,8 +95,9 @@ def run_cases(show_modules: bool) -> None:
         if show_modules:
             last = s[s["step"] == max(steps)]
             for r in last.itertuples():
-                print(f"    {r.module:<28} {r.role:<7} step {r.step}: {r.slope:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
-                      f"{'  (all zero)' if r.all_zero else ''}")
+                zero = "  (all zero)" if r.all_zero else ""
+                print(f"    {r.module:<28} {r.role:<7} step {r.step}: {r.slope:+.2f} [{r.ci_low:+.2f}, "
+                      f"{r.ci_high:+.2f}]{zero}")
 
 
 def count_work(width: int, tensors: tuple[str, ...] | None, steps: int = 2) -> tuple[int, float]:
