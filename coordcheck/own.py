@@ -186,10 +186,25 @@ class OwnUpdate:
             return
         args, kwargs = sampled
         x = _first_float(args, kwargs)
+        change = self._measure(name, module, args, kwargs) if "own" in p.tensors else None
+        if change is False:
+            return  # the extra call failed (warned): nothing for this module
+        scale = change is not None and x is not None and not _is_norm(module)
+        with torch.no_grad(), torch._C.DisableTorchFunction():
+            if x is not None and ("in" in p.tensors or scale):  # a float32 copy: the forward may change x in place
+                x = x.detach().reshape(-1).to(torch.float32, copy=True)
+                if "in" in p.tensors:
+                    self._ins.append((name, x))
+            if change is not None:
+                self._owns.append((name, change.reshape(-1), x if scale else None))
+
+    def _measure(self, name: str, module: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor | None | bool:
+        """The unscaled ``own`` of this call (float32), None when there is none, False when the extra call failed."""
+        p = self.probes
         with torch.no_grad():
             if name not in self._theta0:
                 if p.step != 0:
-                    return  # first seen after step 0: no θ_0 to compare with
+                    return None  # first seen after step 0: no θ_0 to compare with
                 self._theta0[name] = {k: _plain(v.detach().clone(), v) for k, v in module._parameters.items()
                                       if v is not None}
             self._busy, recording = True, p.recording
@@ -202,17 +217,10 @@ class OwnUpdate:
                 text = str(e).strip().splitlines()
                 log.warning("own update: %s (%s) rejected its sampled input (%s: %s): no 'in' / 'own' recorded for "
                             "it", name, type(module).__name__, type(e).__name__, text[0] if text else "")
-                return
+                return False
             finally:
                 self._busy, p.recording = False, recording
-            if change is None or change.numel() == 0:
-                return
-            with torch._C.DisableTorchFunction():
-                if x is not None:  # a float32 copy: the forward may still change its input in place
-                    x = x.detach().reshape(-1).to(torch.float32, copy=True)
-                    if "in" in p.tensors:
-                        self._ins.append((name, x))
-                self._owns.append((name, change.reshape(-1), None if x is None or _is_norm(module) else x))
+        return change if change is not None and change.numel() else None
 
     def flush(self, which: tuple[str, ...]) -> tuple[list[tuple[str, str]], list[int], torch.Tensor | None]:
         """This step's ``in`` / ``own`` rows: their keys, element counts and device moments ``which`` (R, k), reduced
@@ -220,11 +228,11 @@ class OwnUpdate:
         rms of its input here, also in one pass for all modules."""
         ins, owns = self._ins, self._owns
         self._ins, self._owns = [], []
-        if not owns:
+        if not ins and not owns:
             return [], [], None
         with torch.no_grad(), torch._C.DisableTorchFunction():
             lengths = [f.numel() for _, f, _ in owns]
-            change = torch.cat([f for _, f, _ in owns])
+            change = torch.cat([f for _, f, _ in owns]) if owns else torch.empty(0)
             scaled = [i for i, (_, _, x) in enumerate(owns) if x is not None]
             if scaled:
                 xs = [owns[i][2] for i in scaled]

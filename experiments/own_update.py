@@ -82,6 +82,22 @@ def fmt(t: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def outside_multiplier(frame: pd.DataFrame, own: pd.DataFrame) -> str:
+    """A multiplier applied to the readout's output outside any module (hand-written ``logits = lm_head(x) * m``,
+    recorded as ``(root)``): its exponent per step, slope of ``(root)`` out minus the readout's out, and the readout's
+    own gain with it folded in (what the model's output sees of the readout's own update)."""
+    readout = own[(own["role"] == "output") & (own["module"] != "(root)")]["module"].unique()
+    out = fit_slopes(frame[frame["tensor"].isin(["out", "loss"])])
+    out = out[(out["tensor"] == "out") & (out["stat"] == "std")].set_index(["module", "step"])["slope"]
+    if len(readout) != 1 or "(root)" not in out.index.get_level_values(0):
+        return "  no multiplier outside the readout (the readout's output is the model's)"
+    r = readout[0]
+    m = (out["(root)"] - out[r]).dropna()
+    g = own[own["module"] == r].set_index("step")["slope"]
+    cells = " ".join(f"{m[k]:+.2f}/{g.get(k, np.nan) + m[k]:+.2f}" for k in m.index)
+    return f"  multiplier outside {r}: exponent / {r} own with it, steps {[int(k) for k in m.index]}: {cells}"
+
+
 def run_cases(show_modules: bool) -> None:
     torch.set_num_threads(1)
     for name, run in CASES.items():
@@ -90,8 +106,9 @@ def run_cases(show_modules: bool) -> None:
         s = own_slopes(res.frame)
         steps = sorted(s["step"].unique())
         print(f"\n{name}  [{res.verdict.status.upper()}]  ({time.perf_counter() - t0:.0f} s)  slope of own (std) in "
-              f"width, median [min, max] over modules; steps {steps}")
+              f"width, median [min, max] over modules; steps {[int(k) for k in steps]}")
         print(fmt(role_table(s)))
+        print(outside_multiplier(res.frame, s))
         if show_modules:
             last = s[s["step"] == max(steps)]
             for r in last.itertuples():

@@ -169,9 +169,10 @@ def test_training_is_bit_identical_with_own_on():
 
 def test_a_gpt_frame_is_bit_identical_in_out_delta_and_loss():
     kw = dict(seeds=1, steps=2, progress=False, n_layer=1, parametrization="mup")
-    off = coord_check(gpt, [32, 64], tensors=("out", "delta"), **kw).frame
-    on = coord_check(gpt, [32, 64], **kw).frame
+    r_off, r_on = coord_check(gpt, [32, 64], tensors=("out", "delta"), **kw), coord_check(gpt, [32, 64], **kw)
+    off, on = r_off.frame, r_on.frame
     assert set(on["tensor"]) == {*DEFAULT_TENSORS, "loss"}
+    assert (r_on.verdict.status, r_on.verdict.reason) == (r_off.verdict.status, r_off.verdict.reason)  # not judged
     on = on[on["tensor"].isin(["out", "delta", "loss"])].reset_index(drop=True)
     assert_frame_equal(off.drop(columns="config_id"), on.drop(columns="config_id"))
 
@@ -255,3 +256,13 @@ def test_sequence_first_models_and_the_default_gpt_record_in_and_own():
     assert {"wte", "wpe", "lm_head", "ln_f", "blocks.0.mlp.c_fc", "blocks.0.attn.c_q"} <= owners
     assert set(gpt_frame[gpt_frame["tensor"] == "in"]["module"]) == owners - {"wte", "wpe"}
     assert pd.api.types.is_float_dtype(gpt_frame["value"])
+
+
+def test_in_alone_or_own_alone_records_only_what_was_asked():
+    torch.manual_seed(0)
+    model, batch = Tiny(), _tiny_batch()
+    for tensors in (("out", "in"), ("out", "own")):
+        m = copy.deepcopy(model)
+        records, _ = train_with_probes(m, torch.optim.Adam(m.parameters()), batch, steps=1, tensors=tensors)
+        kinds = {t for rec in records for _, t in rec.keys}
+        assert kinds == set(tensors), tensors
