@@ -233,16 +233,18 @@ class OwnUpdate:
         with torch.no_grad(), torch._C.DisableTorchFunction():
             lengths = [f.numel() for _, f, _ in owns]
             change = torch.cat([f for _, f, _ in owns]) if owns else torch.empty(0)
-            scaled = [i for i, (_, _, x) in enumerate(owns) if x is not None]
-            if scaled:
-                xs = [owns[i][2] for i in scaled]
-                n = torch.tensor([x.numel() for x in xs], device=change.device)
+            xs = [x for _, _, x in owns if x is not None]  # the inputs to scale by (none for norms, integers)
+            if xs:
+                k, pick, j = len(xs), [], 0
+                for _, _, x in owns:  # own i -> the index of its input in xs; k: not scaled (s = 1)
+                    pick.append(j if x is not None else k)
+                    j += x is not None
+                counts = torch.tensor([x.numel() for x in xs] + lengths + pick, device=change.device)  # one copy
+                n, own_n, pick = counts[:k], counts[k : k + len(owns)], counts[k + len(owns) :]
                 ss = torch.segment_reduce(torch.cat(xs).square(), "sum", lengths=n, unsafe=True)
                 rms = (ss / n).sqrt()
-                div = torch.ones(len(owns), device=change.device)
-                div[scaled] = torch.where(rms > 0, rms, 1.0)  # an all-zero input has no scale: s = 1
-                change = change / torch.repeat_interleave(div, torch.tensor(lengths, device=change.device),
-                                                          output_size=change.numel())
+                rms = torch.cat([torch.where(rms > 0, rms, 1.0), rms.new_ones(1)])  # all-zero input: no scale, s = 1
+                change = change / torch.repeat_interleave(rms[pick], own_n, output_size=change.numel())
             flats = [f for _, f in ins] + list(change.split(lengths))
             block = batched_moments(flats, which)
         keys = [(name, "in") for name, _ in ins] + [(name, "own") for name, _, _ in owns]
