@@ -39,8 +39,10 @@ job goes on. Modules whose output the probes do not record (aliases, identities)
 ``max_norm`` (its forward writes its weight) is left out.
 
 Cost per step and module: one call on the sampled rows (two for a module not linear in its parameters), one
-subtraction per own parameter (θ_t - θ_0, steps ≥ 1), the rms of the input and the moments of ``in`` and ``own``;
-memory: one copy of the recorded modules' parameters (θ_0). ``experiments/own_update.py --cost`` counts them.
+subtraction per own parameter (θ_t - θ_0, steps ≥ 1) and a float32 copy of the sampled input; per step, for all
+modules together (:meth:`OwnUpdate.flush`, called by the probes' ``end_step``): the input rms and the moments of
+every ``in`` and ``own``, in a fixed number of kernels, joined to the probes' one transfer to the host. Memory: one
+copy of the recorded modules' parameters (θ_0). ``experiments/own_update.py --cost`` counts operators and FLOPs.
 """
 
 from __future__ import annotations
@@ -66,8 +68,10 @@ log = logging.getLogger(__name__)
 
 # The sampled rows: at most SAMPLED_ROWS entries of the leading dimension and at most 1/SAMPLED_SHARE of it (at
 # least one). The default GPT batch (4 x 32 tokens) gives 1 row = 32 tokens (4096 values at width 128); the default
-# MLP batch (64) gives 8 rows (1024 values at width 128): std estimated to ~2-4 %, against the ~1.4x per width
-# doubling that a width^0.5 trend makes. The share bounds the cost: the extra call sees a quarter of the tokens.
+# MLP batch (64) gives 8 rows (1024 values at width 128): the std's sampling error (~1/sqrt(2n) for independent
+# values: ~1 % and ~2 %) is small against the 1.41x per width doubling that a width^0.5 trend makes. The share bounds
+# the cost: the extra call sees at most a quarter of the tokens (the default GPT: +9.5 % matmul FLOPs per step,
+# experiments/own_update.py --cost); one row is the floor.
 SAMPLED_ROWS = 8
 SAMPLED_SHARE = 4
 

@@ -17,7 +17,8 @@ from coordcheck import coord_check
 from coordcheck.data import Batch
 from coordcheck.frame import DEFAULT_TENSORS
 from coordcheck.models import gpt
-from coordcheck.own import SAMPLED_ROWS, sampled_rows
+from coordcheck.moments import N
+from coordcheck.own import SAMPLED_ROWS, sample_rows, sampled_rows
 from coordcheck.probes import Probes, StepRecord, stats_from_moments
 from coordcheck.train import train_with_probes
 
@@ -266,3 +267,23 @@ def test_in_alone_or_own_alone_records_only_what_was_asked():
         records, _ = train_with_probes(m, torch.optim.Adam(m.parameters()), batch, steps=1, tensors=tensors)
         kinds = {t for rec in records for _, t in rec.keys}
         assert kinds == set(tensors), tensors
+
+
+def test_the_sampled_rows_cut_every_argument_with_the_first_ones_leading_size():
+    x, mask, other, bias = torch.zeros(16, 2, 4), torch.zeros(16, 16), torch.zeros(3, 16), torch.zeros(16)
+    args, kwargs = sample_rows((x, mask, other, 7), {"bias": bias, "flag": True})
+    assert [tuple(a.shape) for a in args[:3]] == [(4, 2, 4), (4, 16), (3, 16)] and args[3] == 7
+    assert kwargs["bias"].shape == (4,) and kwargs["flag"] is True
+    assert sample_rows((3, "a"), {}) is None
+
+
+def test_sequence_first_inputs_are_sampled_in_time():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+    T, B = 16, 5
+    batch = Batch(torch.randn(T, B, 4), torch.randint(0, 3, (T, B)))
+    records, _ = train_with_probes(model, torch.optim.Adam(model.parameters()), batch, steps=1, tensors=ALL)
+    rec = records[1]
+    counts = {k: rec.moments[i, N] for i, k in enumerate(rec.keys)}
+    assert counts[("2", "own")] == sampled_rows(T) * B * 3 and counts[("2", "in")] == sampled_rows(T) * B * 6
+    assert counts[("2", "out")] == T * B * 3
