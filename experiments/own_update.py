@@ -2,12 +2,15 @@
 
 Runs the built-in ``gpt`` and ``mlp`` under ``parametrization=mup`` and ``sp`` with Adam (lr 0.01) and SGD (lr 0.1),
 and the hand-written muP GPT of ``coordcheck.testing.public_models`` (``parametrization=none`` with its own
-``configure_optimizers``, AdamW lr 0.01), correct and with ``scale_hidden_lr=False``; widths 128 256 512, 2 seeds,
-4 steps, one thread. Prints, per case, role and step, the slope of ``own`` (std) against width: the median over
-the role's modules and their range, ``0`` where every module's own is exactly zero at every width (nothing moved
-yet, e.g. everything before a zero readout at step 1). The prediction (``coordcheck.frame``): muP flat (0) for every
-role after updates, at step 0 flat for input/hidden/norm and shrinking or exactly 0 for the output; SP with Adam:
-hidden and readout about +1, the embedding flat. A few minutes on one core:
+``configure_optimizers``, AdamW lr 0.01): correct, with ``scale_hidden_lr=False`` and with ``output_mult=False``;
+widths 128 256 512, 2 seeds, 4 steps, one thread. Prints, per case, role and step, the slope of ``own`` (std)
+against width: the median over the role's modules and their range, ``zero`` where every module's own is exactly
+zero at every width (nothing moved yet, e.g. everything before a zero readout at step 1; ``(2z)``: two such
+modules). The prediction (``coordcheck.frame``): muP flat (0) for every role after updates, at step 0 flat for
+input/hidden/norm and shrinking or exactly 0 for the output; SP with Adam: hidden and readout about +1, the
+embedding flat. A multiplier applied outside the readout module (the hand-written GPT's ``logits = lm_head(x) *
+base / width``) is not in the readout's own: its exponent (``(root)`` out minus the readout's out) is printed, and
+the readout's own with it. About two minutes on one core:
 
     python experiments/own_update.py                 # the table
     python experiments/own_update.py --modules       # also every module's slope at the last step
@@ -42,6 +45,7 @@ CASES = {
     "hand-written muP gpt": lambda: coord_check(pm.gpt_builder, WIDTHS, **HAND),
     "hand-written gpt, scale_hidden_lr=False": lambda: coord_check(pm.gpt_builder, WIDTHS, scale_hidden_lr=False,
                                                                    **HAND),
+    "hand-written gpt, output_mult=False": lambda: coord_check(pm.gpt_builder, WIDTHS, output_mult=False, **HAND),
 }
 ROLES = ("input", "hidden", "norm", "output")
 
