@@ -24,7 +24,7 @@ from coordcheck import models
 from coordcheck.data import Batch, as_batch
 from coordcheck.device import check_compile, check_precision, resolve_device
 from coordcheck.errors import CoordCheckError
-from coordcheck.frame import STATS, concat_frames, digest
+from coordcheck.frame import DEFAULT_TENSORS, STATS, concat_frames, digest
 from coordcheck.models import check_width
 from coordcheck.optim import OPTIMIZERS
 from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
@@ -134,7 +134,7 @@ def coord_check(
     device: str = "auto",
     precision: str = "fp32",
     compile: bool = False,
-    tensors: Sequence[str] = ("out", "delta"),
+    tensors: Sequence[str] = DEFAULT_TENSORS,
     stats: Sequence[str] = STATS,
     progress: bool = True,
     rules: Rules | None = None,

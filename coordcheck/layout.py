@@ -33,7 +33,7 @@ from torch import nn
 
 from coordcheck.frame import ROOT_MODULE
 
-__all__ = ["NORM_TYPES", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks", "infer_layout"]
+__all__ = ["is_norm", "NORM_TYPES", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks", "infer_layout"]
 
 NORM_TYPES = tuple(
     t for t in (
@@ -63,7 +63,8 @@ def find_blocks(model: nn.Module) -> list[str]:
     return [b for b in found if not any(b.startswith(o + ".") for o in found)]
 
 
-def _is_norm(module: nn.Module) -> bool:
+def is_norm(module: nn.Module) -> bool:
+    """Whether ``module`` is a normalisation layer (role ``norm``, unless it declares another)."""
     return isinstance(module, NORM_TYPES) or type(module).__name__.endswith("Norm")
 
 
@@ -78,7 +79,7 @@ def infer_layout(model: nn.Module, fired: list[str], captured: Mapping[str, str]
     order = {n: i for i, n in enumerate(fired)}
     real = [n for n in fired if n in modules]
     leaves = [n for n in real if _has_params(modules[n], recurse=False) and next(modules[n].children(), None) is None]
-    readout = next((n for n in reversed(leaves) if not _is_norm(modules[n])), None)
+    readout = next((n for n in reversed(leaves) if not is_norm(modules[n])), None)
 
     def block_of(n: str) -> str | None:
         return next((b for b in blocks if n == b or n.startswith(b + ".")), None)
@@ -118,7 +119,7 @@ def infer_layout(model: nn.Module, fired: list[str], captured: Mapping[str, str]
             after_readout = after_readout or role == "output"
             continue
         i = getattr(m, "coordcheck_layer_index", index[n])
-        if _is_norm(m):
+        if is_norm(m):
             role = "norm"
         elif isinstance(m, MuReadout) or n == readout or after_readout or n == ROOT_MODULE:
             role = "output"

@@ -80,7 +80,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from coordcheck.errors import CoordCheckError
-from coordcheck.frame import ROOT_MODULE, STATS
+from coordcheck.frame import DEFAULT_TENSORS, ROOT_MODULE, STATS
 from coordcheck.layout import (  # noqa: F401  (the layout names: re-exported for old imports)
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout,
 )
@@ -88,6 +88,7 @@ from coordcheck.moments import (  # noqa: F401  (the moment names: re-exported f
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moments, needed_moments, pool_calls,
     pool_moments, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
 )
+from coordcheck.own import OwnUpdate
 
 __all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", "masked_moments", "stats_from_moments",
            "pool_moments", "STAT_FUNCS", "first_tensor", "select_output", "infer_layout", "LOGITS_MODULE", "MASK_BELOW"]
@@ -234,7 +235,7 @@ class Probes:
     """Forward hooks on every module of ``model`` and a function probe; see the module docstring."""
 
     model: nn.Module
-    tensors: Sequence[str] = ("out", "delta")
+    tensors: Sequence[str] = DEFAULT_TENSORS
     stats: Sequence[str] = STATS
     output: int | str | None = None  # selects the logits in the root's tuple / dict output
     batched: bool | None = None  # reduce a step's tensors together at its end (None: on CUDA, not on the CPU)
@@ -273,6 +274,8 @@ class Probes:
             self._handles.append(module.register_forward_hook(partial(
                 self._hook, name, hasattr(module, "coordcheck_role"), next(module.children(), None) is None)))
         self._handles.append(self.model.register_forward_hook(self._root_done, always_call=True))
+        # in / own: hooks of their own, registered after these, so they run after a module's output is recorded
+        self._own = OwnUpdate(self) if {"in", "own"} & set(self.tensors) else None
 
     # -- hooks ------------------------------------------------------------------------
     def _enter(self, name: str, module: nn.Module, inputs: object) -> None:
@@ -401,6 +404,8 @@ class Probes:
         self._stack, self._attn_parents = [], set()
         self._last_out = self._softmax_out = None
         self.leaves_done = 0
+        if self._own is not None:
+            self._own.begin_step()
 
     def end_step(self, loss: torch.Tensor) -> StepRecord:
         """Stop recording, move this step's moments and the loss to the host in one transfer."""
@@ -415,6 +420,10 @@ class Probes:
                 parts.append(torch.cat(done).reshape(-1))
         elif self._vals:
             parts.append(torch.stack(self._vals).reshape(-1))
+        own_keys, own_n, own = self._own.flush(self._which) if self._own is not None else ([], [], None)
+        if own is not None:  # in / own rows: after this step's other unmasked rows
+            parts.append(own.reshape(-1))
+            self._keys, self._n = self._keys + own_keys, self._n + own_n
         if self._mvals:
             parts.append(torch.stack(self._mvals).reshape(-1))
         parts.append(loss.detach().float().reshape(1))
@@ -433,6 +442,8 @@ class Probes:
             h.remove()
         self._handles.clear()
         self._ref.clear()
+        if self._own is not None:
+            self._own.clear()  # θ_0
         self._vals, self._mvals, self._reduced = [], [], []  # no snapshot outlives the probes (after an error)
 
     def __enter__(self) -> Probes:

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from coordcheck.data import Batch
 from coordcheck.device import autocast, environment, grad_scaler
 from coordcheck.errors import CoordCheckError, check_count
-from coordcheck.frame import COLUMNS, LOSS_MODULE, ROOT_MODULE, STATS, conform
+from coordcheck.frame import COLUMNS, DEFAULT_TENSORS, LOSS_MODULE, ROOT_MODULE, STATS, conform
 from coordcheck.parametrization import Builder, Parametrization, build_model
 from coordcheck import probes as probes_module
 from coordcheck.moments import stats_from_moments
@@ -199,7 +199,7 @@ def train_with_probes(
     *,
     steps: int,
     loss_fn: LossFn | str = cross_entropy,
-    tensors: Sequence[str] = ("out", "delta"),
+    tensors: Sequence[str] = DEFAULT_TENSORS,
     stats: Sequence[str] = STATS,
     on_step: Callable[[StepRecord], None] | None = None,
     output: int | str | None = None,
@@ -301,7 +301,7 @@ def run_width(
     identity: RunIdentity,
     base_width: int,
     loss_fn: LossFn | str = cross_entropy,
-    tensors: Sequence[str] = ("out", "delta"),
+    tensors: Sequence[str] = DEFAULT_TENSORS,
     stats: Sequence[str] = STATS,
     progress: bool | tqdm = True,
     output: int | str | None = None,

@@ -64,7 +64,7 @@ import numpy as np
 import pandas as pd
 
 from coordcheck.errors import check_knobs, knob
-from coordcheck.frame import NOT_ACTIVATIONS, QK_LOGITS, STATS
+from coordcheck.frame import JUDGED_TENSORS, NOT_ACTIVATIONS, QK_LOGITS, STATS
 from coordcheck.shapes import model_table, shapes_by_config, width_problem
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
@@ -507,8 +507,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     if slopes is None:
         slopes = fit_slopes(frame)
     heads = head_dim_growth(frame)
-    slopes = slopes[~slopes["tensor"].isin(NOT_ACTIVATIONS)]  # eps rows are the optimizer's (coordcheck.audit)
-    series = _judge_series(slopes[slopes["stat"] == rules.stat], rules, heads)
+    series = _judge_series(slopes[(slopes["stat"] == rules.stat) & slopes["tensor"].isin(JUDGED_TENSORS)], rules, heads)
     inst = find_instability(frame, rules.rise, rules.rise_floor, rules.persist)
     series = _skip_inner_outputs(series)
     acts = frame[~frame["tensor"].isin(NOT_ACTIVATIONS) & (frame["stat"] == rules.stat)]

@@ -7,7 +7,7 @@ from mup import set_base_shapes
 from coordcheck import coord_check
 from coordcheck.data import tokens
 from coordcheck.errors import CoordCheckError
-from coordcheck.frame import COLUMNS
+from coordcheck.frame import COLUMNS, DEFAULT_TENSORS
 from coordcheck.models import gpt, mlp
 
 
@@ -18,7 +18,7 @@ def test_frame_schema_and_content():
     assert set(df["width"]) == {32, 64} and set(df["seed"]) == {0, 1} and set(df["step"]) == {0, 1, 2}
     acts = df[df["tensor"] != "loss"]
     assert set(acts["stat"]) == {"std", "l1", "rms", "mean", "absmax"}
-    assert set(acts["tensor"]) == {"out", "delta"}
+    assert set(acts["tensor"]) == set(DEFAULT_TENSORS)
     assert acts.loc[acts["tensor"] == "delta", "step"].min() == 1  # delta is 0 by definition at step 0
     assert set(acts["role"]) == {"input", "hidden", "attention", "norm", "output"}
     one = df[(df.tensor == "out") & (df.stat == "std") & (df.width == 32) & (df.seed == 0) & (df.step == 0)]

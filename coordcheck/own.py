@@ -1,0 +1,284 @@
+"""Own update: what a module's own parameters do to its output, apart from what its input brings.
+
+Stage: measure (a companion of :mod:`coordcheck.probes`, which attaches it when ``tensors`` holds ``in`` or
+``own``). Input: every module that owns parameters directly (``parameters(recurse=False)``, some requiring grad)
+and each of its calls (args, kwargs, output) during the probed forward. Output: per call, two more tensors pushed
+into the probes' step record under the module's name: ``in`` (its input on the sampled rows) and ``own`` (the
+effect of its own parameters, as a gain); the tidy frame documents both (:mod:`coordcheck.frame`).
+
+What is measured, on the *sampled rows* ``x_s`` (the first :func:`sampled_rows` entries of the leading dimension
+of every tensor argument whose leading size equals the first tensor argument's; the batch is fixed, so the rows
+are the same at every width, seed and step):
+
+* step 0: ``f(x_s; θ_0) / s(x_s)`` — the initialisation gain;
+* step t ≥ 1: ``(f(x_s; θ_t) - f(x_s; θ_0)) / s(x_s)`` — the change of the output from the module's own update, on
+  the input it receives now (``θ_0``: its own parameters, snapshotted on the device at step 0);
+* ``s(x) = rms(x)``; ``s = 1`` for normalisation layers (their output does not scale with x), for integer inputs
+  (embeddings: an index has no scale) and for an input that is exactly zero. For Adam-family optimizers the gain
+  does not move with the scale of x (ΔW does not scale with x, so ΔW·x / rms(x) does not); under SGD ΔW carries the
+  input (ΔW ∝ g·xᵀ), so an inflated input inflates the gain (by design: the learning rate then *is* too large for
+  that input). For sequence-first models (``(T, B, ...)`` inputs, as ``nn.Transformer``'s) the leading dimension is
+  time: the rows are then the first time steps of every sequence — as good a sample for a gain, and a causal module
+  sees exactly its own prefix.
+
+How. The extra forwards run inside the module's forward hook, under ``no_grad``, with the probes not recording (so
+neither their hooks nor the function probe see them) and with torch functions not dispatched to the function
+probe at all. For modules whose output is linear in their own parameters (``Linear``, ``Embedding`` without
+``max_norm``, ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, convolutions, ``Bilinear``, mup's ``MuReadout``: the
+forwards in ``LINEAR_FORWARDS``) ``f(x; θ_t) - f(x; θ_0) = f(x; θ_t - θ_0)`` exactly: one call on ``θ_t - θ_0``,
+which also keeps an unchanged parameter's ``own`` at exactly 0 (no cancellation). Any other module is called twice,
+on ``θ_t`` and on ``θ_0``, in eval mode (flags restored: no dropout, no BatchNorm running-statistics update — the
+running statistics then normalise the extra calls) with the RNG state saved and restored. The parameters are
+passed by putting plain tensors into the module's own ``_parameters`` for the call and putting the Parameters back
+after it (in a ``finally``): the Parameters themselves are never written, the attributes set on them (mup's
+``infshape``, which ``MuReadout.width_mult()`` reads) are copied onto the tensors, tied weights stay tied in every
+other module, and — unlike swapping ``Parameter.data`` in place — autocast's cache of cast weights (keyed on leaf
+tensors that require grad) cannot hand the call a cast of the wrong weights. A module whose forward rejects the
+sliced input (or whose extra call fails in any way) records neither ``in`` nor ``own`` and logs one warning; the
+job goes on. Modules whose output the probes do not record (aliases, identities) get neither; ``Embedding`` with
+``max_norm`` (its forward writes its weight) is left out.
+
+Cost per step and module: one call on the sampled rows (two for a module not linear in its parameters), one
+subtraction per own parameter (θ_t - θ_0, steps ≥ 1) and a float32 copy of the sampled input; per step, for all
+modules together (:meth:`OwnUpdate.flush`, called by the probes' ``end_step``): the input rms and the moments of
+every ``in`` and ``own``, in a fixed number of kernels, joined to the probes' one transfer to the host. Memory: one
+copy of the recorded modules' parameters (θ_0). ``experiments/own_update.py --cost`` counts operators and FLOPs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from functools import partial
+
+import torch
+from mup import MuReadout
+from torch import nn
+
+from coordcheck.frame import ROOT_MODULE
+from coordcheck.layout import is_norm
+from coordcheck.moments import batched_moments
+
+__all__ = ["SAMPLED_ROWS", "SAMPLED_SHARE", "LINEAR_FORWARDS", "OwnUpdate", "sampled_rows", "sample_rows",
+           "owns_parameters"]
+
+log = logging.getLogger(__name__)
+
+# The sampled rows: at most SAMPLED_ROWS entries of the leading dimension and at most 1/SAMPLED_SHARE of it (at
+# least one). The default GPT batch (4 x 32 tokens) gives 1 row = 32 tokens (4096 values at width 128); the default
+# MLP batch (64) gives 8 rows (1024 values at width 128): the std's sampling error (~1/sqrt(2n) for independent
+# values: ~1 % and ~2 %) is small against the 1.41x per width doubling that a width^0.5 trend makes. The share bounds
+# the cost: the extra call sees at most a quarter of the tokens (the default GPT: +9.5 % matmul FLOPs per step,
+# experiments/own_update.py --cost); one row is the floor.
+SAMPLED_ROWS = 8
+SAMPLED_SHARE = 4
+
+# Forwards whose output is linear (homogeneous of degree 1) in the module's own parameters.
+LINEAR_FORWARDS = frozenset(c.forward for c in (
+    nn.Linear, nn.Bilinear, nn.Embedding, nn.LayerNorm, nn.GroupNorm, getattr(nn, "RMSNorm", nn.LayerNorm),
+    nn.Conv1d, nn.Conv2d, nn.Conv3d, MuReadout,
+))
+
+
+def sampled_rows(n: int) -> int:
+    """How many of ``n`` leading entries are sampled (see ``SAMPLED_ROWS``)."""
+    return max(1, min(SAMPLED_ROWS, n // SAMPLED_SHARE))
+
+
+def sample_rows(args: tuple, kwargs: Mapping) -> tuple[tuple, dict] | None:
+    """``args`` and ``kwargs`` with every tensor whose leading size equals the first tensor argument's cut to the
+    sampled rows; None when no argument is a tensor with a leading dimension."""
+    first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.ndim), None)
+    if first is None:
+        return None
+    n = first.shape[0]
+    r = sampled_rows(n)
+    cut = lambda a: a[:r] if isinstance(a, torch.Tensor) and a.ndim and a.shape[0] == n else a  # noqa: E731
+    return tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()}
+
+
+def owns_parameters(module: nn.Module) -> bool:
+    """Whether ``module`` gets ``in`` / ``own``: own parameters, some requiring grad, and a forward that does not
+    write its weight (``Embedding(max_norm=...)``)."""
+    if isinstance(module, nn.Embedding) and module.max_norm is not None:
+        return False
+    return any(p.requires_grad for p in module.parameters(recurse=False))
+
+
+def _plain(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` carrying the attributes set on the Parameter ``like`` (mup's ``infshape``)."""
+    t.__dict__.update(like.__dict__)
+    return t
+
+
+def _first_float(args: tuple, kwargs: Mapping) -> torch.Tensor | None:
+    return next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
+
+
+@contextlib.contextmanager
+def _parameters(module: nn.Module, values: Mapping[str, torch.Tensor] | None) -> Iterator[None]:
+    """The module's own parameters replaced by ``values`` for the duration (None: left as they are)."""
+    if not values:
+        yield
+        return
+    saved = {k: module._parameters[k] for k in values}
+    module._parameters.update(values)
+    try:
+        yield
+    finally:
+        module._parameters.update(saved)
+
+
+@contextlib.contextmanager
+def _quiet(module: nn.Module, linear: bool) -> Iterator[None]:
+    """Eval mode (flags restored) and the RNG state restored, for a module whose forward may depend on them."""
+    if linear and next(module.children(), None) is None:
+        yield  # these forwards use neither the training flag nor the RNG
+        return
+    flags = [(m, m.training) for m in module.modules()]
+    device = next(module.parameters(), torch.empty(0)).device
+    devices = [device] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            module.train(False)
+            yield
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+
+class OwnUpdate:
+    """Forward hooks that measure ``in`` and ``own`` for the probes ``probes`` (see the module docstring); their
+    handles join the probes', so ``probes.remove()`` removes them."""
+
+    def __init__(self, probes) -> None:
+        from coordcheck.probes import first_tensor, select_output  # here, not at the top: the probes import us
+
+        self.probes = probes
+        self._first, self._select = first_tensor, select_output
+        self._theta0: dict[str, dict[str, torch.Tensor]] = {}
+        self._calls: Counter = Counter()
+        self._failed: set[str] = set()
+        self._busy = False
+        self._ins: list[tuple[str, torch.Tensor]] = []  # this step's (module, flat float32 input) records
+        self._owns: list[tuple[str, torch.Tensor, torch.Tensor | None]] = []  # (module, flat change, input to scale by)
+        for name, module in probes.model.named_modules():
+            if owns_parameters(module):
+                probes._handles.append(module.register_forward_hook(
+                    partial(self._hook, name or ROOT_MODULE), with_kwargs=True))
+
+    def begin_step(self) -> None:
+        self._calls = Counter()
+        self._ins, self._owns = [], []
+
+    def clear(self) -> None:
+        self._theta0.clear()
+        self._ins, self._owns = [], []
+
+    def _hook(self, name: str, module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+        p = self.probes
+        if not p.recording or self._busy or name in self._failed:
+            return
+        call = self._calls[name]
+        self._calls[name] += 1
+        if p._calls[name] <= call:
+            return  # the probes recorded no output for this call (an alias, an identity, no floating output)
+        sampled = sample_rows(args, kwargs)
+        if sampled is None:
+            return
+        args, kwargs = sampled
+        x = _first_float(args, kwargs)
+        change = self._measure(name, module, args, kwargs) if "own" in p.tensors else None
+        if change is False:
+            return  # the extra call failed (warned): nothing for this module
+        scale = change is not None and x is not None and not _is_norm(module)
+        with torch.no_grad(), torch._C.DisableTorchFunction():
+            if x is not None and ("in" in p.tensors or scale):  # a float32 copy: the forward may change x in place
+                x = x.detach().reshape(-1).to(torch.float32, copy=True)
+                if "in" in p.tensors:
+                    self._ins.append((name, x))
+            if change is not None:
+                self._owns.append((name, change.reshape(-1), x if scale else None))
+
+    def _measure(self, name: str, module: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor | None | bool:
+        """The unscaled ``own`` of this call (float32), None when there is none, False when the extra call failed."""
+        p = self.probes
+        with torch.no_grad():
+            if name not in self._theta0:
+                if p.step != 0:
+                    return None  # first seen after step 0: no θ_0 to compare with
+                self._theta0[name] = {k: _plain(v.detach().clone(), v) for k, v in module._parameters.items()
+                                      if v is not None}
+            self._busy, recording = True, p.recording
+            p.recording = False
+            try:
+                with torch._C.DisableTorchFunction():
+                    change = self._change(name, module, args, kwargs)
+            except Exception as e:  # never crash the job: this module records nothing
+                self._failed.add(name)
+                text = str(e).strip().splitlines()
+                log.warning("own update: %s (%s) rejected its sampled input (%s: %s): no 'in' / 'own' recorded for "
+                            "it", name, type(module).__name__, type(e).__name__, text[0] if text else "")
+                return False
+            finally:
+                self._busy, p.recording = False, recording
+        return change if change is not None and change.numel() else None
+
+    def flush(self, which: tuple[str, ...]) -> tuple[list[tuple[str, str]], list[int], torch.Tensor | None]:
+        """This step's ``in`` / ``own`` rows: their keys, element counts and device moments ``which`` (R, k), reduced
+        together in a fixed number of kernels (:func:`coordcheck.moments.batched_moments`); ``own`` divided by the
+        rms of its input here, also in one pass for all modules."""
+        ins, owns = self._ins, self._owns
+        self._ins, self._owns = [], []
+        if not ins and not owns:
+            return [], [], None
+        with torch.no_grad(), torch._C.DisableTorchFunction():
+            lengths = [f.numel() for _, f, _ in owns]
+            change = torch.cat([f for _, f, _ in owns]) if owns else torch.empty(0)
+            xs = [x for _, _, x in owns if x is not None]  # the inputs to scale by (none for norms, integers)
+            if xs:
+                k, pick, j = len(xs), [], 0
+                for _, _, x in owns:  # own i -> the index of its input in xs; k: not scaled (s = 1)
+                    pick.append(j if x is not None else k)
+                    j += x is not None
+                counts = torch.tensor([x.numel() for x in xs] + lengths + pick, device=change.device)  # one copy
+                n, own_n, pick = counts[:k], counts[k : k + len(owns)], counts[k + len(owns) :]
+                ss = torch.segment_reduce(torch.cat(xs).square(), "sum", lengths=n, unsafe=True)
+                rms = (ss / n).sqrt()
+                rms = torch.cat([torch.where(rms > 0, rms, 1.0), rms.new_ones(1)])  # all-zero input: no scale, s = 1
+                change = change / torch.repeat_interleave(rms[pick], own_n, output_size=change.numel())
+            flats = [f for _, f in ins] + list(change.split(lengths))
+            block = batched_moments(flats, which)
+        keys = [(name, "in") for name, _ in ins] + [(name, "own") for name, _, _ in owns]
+        return keys, [f.numel() for f in flats], block
+
+    def _out(self, name: str, module: nn.Module, args: tuple, kwargs: dict,
+             values: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor | None:
+        with _parameters(module, values):
+            out = module(*args, **kwargs)
+        return self._first(self._select(out, self.probes.output) if name == ROOT_MODULE else out)
+
+    def _change(self, name: str, module: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor | None:
+        """``f(x; θ_0)`` at step 0, ``f(x; θ_t) - f(x; θ_0)`` after (float32), on the sampled ``args``."""
+        linear = type(module).forward in LINEAR_FORWARDS
+        theta0 = self._theta0[name]
+        with _quiet(module, linear):
+            if self.probes.step == 0:
+                out = self._out(name, module, args, kwargs)
+                return None if out is None else out.float()
+            if linear:
+                delta = {k: _plain(module._parameters[k] - v, v) for k, v in theta0.items()}
+                out = self._out(name, module, args, kwargs, delta)
+                return None if out is None else out.float()
+            now = self._out(name, module, args, kwargs)
+            before = self._out(name, module, args, kwargs, theta0)
+            if now is None or before is None or now.shape != before.shape:
+                return None
+            return now.float() - before.float()
+
+
+def _is_norm(module: nn.Module) -> bool:
+    role = getattr(module, "coordcheck_role", None)
+    return role == "norm" if role is not None else is_norm(module)
