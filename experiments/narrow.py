@@ -1,0 +1,92 @@
+"""Narrow-width effects (issue 17 item 7), measured on IBM's Granite from Hugging Face transformers.
+
+The model is the library's ``GraniteForCausalLM`` built from a ``GraniteConfig`` (no download), made muP by its
+own config knobs, as Granite's released configs do: ``attention_multiplier = 1/head_dim`` (four heads, so the head
+dimension grows with width), ``logits_scaling = width/base_width`` (the 1/width output multiplier), constant
+``embedding_multiplier`` and ``residual_multiplier`` (Granite 3's 12 and 0.22); the hidden matrices re-initialised
+with variance ~ 1/fan_in (Granite's ``_init_weights`` gives every weight ``initializer_range``, which would make
+hidden activations grow like sqrt(width) at initialisation); and AdamW with the hidden matrices (the 2-D weights of ``model.layers``) at ``lr * base_width / width``, the rest at
+``lr``. A correct model: at the narrow end, its layer-0 MLP down-projection may still leave the band, only because
+of the narrowest width. Prints, per width range, the verdict, its reason, the down-projection's std by width at the
+judged steps, and every series the verdict calls a narrow-width effect. About 5-15 minutes on 2 busy cores:
+
+    python experiments/narrow.py                 # widths 128-1024, then 256-2048
+    python experiments/narrow.py 128,256,512,1024
+    python experiments/narrow.py 128,256,512,1024 DIR   # ... and keep the frame in DIR/granite_<widths>.parquet
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from coordcheck import coord_check
+from coordcheck.data import tokens
+
+BASE = 128
+RUN = dict(parametrization="none", steps=10, seeds=3, lr=1e-2, base_width=BASE, output="logits",
+           data=tokens(batch_size=4, seq_len=32), progress=False)
+DOWN = "model.layers.0.mlp.down_proj"
+INIT_STD = 0.02  # Granite's initializer_range: the embedding's and the readout's std at every width ...
+BASE_FAN_IN = 128  # ... and a hidden matrix's at this fan-in (std ~ fan_in^-1/2 around it)
+
+
+def granite(width: int, base_width: int = BASE, n_layer: int = 2, n_head: int = 4, vocab_size: int = 256):
+    """``GraniteForCausalLM`` at ``hidden_size=width``, muP by its config knobs (see the module docstring)."""
+    from transformers import GraniteConfig, GraniteForCausalLM
+
+    mult = width / base_width
+    cfg = GraniteConfig(vocab_size=vocab_size, hidden_size=width, intermediate_size=3 * width,
+                        num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=n_head,
+                        max_position_embeddings=64, initializer_range=INIT_STD, embedding_multiplier=12.0,
+                        logits_scaling=mult,
+                        attention_multiplier=n_head / width, residual_multiplier=0.22, tie_word_embeddings=False,
+                        use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = GraniteForCausalLM(cfg)
+    with torch.no_grad():  # hidden matrices: variance 1/fan_in (Granite's own init is one std for every weight)
+        for name, p in model.named_parameters():
+            if p.ndim == 2 and name.startswith("model.layers."):
+                p.normal_(0.0, INIT_STD * (BASE_FAN_IN / p.shape[1]) ** 0.5)
+    model.config.mup_width_mult = mult  # read by the optimizer below
+    return model
+
+
+def adamw_mup(model, lr: float) -> torch.optim.AdamW:
+    """One AdamW, two groups: the hidden matrices (2-D weights inside ``model.layers``) at ``lr / width_mult``."""
+    hidden = [p for n, p in model.named_parameters() if p.ndim == 2 and n.startswith("model.layers.")]
+    ids = {id(p) for p in hidden}
+    rest = [p for p in model.parameters() if id(p) not in ids]
+    return torch.optim.AdamW([{"params": hidden, "lr": lr / model.config.mup_width_mult}, {"params": rest}],
+                             lr=lr, weight_decay=0.0)
+
+
+def main(widths: str = "", save: str | None = None) -> int:
+    torch.set_num_threads(1)
+    sets = [[int(w) for w in widths.split(",")]] if widths else [[128, 256, 512, 1024], [256, 512, 1024, 2048]]
+    for ws in sets:
+        t0 = time.perf_counter()
+        r = coord_check(granite, ws, optimizer=adamw_mup, **RUN)
+        if save:
+            Path(save).mkdir(parents=True, exist_ok=True)
+            r.frame.to_parquet(Path(save) / f"granite_{'_'.join(map(str, ws))}.parquet")
+        v = r.verdict
+        print(f"granite {ws[0]}-{ws[-1]}: {v.status.upper()} — {v.reason} [{time.perf_counter() - t0:.0f} s]")
+        f = r.frame
+        down = f[(f["module"] == DOWN) & (f["tensor"] == "out") & (f["stat"] == v.rules.stat)]
+        table = down.groupby(["step", "width"])["value"].mean().unstack("width")
+        print(f"  {DOWN} out {v.rules.stat}, mean over seeds:")
+        print("\n".join("    " + line for line in table.round(3).to_string().splitlines()))
+        s = v.series
+        bad = s[s["in_window"] & s["status"].isin(["fail", "inconclusive"])]
+        print(f"  series outside the band: {len(bad)}, of which narrow-width effects: {int(bad['narrow'].sum())}")
+        for row in bad.sort_values(["call_order", "tensor", "step"]).itertuples():
+            print(f"    {row.module} {row.tensor} step {row.step}: {row.status} slope {row.slope:+.2f} "
+                  f"[{row.ci_low:+.2f}, {row.ci_high:+.2f}] — {row.diagnosis}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))
