@@ -34,16 +34,17 @@ INIT_STD = 0.02  # Granite's initializer_range: the embedding's and the readout'
 BASE_FAN_IN = 128  # ... and a hidden matrix's at this fan-in (std ~ fan_in^-1/2 around it)
 
 
-def granite(width: int, base_width: int = BASE, n_layer: int = 2, n_head: int = 4, vocab_size: int = 256):
+def granite(width: int, base_width: int = BASE, n_layer: int = 2, n_head: int = 4, vocab_size: int = 256,
+            embedding_multiplier: float = 12.0, residual_multiplier: float = 0.22):
     """``GraniteForCausalLM`` at ``hidden_size=width``, muP by its config knobs (see the module docstring)."""
     from transformers import GraniteConfig, GraniteForCausalLM
 
     mult = width / base_width
     cfg = GraniteConfig(vocab_size=vocab_size, hidden_size=width, intermediate_size=3 * width,
                         num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=n_head,
-                        max_position_embeddings=64, initializer_range=INIT_STD, embedding_multiplier=12.0,
-                        logits_scaling=mult,
-                        attention_multiplier=n_head / width, residual_multiplier=0.22, tie_word_embeddings=False,
+                        max_position_embeddings=64, initializer_range=INIT_STD,
+                        embedding_multiplier=embedding_multiplier, logits_scaling=mult,
+                        attention_multiplier=n_head / width, residual_multiplier=residual_multiplier, tie_word_embeddings=False,
                         use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model = GraniteForCausalLM(cfg)
     with torch.no_grad():  # hidden matrices: variance 1/fan_in (Granite's own init is one std for every weight)
