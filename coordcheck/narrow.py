@@ -12,9 +12,9 @@ hold:
 1. **Without the narrowest width it is inside.** The same fit (:func:`coordcheck.slopes.fit_slopes`, every
    remaining (width, seed) point) over the widths above the narrowest has its slope inside the series' band.
 2. **The deviation shrinks as width grows.** The slope between each pair of adjacent widths (of the per-width
-   mean over seeds of ``log2|value|``): the narrowest pair's is outside the band, and every later one outside
-   the band is smaller in magnitude than the one before it (once inside the band, a pair is flat and its size
-   no longer matters).
+   mean over seeds of ``log2|value|``): the narrowest pair's is outside the band, every later one outside the
+   band is smaller in magnitude than the one before it (inside the band a pair is flat, and its size no longer
+   matters), and the widest pair's is inside.
 
 The series keeps its status: a narrow-width effect is not clean evidence of muP, and it must not pass silently.
 Its advice is to drop the narrowest width — when the remaining widths are still at least ``min_widths`` —
@@ -35,8 +35,9 @@ __all__ = ["mark_narrow", "narrow_reason", "neighbour_slopes", "NARROW_DIAGNOSIS
 
 KEYS = CONFIG_COLUMNS + SERIES_COLUMNS
 NARROW_DIAGNOSIS = ("narrow-width effect: outside the band only because of width {narrow} (without it: slope "
-                    "{slope:+.2f} [{lo:+.2f}, {hi:+.2f}]; the slope between neighbouring widths shrinks {gaps}): "
-                    "{advice}")
+                    "{slope:+.2f} [{lo:+.2f}, {hi:+.2f}]; the slope between neighbouring widths goes {gaps}, "
+                    "{settles}): {advice}")
+SETTLES = "inside the band from width {width} on"  # every pair from there on is inside
 DROP_OR_ADD = "drop width {narrow} or add width {wider}"
 ADD_ONLY = ("add width {wider} (without width {narrow} only {left} width(s) remain, fewer than the {need} a verdict "
             "needs)")
@@ -64,9 +65,10 @@ def neighbour_slopes(frame: pd.DataFrame, keys: list[str] = KEYS) -> pd.DataFram
 
 
 def _shrinks(gaps: np.ndarray, low: float, high: float) -> bool:
-    """Condition 2: the narrowest pair outside the band, every later pair outside it smaller than the one before."""
+    """Condition 2: the narrowest pair outside the band, every later pair outside it smaller than the one before,
+    the widest pair inside."""
     outside = (gaps < low) | (gaps > high)
-    if len(gaps) < 2 or not outside[0]:
+    if len(gaps) < 2 or not outside[0] or outside[-1]:
         return False
     return all(not outside[i] or abs(gaps[i]) < abs(gaps[i - 1]) for i in range(1, len(gaps)))
 
@@ -104,9 +106,12 @@ def mark_narrow(frame: pd.DataFrame, series: pd.DataFrame, min_widths: int) -> p
         n_left = int(left["n_widths"])
         advice = (DROP_OR_ADD.format(narrow=narrow, wider=wider) if n_left >= min_widths
                   else ADD_ONLY.format(narrow=narrow, wider=wider, left=n_left, need=min_widths))
+        pairs = gaps[gaps["_row"] == i].sort_values("width")["width"].to_numpy()
+        inside = (g >= low) & (g <= high)  # the first pair outside, the last inside (condition 2)
+        tail = len(g) - int(np.argmin(inside[::-1]))  # the first pair of the run of inside pairs at the wide end
         diagnosis[i] = NARROW_DIAGNOSIS.format(narrow=narrow, slope=left["slope"], lo=left["ci_low"],
                                                hi=left["ci_high"], gaps=" → ".join(f"{x:+.2f}" for x in g),
-                                               advice=advice)
+                                               settles=SETTLES.format(width=int(pairs[tail])), advice=advice)
         series.loc[i, "narrow"] = True
     series["diagnosis"] = diagnosis
     return series

@@ -3,20 +3,23 @@
 The model is the library's ``GraniteForCausalLM`` built from a ``GraniteConfig`` (no download), made muP by its
 own config knobs, as Granite's released configs do: ``attention_multiplier = 1/head_dim`` (four heads, so the head
 dimension grows with width), ``logits_scaling = width/base_width`` (the 1/width output multiplier), constant
-``embedding_multiplier`` and ``residual_multiplier`` (Granite 3's 12 and 0.22); the hidden matrices re-initialised
-with variance ~ 1/fan_in (Granite's ``_init_weights`` gives every weight ``initializer_range``, which would make
-hidden activations grow like sqrt(width) at initialisation); and AdamW with the hidden matrices (the 2-D weights of ``model.layers``) at ``lr * base_width / width``, the rest at
-``lr``. A correct model: at the narrow end, its layer-0 MLP down-projection may still leave the band, only because
-of the narrowest width. Prints, per width range, the verdict, its reason, the down-projection's std by width at the
-judged steps, and every series the verdict calls a narrow-width effect. About 5-15 minutes on 2 busy cores:
+``embedding_multiplier`` and ``residual_multiplier`` (Granite 3's 12 and 0.22, or the config's defaults 1 and 1);
+the hidden matrices re-initialised with variance ~ 1/fan_in (Granite's ``_init_weights`` gives every weight
+``initializer_range``, which would make hidden activations grow like sqrt(width) at initialisation); and AdamW
+with the hidden matrices (the 2-D weights of ``model.layers``) at ``lr * base_width / width``, the rest at ``lr``.
+A correct model, whose layer-0 MLP down-projection may still leave the band at the narrow end, only because of
+the narrowest width. Prints, per case, the verdict and its reason, the down-projection's std by width and step,
+every series outside the band (narrow-width effects flagged), and the same with every step judged on its own
+(``persist=1``: one-step excursions too). About 5-10 minutes on 2 busy cores:
 
-    python experiments/narrow.py                 # widths 128-1024, then 256-2048
-    python experiments/narrow.py 128,256,512,1024
-    python experiments/narrow.py 128,256,512,1024 DIR   # ... and keep the frame in DIR/granite_<widths>.parquet
+    python experiments/narrow.py                 # every case
+    python experiments/narrow.py default         # cases whose name contains "default"
+    python experiments/narrow.py default DIR     # ... and keep each case's frame in DIR/<case>.parquet
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ import torch
 
 from coordcheck import coord_check
 from coordcheck.data import tokens
+from coordcheck.verdict import Rules, judge
 
 BASE = 128
 RUN = dict(parametrization="none", steps=10, seeds=3, lr=1e-2, base_width=BASE, output="logits",
@@ -44,8 +48,8 @@ def granite(width: int, base_width: int = BASE, n_layer: int = 2, n_head: int = 
                         num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=n_head,
                         max_position_embeddings=64, initializer_range=INIT_STD,
                         embedding_multiplier=embedding_multiplier, logits_scaling=mult,
-                        attention_multiplier=n_head / width, residual_multiplier=residual_multiplier, tie_word_embeddings=False,
-                        use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+                        attention_multiplier=n_head / width, residual_multiplier=residual_multiplier,
+                        tie_word_embeddings=False, use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model = GraniteForCausalLM(cfg)
     with torch.no_grad():  # hidden matrices: variance 1/fan_in (Granite's own init is one std for every weight)
         for name, p in model.named_parameters():
@@ -64,28 +68,46 @@ def adamw_mup(model, lr: float) -> torch.optim.AdamW:
                              lr=lr, weight_decay=0.0)
 
 
-def main(widths: str = "", save: str | None = None) -> int:
+W_NARROW, W_WIDE = [128, 256, 512, 1024], [256, 512, 1024, 2048]
+GRANITE3 = dict(embedding_multiplier=12.0, residual_multiplier=0.22)  # Granite 3's released multipliers
+DEFAULTS = dict(embedding_multiplier=1.0, residual_multiplier=1.0)  # GraniteConfig's defaults
+CASES = {
+    "granite (Granite 3 multipliers) 128-1024": (W_NARROW, GRANITE3),
+    "granite (default multipliers) 128-1024": (W_NARROW, DEFAULTS),
+    "granite (default multipliers) 256-2048": (W_WIDE, DEFAULTS),
+}
+
+
+def show(v, f, label: str) -> None:
+    """The series outside the band under verdict ``v`` of frame ``f``, narrow-width effects flagged."""
+    s = v.series
+    bad = s[s["in_window"] & s["status"].isin(["fail", "inconclusive"])]
+    print(f"  {label}: {v.status.upper()}; series outside the band: {len(bad)}, narrow-width effects: "
+          f"{int(bad['narrow'].sum())}")
+    for row in bad.sort_values(["call_order", "tensor", "step"]).itertuples():
+        print(f"    {row.module} {row.tensor} step {row.step}: {row.status} slope {row.slope:+.2f} "
+              f"[{row.ci_low:+.2f}, {row.ci_high:+.2f}] — {row.diagnosis}")
+
+
+def main(pattern: str = "", save: str | None = None) -> int:
     torch.set_num_threads(1)
-    sets = [[int(w) for w in widths.split(",")]] if widths else [[128, 256, 512, 1024], [256, 512, 1024, 2048]]
-    for ws in sets:
+    for name, (widths, knobs) in CASES.items():
+        if pattern not in name:
+            continue
         t0 = time.perf_counter()
-        r = coord_check(granite, ws, optimizer=adamw_mup, **RUN)
+        r = coord_check(granite, widths, optimizer=adamw_mup, **RUN, **knobs)
         if save:
             Path(save).mkdir(parents=True, exist_ok=True)
-            r.frame.to_parquet(Path(save) / f"granite_{'_'.join(map(str, ws))}.parquet")
-        v = r.verdict
-        print(f"granite {ws[0]}-{ws[-1]}: {v.status.upper()} — {v.reason} [{time.perf_counter() - t0:.0f} s]")
-        f = r.frame
+            r.frame.to_parquet(Path(save) / (re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") + ".parquet"))
+        v, f = r.verdict, r.frame
+        print(f"{name}: {v.status.upper()} — {v.reason} [{time.perf_counter() - t0:.0f} s]")
         down = f[(f["module"] == DOWN) & (f["tensor"] == "out") & (f["stat"] == v.rules.stat)]
         table = down.groupby(["step", "width"])["value"].mean().unstack("width")
         print(f"  {DOWN} out {v.rules.stat}, mean over seeds:")
         print("\n".join("    " + line for line in table.round(3).to_string().splitlines()))
-        s = v.series
-        bad = s[s["in_window"] & s["status"].isin(["fail", "inconclusive"])]
-        print(f"  series outside the band: {len(bad)}, of which narrow-width effects: {int(bad['narrow'].sum())}")
-        for row in bad.sort_values(["call_order", "tensor", "step"]).itertuples():
-            print(f"    {row.module} {row.tensor} step {row.step}: {row.status} slope {row.slope:+.2f} "
-                  f"[{row.ci_low:+.2f}, {row.ci_high:+.2f}] — {row.diagnosis}")
+        show(v, f, "verdict")
+        # every step judged on its own (no persistence rule): what the narrow-width test says of one-step excursions
+        show(judge(f, rules=Rules(persist=1)), f, "persist=1")
     return 0
 
 

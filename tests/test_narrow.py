@@ -69,6 +69,8 @@ def test_granite_case_is_a_narrow_width_effect_not_the_lazy_regime():
         assert r["diagnosis"].startswith("narrow-width effect: outside the band only because of width 128")
         assert r["diagnosis"].endswith("drop width 128 or add width 2048")
         assert "lazy" not in r["diagnosis"]
+    assert "; the slope between neighbouring widths goes -0.73 → -0.50 → -0.09, inside the band from width 512 on)" \
+        in series_at(v)["diagnosis"]
     assert "narrowest width" in v.reason and "drop width 128 or add width 2048" in v.reason
     assert "lazy" not in v.reason and "add seeds or widths" not in v.reason
     assert not v.series.loc[v.series["module"] != MODULE, "narrow"].any()
@@ -111,6 +113,15 @@ def test_inside_without_the_narrowest_but_the_gap_not_shrinking_is_not_narrow():
     assert "narrow" not in r["diagnosis"]
 
 
+def test_a_zigzag_out_of_the_band_at_the_wide_end_is_not_narrow():
+    frame = planted(power([-1.2, -0.3, +0.25]))
+    rest = fit_slopes(frame[frame["width"] > 128])
+    rest = rest[(rest["module"] == MODULE) & (rest["step"] == 2) & (rest["stat"] == "std")].iloc[0]
+    assert -0.35 <= rest["slope"] <= 0.2  # condition 1 holds, and the outside pairs shrink: the widest is outside
+    r = series_at(judge(frame))
+    assert r["direction"] == "shrinks" and not r["narrow"]
+
+
 def test_shrinking_gaps_still_outside_without_the_narrowest_is_not_narrow():
     r = series_at(judge(planted(power([-1.2, -0.6, -0.4]), noise=0.02)))
     assert r["direction"] == "shrinks" and not r["narrow"]
@@ -119,6 +130,7 @@ def test_shrinking_gaps_still_outside_without_the_narrowest_is_not_narrow():
 def test_growth_at_the_narrowest_width_only_is_narrow():
     r = series_at(judge(planted(power([0.9, 0.3, 0.05]), noise=0.02)))
     assert r["direction"] == "grows" and r["narrow"]
+    assert "goes +0.90 → +0.31 → +0.06, inside the band from width 512 on)" in r["diagnosis"]
     assert r["diagnosis"].endswith("drop width 128 or add width 2048")
 
 
