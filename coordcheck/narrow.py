@@ -90,23 +90,22 @@ def mark_narrow(frame: pd.DataFrame, series: pd.DataFrame, min_widths: int) -> p
     rest = fit_slopes(rows[rows["width"] > rows["min_width"]].drop(columns=["_row", "min_width"]))
     rest = keyed.merge(rest[KEYS + ["slope", "ci_low", "ci_high", "n_widths"]], on=KEYS, how="left")
     rest = rest.set_index("_row")
-    gaps = neighbour_slopes(rows.drop(columns="min_width"), KEYS + ["_row"])
-    widths = rows.groupby("_row")["width"].unique()
+    gaps = {i: g.sort_values("width") for i, g in
+            neighbour_slopes(rows.drop(columns="min_width"), KEYS + ["_row"]).groupby("_row", sort=False)}
     diagnosis = series["diagnosis"].copy()
     for i, r in cand.iterrows():
         low, high = float(r["band_low"]), float(r["band_high"])
         left = rest.loc[i]
-        if not (np.isfinite(left["slope"]) and low <= left["slope"] <= high):
+        if i not in gaps or not (np.isfinite(left["slope"]) and low <= left["slope"] <= high):
             continue  # condition 1: still outside without the narrowest width
-        g = gaps[gaps["_row"] == i].sort_values("width")["gap"].to_numpy(dtype=float)
+        g, pairs = gaps[i]["gap"].to_numpy(dtype=float), gaps[i]["width"].to_numpy()
         if not _shrinks(g, low, high):
             continue  # condition 2
-        ws = np.sort(widths[i])
+        ws = np.append(pairs, gaps[i]["wider"].iloc[-1])  # the series' widths, narrow to wide
         narrow, wider = int(ws[0]), int(round(ws[-1] * ws[-1] / ws[-2]))
         n_left = int(left["n_widths"])
         advice = (DROP_OR_ADD.format(narrow=narrow, wider=wider) if n_left >= min_widths
                   else ADD_ONLY.format(narrow=narrow, wider=wider, left=n_left, need=min_widths))
-        pairs = gaps[gaps["_row"] == i].sort_values("width")["width"].to_numpy()
         inside = (g >= low) & (g <= high)  # the first pair outside, the last inside (condition 2)
         tail = len(g) - int(np.argmin(inside[::-1]))  # the first pair of the run of inside pairs at the wide end
         diagnosis[i] = NARROW_DIAGNOSIS.format(narrow=narrow, slope=left["slope"], lo=left["ci_low"],
