@@ -65,6 +65,7 @@ import pandas as pd
 
 from coordcheck.errors import check_knobs, knob
 from coordcheck.frame import JUDGED_TENSORS, NOT_ACTIVATIONS, QK_LOGITS, STATS
+from coordcheck.narrow import mark_narrow, narrow_reason
 from coordcheck.shapes import model_table, shapes_by_config, width_problem
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
@@ -522,6 +523,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
         in_window[cs.index] = cs["step"] <= ends[cid][1]
     series = _mark_transients(series, in_window, {c: e[1] for c, e in ends.items()}, persist=rules.persist,
                               gross=rules.gross)
+    series = mark_narrow(frame, series, rules.min_widths)  # issue 17 item 7: say narrow-width effects as such
     for cid, cs in series.groupby("config_id", sort=False):
         ci = inst[inst["config_id"] == cid]
         n_widths = int(frame.loc[frame["config_id"] == cid, "width"].nunique())
@@ -558,8 +560,8 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
                       f"only {len(updated)} updated step(s) before the first instability")
         elif (judged["status"] == "inconclusive").any():
             k = judged[judged["status"] == "inconclusive"]
-            status = "inconclusive"
-            reason = (f"{len(set(k['module']))} module(s) could not be decided (e.g. {k['module'].iloc[0]} "
+            status, narrow = "inconclusive", narrow_reason(k)  # every undecided series narrow-width: say so
+            reason = narrow or (f"{len(set(k['module']))} module(s) could not be decided (e.g. {k['module'].iloc[0]} "
                       f"{k['tensor'].iloc[0]} step {k['step'].iloc[0]}: "
                       f"{k['diagnosis'].iloc[0] or 'interval overlaps the band'})"
                       " — add seeds or widths")
