@@ -1,0 +1,350 @@
+"""Causes: which parameter's initialisation or learning rate, or which scale outside any parameter, breaks muP.
+
+Stage: judge (after the series are judged). Input: the verdict's judged series (``status``,
+``direction``, ``in_window``, bands; with the ``own`` and ``in`` tensors of the probes), its module
+table and the loss rows of the frame. Output: :class:`Causes` — the causes (one row per group of
+causes), the evidence per parameter-owning module (its exponents against the band muP allows), each
+module's ``cause`` / ``inherited_from``, and for a configuration without a cause what was seen
+instead. Pure pandas; never imports torch.
+
+The walk, per configuration, in call order; only ``fail`` series inside the stability window count,
+after the transient rule (an ``inconclusive`` series never makes a cause):
+
+* **Initialisation** (step 0). A parameter-owning module whose ``own`` (its init gain) fails is a
+  cause (``init``). Captured attention logits failing at step 0 with no init cause before them:
+  ``attention_scale``. The model's output failing at step 0 with no cause before it:
+  ``output_multiplier``.
+* **Updates** (steps >= 1). A parameter-owning module whose ``own`` fails is a cause, unless its
+  input explains it (its ``in`` leaves the band in the same direction, with a slope within ``tol``
+  of the own slope: SGD, whose update scales with the input). The kind follows the role and the
+  direction: hidden -> ``lr``; input -> ``lr`` (the embedding keeps the base learning rate); norm ->
+  ``lr``; output growing -> ``output_multiplier`` when its init gain does not shrink either (no
+  1/width anywhere), else ``readout_lr``; output shrinking -> ``readout_lr``. Attention logits, and
+  the model's output when it is not a judged parameter-owning module (``(root)``: a multiplier in
+  ``forward``), failing with no cause before them: ``attention_scale`` / ``output_multiplier``.
+* A module is one cause at most; a failing initialisation comes first (fix it, then look again).
+* Causes of one kind, direction and role are grouped ("all 14 hidden matrices"); the exponent
+  shown for a group is its median member's (slope and interval), the step that member's worst.
+* Every other failing module inherits from the nearest cause before it in call order; with none
+  before it, from the first cause after it ("through the backward pass").
+* A failing or inconclusive configuration without a cause gets what was seen instead
+  (:attr:`Causes.findings`), naming no knob.
+
+``KINDS`` is the closed set of kinds (the parameter audit and Adam's epsilon add rows of kinds
+``audit`` and ``epsilon`` to the same table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["KINDS", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS", "MUON_FIX", "NO_OWN_NOTE", "JUMP", "Causes", "find_causes",
+           "own_diagnosis"]
+
+KINDS = {
+    "init": "a parameter's initialisation does not scale like muP's (init gain at step 0)",
+    "lr": "a parameter's learning rate does not scale like muP's (own update after steps)",
+    "output_multiplier": "the model's output lacks muP's 1/width multiplier (readout or outside any module)",
+    "readout_lr": "the readout's learning rate does not scale like muP's",
+    "attention_scale": "attention logits scaled 1/sqrt(d_head) instead of 1/d_head",
+    "epsilon": "Adam's epsilon dominates the update at large width",
+    "audit": "the parameter audit: a measured init std or learning rate against muP's exponent",
+}
+CAUSE_COLUMNS = ["config_id", "parametrization", "order", "kind", "what", "modules", "measure", "step", "exponent",
+                 "ci_low", "ci_high", "expected", "fix", "line"]
+EVIDENCE_COLUMNS = ["config_id", "parametrization", "name", "measure", "exponent", "ci_low", "ci_high",
+                    "expected_low", "expected_high", "violates", "order", "step", "role"]
+MODULE_COLUMNS = ["cause", "inherited_from", "inherited_via"]
+
+# The hidden-matrix learning-rate fix under Muon (optimizer column contains "muon"): which adjust_lr_fn keeps hidden
+# updates width-invariant is measured in the Muon work of issue 17; this constant holds its answer.
+MUON_FIX = ("the hidden matrices' Muon learning rate is not width-invariant: set Muon's adjust_lr_fn to the "
+            "width-invariant setting")
+NO_OWN_NOTE = ("no own rows in the frame: the causes (which parameter's init or learning rate is off) need the "
+               "probes' own tensor; the reason names a likely cause from the symptoms only")
+# A loss "jump" (for the no-cause finding): the loss at some width and seed rises more than this fraction above its
+# running minimum — far below the stability window's rule (50%), which cuts the judged steps.
+JUMP = 0.05
+# The readout's init gain "shrinks" (a 1/width multiplier or init is there) below this slope: muP's readout gives -1,
+# standard parametrization's 0.
+INIT_SHRINKS = -0.5
+ATTENTION_SUFFIXES = ("(sdpa)", "(mha)", "(softmax)", "(sdpa+mask)")
+PLURAL = {"hidden": "hidden matrices", "input": "input layers", "norm": "norm layers", "output": "output layers",
+          "attention": "attention modules"}
+MEASURE_WORDS = {"init": "init gain", "own": "own update", "out": "output", "delta": "change since step 0"}
+
+INIT_FIX = "init std does not scale like fan_in^-1/2: give {it} std ∝ fan_in**-0.5"
+UPDATE_FIX = {
+    ("hidden", "grows"): "the hidden learning rate is not scaled by width: give {them} lr * base_width / width",
+    ("hidden", "shrinks"): "the hidden learning rate is scaled down too much (by width more than once?): give {them} "
+                           "lr * base_width / width, once",
+    ("input", "grows"): "the input layer's learning rate grows with width: keep {its} base lr",
+    ("input", "shrinks"): "the embedding/input learning rate is scaled like a hidden matrix: keep {its} base lr",
+    ("norm", "grows"): "the norm's learning rate grows with width: norm gains and biases keep the base lr",
+    ("norm", "shrinks"): "the norm's learning rate is scaled like a hidden matrix: norm gains and biases keep the "
+                         "base lr",
+    ("output", "shrinks"): "the readout's learning rate is scaled down too much: with a 1/width output multiplier "
+                           "the readout keeps the base lr",
+}
+SP_HIDDEN_FIX = ("one learning rate for every layer, which is what standard parametrization does (expected for the "
+                 "SP control): parametrization=mup gives hidden matrices lr * base_width / width")
+OUTPUT_MULTIPLIER_FIX = "multiply the logits by base_width/width, or use MuReadout"
+SP_OUTPUT_FIX = ("no 1/width output multiplier, which is what standard parametrization does (expected for the SP "
+                 "control): parametrization=mup adds it")
+ZERO_READOUT_FIX = ("multiply the logits by base_width/width (MuReadout), or give the readout lr * base_width / "
+                    "width: with a zero-initialised readout the two cannot be told apart")
+READOUT_LR_FIX = ("the readout's learning rate is not scaled by width although its init shrinks: give it "
+                  "lr * base_width / width, or put the 1/width multiplier in the forward (MuReadout) instead")
+OUTSIDE_FIX = "a missing output multiplier outside any module: multiply the model's output by base_width/width"
+ATTENTION_FIX = "attention logits scaled 1/sqrt(d_head) instead of 1/d_head: use q.k * (1/d_head) (muP attention)"
+
+
+@dataclass
+class Causes:
+    """What :func:`find_causes` returns."""
+
+    causes: pd.DataFrame  # CAUSE_COLUMNS, one row per cause group
+    evidence: pd.DataFrame  # EVIDENCE_COLUMNS, one row per (configuration, name, measure)
+    modules: pd.DataFrame  # the module table with MODULE_COLUMNS added
+    findings: dict[str, str] = field(default_factory=dict)  # config_id -> what was seen, where it has no cause
+    measured: set[str] = field(default_factory=set)  # configurations whose frame has `own` rows
+
+    def first(self, config_id: str) -> pd.Series | None:
+        c = self.causes[self.causes["config_id"] == config_id]
+        return c.sort_values("order").iloc[0] if len(c) else None
+
+
+def own_diagnosis(role: str, step: int, direction: str) -> str:
+    """The per-series diagnosis of a failing ``own`` series (the configuration's cause may refine it)."""
+    if direction not in ("grows", "shrinks"):
+        return ""
+    if step == 0:
+        return INIT_FIX.format(it="it")
+    if role == "output":
+        return (OUTPUT_MULTIPLIER_FIX + " (or scale the readout's learning rate)" if direction == "grows"
+                else UPDATE_FIX[("output", "shrinks")])
+    return UPDATE_FIX.get((role if role in ("input", "norm") else "hidden", direction), "").format(
+        them="it", its="its")
+
+
+def _expected(row: pd.Series, tol: float) -> str:
+    """What muP expects of a judged series, in words: its band without the tolerance."""
+    if np.isfinite(float(row["band_low"])):
+        return "0 (flat)"
+    top = float(row["band_high"]) - tol
+    return "≤ 0 (may shrink)" if abs(top) < 1e-9 else f"{top:+.2f} or less"
+
+
+def _worst(rows: pd.DataFrame) -> pd.Series:
+    """The row furthest outside its band (smallest margin)."""
+    return rows.loc[rows["margin"].fillna(np.inf).sort_values(kind="stable").index[0]]
+
+
+def _loss_jump(loss: pd.DataFrame) -> tuple[int, int, float, float] | None:
+    """The first (step, width, before, after) at which some width and seed's loss rises more than :data:`JUMP`
+    above its running minimum."""
+    best = None
+    for (w, _), g in loss.sort_values("step").groupby(["width", "seed"], sort=True):
+        v = g["value"].to_numpy(dtype=float)
+        steps = g["step"].to_numpy()
+        running = np.minimum.accumulate(np.where(np.isfinite(v), v, np.inf))
+        before = np.concatenate([[np.inf], running[:-1]])
+        hit = np.flatnonzero((np.arange(len(v)) > 0) & np.isfinite(v) & (v > (1 + JUMP) * before))
+        if len(hit) and (best is None or steps[hit[0]] < best[0]):
+            best = (int(steps[hit[0]]), int(w), float(before[hit[0]]), float(v[hit[0]]))
+    return best
+
+
+def _finding(judged: pd.DataFrame, loss: pd.DataFrame) -> str:
+    """What a configuration without a cause saw: its earliest symptom in call order, and the loss if it jumped."""
+    head = "no parameter's own update or initialisation violates muP"
+    bad = judged[judged["status"].isin(["fail", "inconclusive"]) & judged["direction"].isin(["grows", "shrinks"])
+                 & ~judged["tensor"].isin(["own", "in"])]
+    if bad.empty:
+        return f"no cause found: {head}"
+    first = bad.assign(_later=bad["tensor"] != "out").sort_values(["call_order", "step", "_later"]).iloc[0]
+    rows = bad[(bad["module"] == first["module"]) & (bad["direction"] == first["direction"])]
+    w = _worst(rows)
+    seen = (f"{first['module']} {MEASURE_WORDS.get(first['tensor'], first['tensor'])} {first['direction']} with "
+            f"width from step {int(first['step'])} on ({w['slope']:+.2f} [{w['ci_low']:+.2f}, {w['ci_high']:+.2f}] "
+            f"at step {int(w['step'])})")
+    jump = _loss_jump(loss)
+    if jump is not None and int(first["step"]) >= 1 and jump[0] <= int(rows["step"].max()):
+        step, width, a, b = jump
+        return (f"{head}; {seen} while the loss jumps (width {width}, step {step}: {a:.3g} -> {b:.3g}): dynamics "
+                f"at the edge of stability — lower the learning rate")
+    return f"no cause found: {head}; {seen}"
+
+
+def _update_kind(role: str, direction: str, init_row: pd.Series | None) -> str:
+    """``lr`` for every role but the output; the output's own update growing is a missing multiplier when its init
+    gain does not shrink either (nothing scales it by 1/width), else the readout's learning rate."""
+    if role != "output":
+        return "lr"
+    if direction == "shrinks":
+        return "readout_lr"
+    shrinks = init_row is not None and init_row["status"] != "zero" and float(init_row["slope"]) < INIT_SHRINKS
+    return "readout_lr" if shrinks else "output_multiplier"
+
+
+def _fix(kind: str, role: str, direction: str, n: int, parametrization: str, optimizer: str, row: pd.Series,
+         init_row: pd.Series | None, owner: bool) -> str:
+    them, its = ("them", "their") if n > 1 else ("it", "its")
+    if kind == "init":
+        return INIT_FIX.format(it=them)
+    if kind == "attention_scale":
+        return str(row["diagnosis"]) or ATTENTION_FIX  # rule 3b's words: 1/sqrt(d) vs 1/d, or q and k growing
+    if kind == "output_multiplier":
+        if not owner:
+            return OUTSIDE_FIX
+        if parametrization == "sp":
+            return SP_OUTPUT_FIX
+        return ZERO_READOUT_FIX if init_row is not None and init_row["status"] == "zero" else OUTPUT_MULTIPLIER_FIX
+    if kind == "readout_lr":
+        return READOUT_LR_FIX if direction == "grows" else UPDATE_FIX[("output", "shrinks")]
+    key = (role if role in ("input", "norm") else "hidden", direction)
+    if key == ("hidden", "grows"):
+        if "muon" in optimizer.lower():
+            return MUON_FIX
+        if parametrization == "sp":
+            return SP_HIDDEN_FIX
+    return UPDATE_FIX[key].format(them=them, its=its)
+
+
+def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame, tol: float) -> Causes:
+    """Walk each configuration's modules in call order; see the module docstring.
+
+    ``series``: the verdict's judged series of one statistic (with ``in_window``); ``modules``: its module table;
+    ``loss``: the frame's loss rows (``config_id, width, seed, step, value``); ``tol``: the verdict's growth tolerance
+    (also how close an input's slope must be to explain an own slope).
+    """
+    causes, evidence, findings, measured = [], [], {}, set()
+    mods = modules.assign(cause="", inherited_from="", inherited_via="")
+    for cid, s in series.groupby("config_id", sort=False):
+        own = s[s["tensor"] == "own"]
+        if own.empty:
+            continue
+        measured.add(cid)
+        par, opt = str(s["parametrization"].iloc[0]), str(s["optimizer"].iloc[0])
+        order = s.groupby("module")["call_order"].min()
+        owners = set(own["module"])
+        judged = s[s["in_window"]]
+        fails = judged[(judged["status"] == "fail") & judged["direction"].isin(["grows", "shrinks"])]
+        found: list[dict] = []  # one per cause module: module, kind, direction, measure, row, init_row, owner
+
+        def add(module: str, kind: str, row: pd.Series, init_row=None, owner=True) -> None:
+            found.append(dict(module=module, order=int(order[module]), role=str(row["role"]), kind=kind,
+                              direction=str(row["direction"]), measure=("init" if kind == "init" else "own") if owner
+                              and row["tensor"] == "own" else str(row["tensor"]), row=row, init_row=init_row,
+                              owner=owner))
+
+        init = judged[(judged["tensor"] == "own") & (judged["step"] == 0)].set_index("module")
+        for m in sorted(owners, key=order.get):  # parameter-owning modules: init first, then their own update
+            f = fails[(fails["module"] == m) & (fails["tensor"] == "own")]
+            f0 = f[f["step"] == 0]
+            if len(f0):
+                add(m, "init", f0.iloc[0])
+                continue
+            f1 = f[f["step"] >= 1]
+            if f1.empty:
+                continue
+            x = judged[(judged["module"] == m) & (judged["tensor"] == "in")].set_index("step")
+            unexplained = []
+            for r in f1.itertuples():
+                if r.step in x.index:
+                    xs = float(x.loc[r.step, "slope"])
+                    same = xs > r.band_high if r.direction == "grows" else xs < r.band_low
+                    if same and abs(xs - r.slope) <= tol:
+                        continue  # the input explains it (the SGD case)
+                unexplained.append(r.Index)
+            if not unexplained:
+                continue
+            w = _worst(f1.loc[unexplained])
+            init_row = init.loc[m] if m in init.index else None
+            add(m, _update_kind(str(w["role"]), str(w["direction"]), init_row), w, init_row)
+        outputs = s[s["role"] == "output"]
+        model_output = outputs.loc[outputs["call_order"].idxmax(), "module"] if len(outputs) else None
+        others = [m for m in order.sort_values().index
+                  if m not in owners and (m == model_output or (s.loc[s["module"] == m, "role"].iloc[0] == "attention"
+                                                                and str(m).endswith(ATTENTION_SUFFIXES)))]
+        for m in others:  # causes outside any parameter: attention logits, the model's output
+            f = fails[(fails["module"] == m) & ~fails["tensor"].isin(["own", "in"])]
+            if f.empty:
+                continue
+            before = [c for c in found if c["order"] < order[m]]
+            f0, f1 = f[f["step"] == 0], f[f["step"] >= 1]
+            kind = "output_multiplier" if m == model_output else "attention_scale"
+            if len(f0) and not any(c["kind"] == "init" for c in before) and not (m == model_output and before):
+                add(m, kind, _worst(f0), owner=False)
+            elif len(f1) and not before:
+                add(m, kind, _worst(f1), owner=False)
+        found.sort(key=lambda c: c["order"])
+        groups: dict[tuple, list[dict]] = {}
+        for c in found:
+            groups.setdefault((c["kind"], c["direction"], c["role"], c["measure"], c["owner"]), []).append(c)
+        role_owners = {r: set(own.loc[own["role"] == r, "module"]) for r in set(own["role"])}
+        what_of: dict[str, str] = {}
+        for i, ((kind, direction, role, measure, owner), members) in enumerate(
+                sorted(groups.items(), key=lambda kv: kv[1][0]["order"])):
+            names = [c["module"] for c in members]
+            if len(names) == 1:
+                what = names[0]
+            else:
+                total = len(role_owners.get(role, ()))
+                noun = PLURAL.get(role, f"{role} modules")
+                what = f"all {len(names)} {noun}" if len(names) == total else f"{len(names)} of {total} {noun}"
+            rep = sorted(members, key=lambda c: float(c["row"]["slope"]))[(len(members) - 1) // 2]
+            r = rep["row"]
+            fix = _fix(kind, role, direction, len(names), par, opt, r, rep["init_row"], owner)
+            expected = _expected(r, tol)
+            line = (f"{what}: {MEASURE_WORDS.get(measure, measure)} {direction} like width^{r['slope']:+.2f} "
+                    f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] at step {int(r['step'])} (muP: {expected}) — {fix}")
+            causes.append(dict(config_id=cid, parametrization=par, order=i, kind=kind, what=what, modules=names,
+                               measure=measure, step=int(r["step"]), exponent=float(r["slope"]),
+                               ci_low=float(r["ci_low"]), ci_high=float(r["ci_high"]), expected=expected, fix=fix,
+                               line=line))
+            what_of.update({n: what for n in names})
+        evidence += _evidence(cid, par, judged, own, order, found)
+        here = mods["config_id"] == cid
+        cause_at = sorted((int(order[n]), w) for n, w in what_of.items())
+        for idx in mods.index[here]:
+            m = mods.at[idx, "module"]
+            if m in what_of:
+                mods.at[idx, "cause"] = what_of[m]
+            elif mods.at[idx, "status"] == "fail" and cause_at:
+                at = int(order.get(m, -1))
+                up = [w for o, w in cause_at if o < at]
+                mods.at[idx, "inherited_from"], mods.at[idx, "inherited_via"] = (
+                    (up[-1], "forward") if up else (next(w for o, w in cause_at if o > at), "backward"))
+        if not found:
+            findings[cid] = _finding(judged, loss[loss["config_id"] == cid])
+    return Causes(pd.DataFrame(causes, columns=CAUSE_COLUMNS), pd.DataFrame(evidence, columns=EVIDENCE_COLUMNS), mods,
+                  findings, measured)
+
+
+def _evidence(cid: str, par: str, judged: pd.DataFrame, own: pd.DataFrame, order: pd.Series,
+              found: list[dict]) -> list[dict]:
+    """Per parameter-owning module: its init gain (step 0) and its worst own update (steps >= 1); per cause outside
+    any parameter: its failing series."""
+    rows = []
+
+    def row(name: str, measure: str, r: pd.Series, violates: bool) -> dict:
+        return dict(config_id=cid, parametrization=par, name=name, measure=measure, exponent=float(r["slope"]),
+                    ci_low=float(r["ci_low"]), ci_high=float(r["ci_high"]), expected_low=float(r["band_low"]),
+                    expected_high=float(r["band_high"]), violates=violates, order=int(order[name]),
+                    step=int(r["step"]), role=str(r["role"]))
+
+    jo = judged[(judged["tensor"] == "own") & (judged["status"] != "skip")]
+    for m in sorted(set(own["module"]), key=order.get):
+        g = jo[jo["module"] == m]
+        for measure, part in (("init", g[g["step"] == 0]), ("own", g[g["step"] >= 1])):
+            if part.empty:
+                continue
+            bad = part[part["status"] == "fail"]
+            r = _worst(bad if len(bad) else part)
+            rows.append(row(m, measure, r, bool(len(bad))))
+    rows += [row(c["module"], c["measure"], c["row"], True) for c in found if not c["owner"]]
+    return rows
