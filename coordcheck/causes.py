@@ -89,6 +89,15 @@ UPDATE_FIX = {
     ("output", "shrinks"): "the readout's learning rate is scaled down too much: with a 1/width output multiplier "
                            "the readout keeps the base lr",
 }
+# Under SGD muP keeps the hidden learning rate (MuSGD scales the input layer's up and the readout's down by width): a
+# hidden update that grows comes back from a readout not scaled by 1/width through the backward pass (measured on the
+# built-in MLP in standard parametrization with SGD: hidden own +0.45, readout own +0.99), and the input layer's
+# update shrinks (-0.51) unless its lr grows with width.
+SGD_HIDDEN_FIX = ("under SGD muP keeps the hidden learning rate: a growing hidden update usually comes back from the "
+                  "readout (its output multiplier or init ∝ 1/width) through the backward pass — fix that first "
+                  "(MuSGD)")
+SGD_INPUT_FIX = "under SGD muP scales the input layer's learning rate up: give {them} lr * width / base_width (MuSGD)"
+SP_NOTE = " (what standard parametrization does: expected for the SP control)"
 SP_HIDDEN_FIX = ("one learning rate for every layer, which is what standard parametrization does (expected for the "
                  "SP control): parametrization=mup gives hidden matrices lr * base_width / width")
 OUTPUT_MULTIPLIER_FIX = "multiply the logits by base_width/width, or use MuReadout"
@@ -98,7 +107,8 @@ ZERO_READOUT_FIX = ("multiply the logits by base_width/width (MuReadout), or giv
                     "width: with a zero-initialised readout the two cannot be told apart")
 READOUT_LR_FIX = ("the readout's learning rate is not scaled by width although its init shrinks: give it "
                   "lr * base_width / width, or put the 1/width multiplier in the forward (MuReadout) instead")
-OUTSIDE_FIX = "a missing output multiplier outside any module: multiply the model's output by base_width/width"
+OUTSIDE_FIX = ("a missing output multiplier outside any parameter-owning module (in {where}'s forward): multiply the "
+               "logits by base_width/width")
 ATTENTION_FIX = "attention logits scaled 1/sqrt(d_head) instead of 1/d_head: use q.k * (1/d_head) (muP attention)"
 
 
@@ -199,19 +209,24 @@ def _fix(kind: str, role: str, direction: str, n: int, parametrization: str, opt
         return str(row["diagnosis"]) or ATTENTION_FIX  # rule 3b's words: 1/sqrt(d) vs 1/d, or q and k growing
     if kind == "output_multiplier":
         if not owner:
-            return OUTSIDE_FIX
+            return OUTSIDE_FIX.format(where="the model" if row["module"] == "(root)" else row["module"])
         if parametrization == "sp":
             return SP_OUTPUT_FIX
         return ZERO_READOUT_FIX if init_row is not None and init_row["status"] == "zero" else OUTPUT_MULTIPLIER_FIX
     if kind == "readout_lr":
         return READOUT_LR_FIX if direction == "grows" else UPDATE_FIX[("output", "shrinks")]
     key = (role if role in ("input", "norm") else "hidden", direction)
+    sgd = "sgd" in optimizer.lower()
     if key == ("hidden", "grows"):
         if "muon" in optimizer.lower():
             return MUON_FIX
+        if sgd:
+            return SGD_HIDDEN_FIX + (SP_NOTE if parametrization == "sp" else "")
         if parametrization == "sp":
             return SP_HIDDEN_FIX
-    return UPDATE_FIX[key].format(them=them, its=its)
+    if key == ("input", "shrinks") and sgd:
+        return SGD_INPUT_FIX.format(them=them) + (SP_NOTE if parametrization == "sp" else "")
+    return UPDATE_FIX[key].format(them=them, its=its) + (SP_NOTE if parametrization == "sp" else "")
 
 
 def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame, tol: float) -> Causes:
@@ -295,7 +310,8 @@ def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame,
             else:
                 total = len(role_owners.get(role, ()))
                 noun = PLURAL.get(role, f"{role} modules")
-                what = f"all {len(names)} {noun}" if len(names) == total else f"{len(names)} of {total} {noun}"
+                what = (("both" if total == 2 else f"all {total}") + f" {noun}" if len(names) == total
+                        else f"{len(names)} of {total} {noun}")
             rep = sorted(members, key=lambda c: float(c["row"]["slope"]))[(len(members) - 1) // 2]
             r = rep["row"]
             fix = _fix(kind, role, direction, len(names), par, opt, r, rep["init_row"], owner)

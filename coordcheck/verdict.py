@@ -18,8 +18,8 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    hidden / norm layers: flat too. ``in`` (the module's input) is not judged (``skip``): it is
    some other module's output, evidence for :mod:`coordcheck.causes`.
 3. **No growth.** ``out`` and the step-0 ``own`` (init gain) of output layers and ``out``/``delta``
-   of attention logits: slope <= ``tol``; they may shrink (the readout at initialisation shrinks like 1/width, or is exactly
-   zero). Output rules apply to the model's output — the last output module to run; an
+   of attention logits: slope <= ``tol``; they may shrink (the readout at initialisation shrinks
+   like 1/width, or is exactly zero). Output rules apply to the model's output — the last output module to run; an
    output-role module that runs before it (logits before a hand-written output multiplier) is
    ``skip``. Captured pure ``q k^T * scale`` logits (``(sdpa)``, ``(mha)``) at step 0 must
    shrink where their head dimension grows with width: with d_head ~ width^a (``a`` fitted

@@ -125,7 +125,8 @@ def test_a_multiplier_missing_outside_any_module_is_the_models_output():
     v = judge(make_frame(series))
     assert mods(v).loc["head", "status"] == "skip"  # logits before the multiplier: not judged by own either
     assert list(v.causes["kind"]) == ["output_multiplier"] and list(v.causes["what"]) == ["(root)"]
-    assert "a missing output multiplier outside any module" in v.causes["fix"].iloc[0]
+    assert "a missing output multiplier outside any parameter-owning module (in the model's forward)" \
+        in v.causes["fix"].iloc[0]
 
 
 def test_an_input_that_explains_the_own_update_is_no_cause():
