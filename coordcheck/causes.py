@@ -71,9 +71,8 @@ JUMP = 0.05
 # The readout's init gain "shrinks" (a 1/width multiplier or init is there) below this slope: muP's readout gives -1,
 # standard parametrization's 0.
 INIT_SHRINKS = -0.5
-ATTENTION_SUFFIXES = ("(sdpa)", "(mha)", "(softmax)", "(sdpa+mask)")
 PLURAL = {"hidden": "hidden matrices", "input": "input layers", "norm": "norm layers", "output": "output layers",
-          "attention": "attention modules"}
+          "attention": "attention modules", "(logits)": "attention logits"}
 MEASURE_WORDS = {"init": "init gain", "own": "own update", "out": "output", "delta": "change since step 0"}
 
 INIT_FIX = "init std does not scale like fan_in^-1/2: give {it} std ∝ fan_in**-0.5"
@@ -282,14 +281,14 @@ def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame,
             add(m, _update_kind(str(w["role"]), str(w["direction"]), init_row), w, init_row)
         outputs = s[s["role"] == "output"]
         model_output = outputs.loc[outputs["call_order"].idxmax(), "module"] if len(outputs) else None
-        others = [m for m in order.sort_values().index
-                  if m not in owners and (m == model_output or (s.loc[s["module"] == m, "role"].iloc[0] == "attention"
-                                                                and str(m).endswith(ATTENTION_SUFFIXES)))]
+        role_of = s.groupby("module")["role"].first()
+        logits = [m for m in order.sort_values().index if m not in owners and role_of[m] == "attention"]
+        others = [m for m in order.sort_values().index if m not in owners and (m == model_output or m in logits)]
         for m in others:  # causes outside any parameter: attention logits, the model's output
             f = fails[(fails["module"] == m) & ~fails["tensor"].isin(["own", "in"])]
             if f.empty:
                 continue
-            before = [c for c in found if c["order"] < order[m]]
+            before = [c for c in found if c["order"] < order[m] and c["kind"] != "attention_scale"]  # each block's
             f0, f1 = f[f["step"] == 0], f[f["step"] >= 1]
             kind = "output_multiplier" if m == model_output else "attention_scale"
             if len(f0) and not any(c["kind"] == "init" for c in before) and not (m == model_output and before):
@@ -299,8 +298,10 @@ def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame,
         found.sort(key=lambda c: c["order"])
         groups: dict[tuple, list[dict]] = {}
         for c in found:
-            groups.setdefault((c["kind"], c["direction"], c["role"], c["measure"], c["owner"]), []).append(c)
+            role = c["role"] if c["owner"] or c["role"] != "attention" else "(logits)"
+            groups.setdefault((c["kind"], c["direction"], role, c["measure"], c["owner"]), []).append(c)
         role_owners = {r: set(own.loc[own["role"] == r, "module"]) for r in set(own["role"])}
+        role_owners["(logits)"] = set(logits)  # captured or named attention logits: no parameters of their own
         what_of: dict[str, str] = {}
         for i, ((kind, direction, role, measure, owner), members) in enumerate(
                 sorted(groups.items(), key=lambda kv: kv[1][0]["order"])):
@@ -316,7 +317,8 @@ def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame,
             r = rep["row"]
             fix = _fix(kind, role, direction, len(names), par, opt, r, rep["init_row"], owner)
             expected = _expected(r, tol)
-            line = (f"{what}: {MEASURE_WORDS.get(measure, measure)} {direction} like width^{r['slope']:+.2f} "
+            verb = "does not shrink enough:" if direction == "grows" and r["slope"] <= 0 else direction
+            line = (f"{what}: {MEASURE_WORDS.get(measure, measure)} {verb} like width^{r['slope']:+.2f} "
                     f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] at step {int(r['step'])} (muP: {expected}) — {fix}")
             causes.append(dict(config_id=cid, parametrization=par, order=i, kind=kind, what=what, modules=names,
                                measure=measure, step=int(r["step"]), exponent=float(r["slope"]),

@@ -109,14 +109,17 @@ def test_a_constant_init_std_is_that_layers_initialisation_at_step_0():
 def test_attention_logits_that_do_not_shrink_are_the_attention_scale():
     series = gpt(downstream_of("h0.proj", 0.5))
     items = list(series.items())
-    at = next(i for i, (k, _) in enumerate(items) if k[0] == "h0.proj")  # the logits run before h0.proj
-    items[at:at] = [(("h0.attn.(sdpa)", "attention", "out"), init_then(0.0, 0.5)),
-                    (("h0.attn.(sdpa)", "attention", "delta"), 0.5)]  # step 0 must shrink like width^-0.5: it is flat
-    v = judge(make_frame(dict(items), head_dim={"h0.attn.(sdpa)": lambda w: w // 4}))
-    assert list(v.causes["kind"]) == ["attention_scale"] and list(v.causes["what"]) == ["h0.attn.(sdpa)"]
+    logits = {"h0.attn.(sdpa)": "h0.proj", "h1.attn.(sdpa)": "h1.proj"}  # each block's logits run before its proj
+    for name, before in logits.items():
+        at = next(i for i, (k, _) in enumerate(items) if k[0] == before)
+        items[at:at] = [((name, "attention", "out"), init_then(0.0, 0.5)), ((name, "attention", "delta"), 0.5)]
+    v = judge(make_frame(dict(items), head_dim={m: (lambda w: w // 4) for m in logits}))
+    assert list(v.causes["kind"]) == ["attention_scale"]  # one bug in every block: one cause, not an inheritance
     c = v.causes.iloc[0]
+    assert c["what"] == "both attention logits" and c["modules"] == list(logits)
     assert c["step"] == 0 and c["expected"] == "-0.50 or less" and "1/sqrt(d_head) instead of 1/d_head" in c["line"]
-    assert mods(v).loc["h0.proj", "inherited_from"] == "h0.attn.(sdpa)"
+    assert "does not shrink enough: like width^+0.00" in c["line"]
+    assert mods(v).loc["h0.proj", "inherited_from"] == "both attention logits"
 
 
 def test_a_multiplier_missing_outside_any_module_is_the_models_output():
