@@ -164,10 +164,20 @@ class Report:
         if len(worst):
             lines += ["| module | role | tensor | step | slope | 95% interval | status | likely cause |",
                       "|---|---|---|---|---|---|---|---|"]
+            walked = v.modules.set_index(["config_id", "module"])[["cause", "inherited_from", "inherited_via"]]
+            measured = set(v.evidence["config_id"])
             for w in worst.itertuples():
+                why = w.diagnosis  # the guess from the symptom, unless the causes say better
+                if w.config_id in measured and (w.config_id, w.module) in walked.index:
+                    m = walked.loc[(w.config_id, w.module)]
+                    why = (("the cause: see Cause" if m["cause"] == w.module else f"a cause ({m['cause']}): see Cause")
+                           if m["cause"] else
+                           f"inherited from {m['inherited_from']}" + (" (through the backward pass)"
+                                                                      if m["inherited_via"] == "backward" else "")
+                           if m["inherited_from"] else w.diagnosis)
                 lines.append(
                     f"| {md_escape(w.module)} | {w.role} | {w.tensor} | {w.step} | {num(w.slope)} | "
-                    f"[{num(w.ci_low)}, {num(w.ci_high)}] | {w.status} | {md_escape(w.diagnosis)} |"
+                    f"[{num(w.ci_low)}, {num(w.ci_high)}] | {w.status} | {md_escape(why)} |"
                 )
         else:
             lines.append("None: every judged series is within tolerance.")
