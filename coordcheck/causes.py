@@ -56,7 +56,7 @@ KINDS = {
 CAUSE_COLUMNS = ["config_id", "parametrization", "order", "kind", "what", "modules", "measure", "step", "exponent",
                  "ci_low", "ci_high", "expected", "fix", "line"]
 EVIDENCE_COLUMNS = ["config_id", "parametrization", "name", "measure", "exponent", "ci_low", "ci_high",
-                    "expected_low", "expected_high", "violates", "order", "step", "role"]
+                    "expected_low", "expected_high", "violates", "order", "step", "role", "status"]
 MODULE_COLUMNS = ["cause", "inherited_from", "inherited_via"]
 
 # The hidden-matrix learning-rate fix under Muon (optimizer column contains "muon"): which adjust_lr_fn keeps hidden
@@ -353,7 +353,7 @@ def _evidence(cid: str, par: str, judged: pd.DataFrame, own: pd.DataFrame, order
         return dict(config_id=cid, parametrization=par, name=name, measure=measure, exponent=float(r["slope"]),
                     ci_low=float(r["ci_low"]), ci_high=float(r["ci_high"]), expected_low=float(r["band_low"]),
                     expected_high=float(r["band_high"]), violates=violates, order=int(order[name]),
-                    step=int(r["step"]), role=str(r["role"]))
+                    step=int(r["step"]), role=str(r["role"]), status=str(r["status"]))
 
     jo = judged[(judged["tensor"] == "own") & (judged["status"] != "skip")]
     for m in sorted(set(own["module"]), key=order.get):

@@ -182,6 +182,7 @@ def test_a_correct_model_has_no_cause_and_evidence_for_every_owner():
     assert len(ev) == 2 * 7 and not ev["violates"].any()
     assert ev.loc[("head", "init"), "exponent"] == pytest.approx(-1.0, abs=0.05)
     assert ev.loc[("head", "init"), "expected_high"] == pytest.approx(0.2)
+    assert set(ev["status"]) == {"pass"}
     assert list(v.evidence.drop_duplicates("name")["name"]) == ["emb", *HIDDEN, "ln_f", "head"]
     assert (v.series.loc[v.series["tensor"] == "in", "status"] == "skip").all()
 
@@ -220,3 +221,17 @@ def test_report_without_own_says_the_causes_need_it(tmp_path):
     cause = md.split("## Cause", 1)[1].split("##", 1)[0]
     assert "not measured: no own rows in the frame" in cause
     assert json.loads((tmp_path / "report.json").read_text())["causes"] == []
+
+
+def test_the_commands_last_line_names_the_first_cause(tmp_path, capsys):
+    from coordcheck.frame import write_frame
+    from coordcheck.report import main
+
+    frame = make_frame(gpt({**downstream_of("h1.proj", 1.0), ("h1.proj", "own"): init_then(0.0, 1.0)}))
+    for w, g in frame.groupby("width"):
+        write_frame(g, tmp_path / f"width={w}" / "frame.parquet")
+        (tmp_path / f"width={w}" / "job.json").write_text(json.dumps({"status": "ok"}))
+    assert main([str(tmp_path), "--no-figures"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("coordcheck: first cause: h1.proj: own update grows like width^+1.00")
+    assert out[-2].startswith("coordcheck: report ") and out[-2].endswith(" s)")  # the time stays on the report line
