@@ -121,10 +121,6 @@ class Causes:
     findings: dict[str, str] = field(default_factory=dict)  # config_id -> what was seen, where it has no cause
     measured: set[str] = field(default_factory=set)  # configurations whose frame has `own` rows
 
-    def first(self, config_id: str) -> pd.Series | None:
-        c = self.causes[self.causes["config_id"] == config_id]
-        return c.sort_values("order").iloc[0] if len(c) else None
-
 
 def own_diagnosis(role: str, step: int, direction: str) -> str:
     """The per-series diagnosis of a failing ``own`` series (the configuration's cause may refine it)."""
