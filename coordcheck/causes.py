@@ -148,19 +148,25 @@ def _worst(rows: pd.DataFrame) -> pd.Series:
     return rows.loc[rows["margin"].fillna(np.inf).sort_values(kind="stable").index[0]]
 
 
-def _loss_jump(loss: pd.DataFrame) -> tuple[int, int, float, float] | None:
+def _loss_jump(loss: pd.DataFrame) -> tuple[int, int, float, float, str] | None:
     """The first (step, width, before, after) at which some width and seed's loss rises more than :data:`JUMP`
-    above its running minimum."""
-    best = None
+    above its running minimum, and at which widths it jumps by then ("every width" or a list)."""
+    best, jumped = None, {}
     for (w, _), g in loss.sort_values("step").groupby(["width", "seed"], sort=True):
         v = g["value"].to_numpy(dtype=float)
         steps = g["step"].to_numpy()
         running = np.minimum.accumulate(np.where(np.isfinite(v), v, np.inf))
         before = np.concatenate([[np.inf], running[:-1]])
         hit = np.flatnonzero((np.arange(len(v)) > 0) & np.isfinite(v) & (v > (1 + JUMP) * before))
+        if len(hit):
+            jumped[int(w)] = min(jumped.get(int(w), steps[hit[0]]), steps[hit[0]])
         if len(hit) and (best is None or steps[hit[0]] < best[0]):
             best = (int(steps[hit[0]]), int(w), float(before[hit[0]]), float(v[hit[0]]))
-    return best
+    if best is None:
+        return None
+    by_then = [w for w, t in sorted(jumped.items()) if t <= best[0]]
+    where = "every width" if len(by_then) == loss["width"].nunique() else "width " + ", ".join(map(str, by_then))
+    return (*best, where)
 
 
 def _finding(judged: pd.DataFrame, loss: pd.DataFrame) -> str:
@@ -178,9 +184,9 @@ def _finding(judged: pd.DataFrame, loss: pd.DataFrame) -> str:
             f"at step {int(w['step'])})")
     jump = _loss_jump(loss)
     if jump is not None and int(first["step"]) >= 1 and jump[0] <= int(rows["step"].max()):
-        step, width, a, b = jump
-        return (f"{head}; {seen} while the loss jumps (width {width}, step {step}: {a:.3g} -> {b:.3g}): dynamics "
-                f"at the edge of stability — lower the learning rate")
+        step, width, a, b, where = jump
+        return (f"{head}; {seen} while the loss jumps at step {step} ({where}; width {width}: {a:.3g} -> {b:.3g}): "
+                f"dynamics at the edge of stability — lower the learning rate")
     return f"no cause found: {head}; {seen}"
 
 

@@ -167,8 +167,8 @@ def test_late_drift_while_the_loss_jumps_is_the_edge_of_stability():
     v = judge(make_frame(gpt(late), loss=loss))
     assert v.status == "fail" and v.causes.empty and int(v.configs["window_end"].iloc[0]) == 4
     assert "h0.proj output grows with width from step 3 on" in v.reason
-    assert "while the loss jumps (width 64, step 3: 3.5 -> 3.9): dynamics at the edge of stability — lower the " \
-           "learning rate" in v.reason
+    assert "while the loss jumps at step 3 (every width; width 64: 3.5 -> 3.9): dynamics at the edge of stability " \
+           "— lower the learning rate" in v.reason
     assert "not scaled" not in v.reason
     quiet = judge(make_frame(gpt(late)))  # the same drift on a smooth loss: no story, no knob
     assert quiet.reason.startswith("no cause found") and "edge of stability" not in quiet.reason
