@@ -174,7 +174,8 @@ class Report:
                            if m["cause"] else
                            f"inherited from {m['inherited_from']}" + (" (through the backward pass)"
                                                                       if m["inherited_via"] == "backward" else "")
-                           if m["inherited_from"] else w.diagnosis)
+                           if m["inherited_from"] else "undecided: no cause the measurements show (see Cause)"
+                           if w.status == "inconclusive" else "no cause found (see Cause)")
                 lines.append(
                     f"| {md_escape(w.module)} | {w.role} | {w.tensor} | {w.step} | {num(w.slope)} | "
                     f"[{num(w.ci_low)}, {num(w.ci_high)}] | {w.status} | {md_escape(why)} |"

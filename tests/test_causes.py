@@ -159,6 +159,8 @@ def test_an_inconclusive_own_update_makes_no_cause_and_names_no_knob():
     assert v.status == "inconclusive" and v.causes.empty
     assert v.reason.startswith("no cause found: no parameter's own update or initialisation violates muP; h1.fc")
     assert v.reason.endswith("not decided — add seeds or widths") and "learning rate" not in v.reason
+    md = build_report(frame).markdown()
+    assert "learning rate" not in md.split("## Training stability")[0]  # the worst offenders name no knob either
 
 
 def test_late_drift_while_the_loss_jumps_is_the_edge_of_stability():
