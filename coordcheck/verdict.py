@@ -58,7 +58,8 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    order over these statuses: a module whose ``own`` fails is a cause, a failing module after it
    inherits (``Verdict.causes``, ``Verdict.evidence``, the module table's ``cause`` /
    ``inherited_from``); a failing configuration's reason leads with its first cause, and one without
-   a cause says what was seen instead. A frame without ``own`` rows is judged as before, with a note.
+   a cause says what was seen instead. A frame without ``own`` rows is judged as before (no causes;
+   the report's Cause section says they need the ``own`` tensor).
 11. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
    ``pass``.
 """
@@ -72,7 +73,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NO_OWN_NOTE, find_causes, own_diagnosis
+from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, find_causes, own_diagnosis
 from coordcheck.errors import check_knobs, knob
 from coordcheck.frame import QK_LOGITS, STATS
 from coordcheck.shapes import model_table, shapes_by_config, width_problem
@@ -626,7 +627,5 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
         return Verdict("inconclusive", "no activation statistics to judge", rules, series, modules, configs_df, inst)
     worst = configs_df.loc[configs_df["status"].map(_RANK).idxmax()]
     reason = worst["reason"] if len(configs_df) == 1 else f"{worst['parametrization']}: {worst['reason']}"
-    unmeasured = configs_df[~configs_df["config_id"].isin(walk.measured) & (configs_df["status"] != "pass")]
-    notes = _head_dim_notes(heads, series, rules) + ([NO_OWN_NOTE] if len(unmeasured) else [])
-    return Verdict(worst["status"], reason, rules, series, modules, configs_df, inst, divergence, notes=notes,
-                   causes=walk.causes, evidence=walk.evidence)
+    return Verdict(worst["status"], reason, rules, series, modules, configs_df, inst, divergence,
+                   notes=_head_dim_notes(heads, series, rules), causes=walk.causes, evidence=walk.evidence)
