@@ -244,105 +244,123 @@ def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame,
         if own.empty:
             continue
         measured.add(cid)
-        par, opt = str(s["parametrization"].iloc[0]), str(s["optimizer"].iloc[0])
         order = s.groupby("module")["call_order"].min()
-        owners = set(own["module"])
         judged = s[s["in_window"]]
         fails = judged[(judged["status"] == "fail") & judged["direction"].isin(["grows", "shrinks"])]
-        found: list[dict] = []  # one per cause module: module, kind, direction, measure, row, init_row, owner
-
-        def add(module: str, kind: str, row: pd.Series, init_row=None, owner=True) -> None:
-            found.append(dict(module=module, order=int(order[module]), role=str(row["role"]), kind=kind,
-                              direction=str(row["direction"]), measure=("init" if kind == "init" else "own") if owner
-                              and row["tensor"] == "own" else str(row["tensor"]), row=row, init_row=init_row,
-                              owner=owner))
-
-        init = judged[(judged["tensor"] == "own") & (judged["step"] == 0)].set_index("module")
-        for m in sorted(owners, key=order.get):  # parameter-owning modules: init first, then their own update
-            f = fails[(fails["module"] == m) & (fails["tensor"] == "own")]
-            f0 = f[f["step"] == 0]
-            if len(f0):
-                add(m, "init", f0.iloc[0])
-                continue
-            f1 = f[f["step"] >= 1]
-            if f1.empty:
-                continue
-            x = judged[(judged["module"] == m) & (judged["tensor"] == "in")].set_index("step")
-            unexplained = []
-            for r in f1.itertuples():
-                if r.step in x.index:
-                    xs = float(x.loc[r.step, "slope"])
-                    same = xs > r.band_high if r.direction == "grows" else xs < r.band_low
-                    if same and abs(xs - r.slope) <= tol:
-                        continue  # the input explains it (the SGD case)
-                unexplained.append(r.Index)
-            if not unexplained:
-                continue
-            w = _worst(f1.loc[unexplained])
-            init_row = init.loc[m] if m in init.index else None
-            add(m, _update_kind(str(w["role"]), str(w["direction"]), init_row), w, init_row)
-        outputs = s[s["role"] == "output"]
-        model_output = outputs.loc[outputs["call_order"].idxmax(), "module"] if len(outputs) else None
-        role_of = s.groupby("module")["role"].first()
-        logits = [m for m in order.sort_values().index if m not in owners and role_of[m] == "attention"]
-        others = [m for m in order.sort_values().index if m not in owners and (m == model_output or m in logits)]
-        for m in others:  # causes outside any parameter: attention logits, the model's output
-            f = fails[(fails["module"] == m) & ~fails["tensor"].isin(["own", "in"])]
-            if f.empty:
-                continue
-            before = [c for c in found if c["order"] < order[m] and c["kind"] != "attention_scale"]  # each block's
-            f0, f1 = f[f["step"] == 0], f[f["step"] >= 1]
-            kind = "output_multiplier" if m == model_output else "attention_scale"
-            if len(f0) and not any(c["kind"] == "init" for c in before) and not (m == model_output and before):
-                add(m, kind, _worst(f0), owner=False)
-            elif len(f1) and not before:
-                add(m, kind, _worst(f1), owner=False)
-        found.sort(key=lambda c: c["order"])
-        groups: dict[tuple, list[dict]] = {}
-        for c in found:
-            role = c["role"] if c["owner"] or c["role"] != "attention" else "(logits)"
-            groups.setdefault((c["kind"], c["direction"], role, c["measure"], c["owner"]), []).append(c)
-        role_owners = {r: set(own.loc[own["role"] == r, "module"]) for r in set(own["role"])}
-        role_owners["(logits)"] = set(logits)  # captured or named attention logits: no parameters of their own
-        what_of: dict[str, str] = {}
-        for i, ((kind, direction, role, measure, owner), members) in enumerate(
-                sorted(groups.items(), key=lambda kv: kv[1][0]["order"])):
-            names = [c["module"] for c in members]
-            if len(names) == 1:
-                what = names[0]
-            else:
-                total = len(role_owners.get(role, ()))
-                noun = PLURAL.get(role, f"{role} modules")
-                what = (("both" if total == 2 else f"all {total}") + f" {noun}" if len(names) == total
-                        else f"{len(names)} of {total} {noun}")
-            rep = sorted(members, key=lambda c: float(c["row"]["slope"]))[(len(members) - 1) // 2]
-            r = rep["row"]
-            fix = _fix(kind, role, direction, len(names), par, opt, r, rep["init_row"], owner)
-            expected = _expected(r, tol)
-            verb = "does not shrink enough:" if direction == "grows" and r["slope"] <= 0 else direction
-            line = (f"{what}: {MEASURE_WORDS.get(measure, measure)} {verb} like width^{r['slope']:+.2f} "
-                    f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] at step {int(r['step'])} (muP: {expected}) — {fix}")
-            causes.append(dict(config_id=cid, parametrization=par, order=i, kind=kind, what=what, modules=names,
-                               measure=measure, step=int(r["step"]), exponent=float(r["slope"]),
-                               ci_low=float(r["ci_low"]), ci_high=float(r["ci_high"]), expected=expected, fix=fix,
-                               line=line))
-            what_of.update({n: what for n in names})
-        evidence += _evidence(cid, par, judged, own, order, found)
-        here = mods["config_id"] == cid
-        cause_at = sorted((int(order[n]), w) for n, w in what_of.items())
-        for idx in mods.index[here]:
-            m = mods.at[idx, "module"]
-            if m in what_of:
-                mods.at[idx, "cause"] = what_of[m]
-            elif mods.at[idx, "status"] == "fail" and cause_at:
-                at = int(order.get(m, -1))
-                up = [w for o, w in cause_at if o < at]
-                mods.at[idx, "inherited_from"], mods.at[idx, "inherited_via"] = (
-                    (up[-1], "forward") if up else (next(w for o, w in cause_at if o > at), "backward"))
+        found = _parameter_causes(judged, fails, set(own["module"]), order, tol)
+        logits = [m for m in order.sort_values().index
+                  if m not in set(own["module"]) and s.loc[s["module"] == m, "role"].iloc[0] == "attention"]
+        found += _other_causes(s, fails, set(own["module"]), logits, order, found)
+        rows, what_of = _grouped(sorted(found, key=lambda c: c["order"]), own, logits, tol)
+        causes += [{"config_id": cid, "parametrization": str(s["parametrization"].iloc[0]), **r} for r in rows]
+        evidence += _evidence(cid, str(s["parametrization"].iloc[0]), judged, own, order, found)
+        _inherit(mods, cid, order, what_of)
         if not found:
             findings[cid] = _finding(judged, loss[loss["config_id"] == cid])
     return Causes(pd.DataFrame(causes, columns=CAUSE_COLUMNS), pd.DataFrame(evidence, columns=EVIDENCE_COLUMNS), mods,
                   findings, measured)
+
+
+def _cause(module: str, order: pd.Series, kind: str, row: pd.Series, init_row: pd.Series | None = None,
+           owner: bool = True) -> dict:
+    """One cause module: what it is, where it runs, the series that shows it (and, for an owner, its init gain)."""
+    measure = ("init" if kind == "init" else "own") if owner and row["tensor"] == "own" else str(row["tensor"])
+    return dict(module=module, order=int(order[module]), role=str(row["role"]), kind=kind,
+                direction=str(row["direction"]), measure=measure, row=row, init_row=init_row, owner=owner)
+
+
+def _parameter_causes(judged: pd.DataFrame, fails: pd.DataFrame, owners: set[str], order: pd.Series,
+                      tol: float) -> list[dict]:
+    """Parameter-owning modules whose init gain (step 0) or own update (steps >= 1) fails; the init comes first. An
+    own update whose input leaves the band the same way, within ``tol`` of its slope, is explained by it (SGD)."""
+    found = []
+    init = judged[(judged["tensor"] == "own") & (judged["step"] == 0)].set_index("module")
+    for m in sorted(owners, key=order.get):
+        f = fails[(fails["module"] == m) & (fails["tensor"] == "own")]
+        if (f["step"] == 0).any():
+            found.append(_cause(m, order, "init", f[f["step"] == 0].iloc[0]))
+            continue
+        x = judged[(judged["module"] == m) & (judged["tensor"] == "in")].set_index("step")
+        unexplained = []
+        for r in f[f["step"] >= 1].itertuples():
+            if r.step in x.index:
+                xs = float(x.loc[r.step, "slope"])
+                if (xs > r.band_high if r.direction == "grows" else xs < r.band_low) and abs(xs - r.slope) <= tol:
+                    continue  # the input explains it
+            unexplained.append(r.Index)
+        if unexplained:
+            w = _worst(f.loc[unexplained])
+            init_row = init.loc[m] if m in init.index else None
+            found.append(_cause(m, order, _update_kind(str(w["role"]), str(w["direction"]), init_row), w, init_row))
+    return found
+
+
+def _other_causes(s: pd.DataFrame, fails: pd.DataFrame, owners: set[str], logits: list[str], order: pd.Series,
+                  found: list[dict]) -> list[dict]:
+    """Causes outside any parameter: attention logits failing with no init cause before them at step 0 (no cause at
+    all after updates; another block's logits do not count: each block has its own), and the model's output (the last
+    output module to run) failing with no cause before it."""
+    outputs = s[s["role"] == "output"]
+    model_output = outputs.loc[outputs["call_order"].idxmax(), "module"] if len(outputs) else None
+    extra: list[dict] = []
+    for m in [m for m in order.sort_values().index if m not in owners and (m == model_output or m in logits)]:
+        f = fails[(fails["module"] == m) & ~fails["tensor"].isin(["own", "in"])]
+        if f.empty:
+            continue
+        before = [c for c in found + extra if c["order"] < order[m] and c["kind"] != "attention_scale"]
+        f0, f1 = f[f["step"] == 0], f[f["step"] >= 1]
+        kind = "output_multiplier" if m == model_output else "attention_scale"
+        if len(f0) and not any(c["kind"] == "init" for c in before) and not (m == model_output and before):
+            extra.append(_cause(m, order, kind, _worst(f0), owner=False))
+        elif len(f1) and not before:
+            extra.append(_cause(m, order, kind, _worst(f1), owner=False))
+    return extra
+
+
+def _grouped(found: list[dict], own: pd.DataFrame, logits: list[str], tol: float) -> tuple[list[dict], dict[str, str]]:
+    """Causes of one kind, direction, role and measure as one row each (CAUSE_COLUMNS but the configuration's), first
+    in call order first; and each cause module's ``what``."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in found:
+        role = c["role"] if c["owner"] or c["role"] != "attention" else "(logits)"
+        groups.setdefault((c["kind"], c["direction"], role, c["measure"], c["owner"]), []).append(c)
+    totals = {r: len(set(own.loc[own["role"] == r, "module"])) for r in set(own["role"])}
+    totals["(logits)"] = len(logits)  # captured or named attention logits: no parameters of their own
+    par, opt = str(own["parametrization"].iloc[0]), str(own["optimizer"].iloc[0])
+    rows, what_of = [], {}
+    for i, ((kind, direction, role, measure, owner), members) in enumerate(groups.items()):
+        names = [c["module"] for c in members]
+        total, noun = totals.get(role, 0), PLURAL.get(role, f"{role} modules")
+        what = names[0] if len(names) == 1 else (
+            ("both" if total == 2 else f"all {total}") + f" {noun}" if len(names) == total
+            else f"{len(names)} of {total} {noun}")
+        rep = sorted(members, key=lambda c: float(c["row"]["slope"]))[(len(members) - 1) // 2]  # the median member
+        r = rep["row"]
+        fix = _fix(kind, role, direction, len(names), par, opt, r, rep["init_row"], owner)
+        expected = _expected(r, tol)
+        verb = "does not shrink enough:" if direction == "grows" and r["slope"] <= 0 else direction
+        line = (f"{what}: {MEASURE_WORDS.get(measure, measure)} {verb} like width^{r['slope']:+.2f} "
+                f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] at step {int(r['step'])} (muP: {expected}) — {fix}")
+        rows.append(dict(order=i, kind=kind, what=what, modules=names, measure=measure, step=int(r["step"]),
+                         exponent=float(r["slope"]), ci_low=float(r["ci_low"]), ci_high=float(r["ci_high"]),
+                         expected=expected, fix=fix, line=line))
+        what_of.update({n: what for n in names})
+    return rows, what_of
+
+
+def _inherit(mods: pd.DataFrame, cid: str, order: pd.Series, what_of: dict[str, str]) -> None:
+    """Fill the module table's cause columns for configuration ``cid`` in place: a cause module gets its ``what``,
+    every other failing module the nearest cause before it (forward), or with none, the first after it (backward)."""
+    at_order = sorted((int(order[n]), w) for n, w in what_of.items())
+    for idx in mods.index[mods["config_id"] == cid]:
+        m = mods.at[idx, "module"]
+        if m in what_of:
+            mods.at[idx, "cause"] = what_of[m]
+        elif mods.at[idx, "status"] == "fail" and at_order:
+            at = int(order.get(m, -1))
+            up = [w for o, w in at_order if o < at]
+            mods.at[idx, "inherited_from"], mods.at[idx, "inherited_via"] = (
+                (up[-1], "forward") if up else (next(w for o, w in at_order if o > at), "backward"))
 
 
 def _evidence(cid: str, par: str, judged: pd.DataFrame, own: pd.DataFrame, order: pd.Series,
