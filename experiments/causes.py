@@ -1,7 +1,12 @@
 """The causes each known-answer model gets (coordcheck.causes), from real frames with the `own` tensor.
 
-Prints per case: the verdict, every cause line (or what was seen instead), and the evidence of the own /
-init exponents per parameter-owning module with ``--evidence``. Small on purpose (2 cores shared):
+Prints per case: the verdict, every cause line (or what was seen instead), the modules that inherit, and
+with ``--evidence`` the init / own exponents of every parameter-owning module. The ``pgpt-*`` cases are the
+issue's planted faults in ``coordcheck.testing``'s nanoGPT-style GPT (one each: block 1's MLP output
+projection in the base-lr group, the embeddings in the hidden group, no output multiplier, hidden lr unscaled
+or scaled twice, attention 1/sqrt(d), block 0's first MLP layer at a constant init std). Needs the probes'
+``own`` tensor (the default ``tensors``). Small on purpose (2 cores shared; about 6 minutes for all, one
+thread):
 
     python experiments/causes.py [--evidence] [CASE ...]
 """
