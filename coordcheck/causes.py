@@ -14,14 +14,16 @@ after the transient rule (an ``inconclusive`` series never makes a cause):
   cause (``init``). Captured attention logits failing at step 0 with no init cause before them:
   ``attention_scale``. The model's output failing at step 0 with no cause before it:
   ``output_multiplier``.
-* **Updates** (steps >= 1). A parameter-owning module whose ``own`` fails is a cause, unless its
-  input explains it (its ``in`` leaves the band in the same direction, with a slope within ``tol``
-  of the own slope: SGD, whose update scales with the input). The kind follows the role and the
-  direction: hidden -> ``lr``; input -> ``lr`` (the embedding keeps the base learning rate); norm ->
-  ``lr``; output growing -> ``output_multiplier`` when its init gain does not shrink either (no
-  1/width anywhere), else ``readout_lr``; output shrinking -> ``readout_lr``. Attention logits, and
-  the model's output when it is not a judged parameter-owning module (``(root)``: a multiplier in
-  ``forward``), failing with no cause before them: ``attention_scale`` / ``output_multiplier``.
+* **Updates** (steps >= 1). A parameter-owning module whose ``own`` fails is a cause (``lr``: hidden,
+  input or norm), unless its input explains it (its ``in`` leaves the band in the same direction,
+  with a slope within ``tol`` of the own slope: SGD, whose update scales with the input). Attention
+  logits failing with no cause before them: ``attention_scale``.
+* **The model's output** (the last output module to run: a readout, ``(root)`` or a container with
+  a multiplier in its ``forward``) is read on its ``out`` and ``delta``, not on the readout's own
+  gain (``verdict.READOUT_OWN``: a multiplier on the readout's input hides in that gain). Failing
+  with no cause before it: growing at step 0, or after updates while its logits at step 0 do not
+  shrink either (no 1/width anywhere) -> ``output_multiplier``; growing after updates although the
+  logits shrink at step 0, or shrinking -> ``readout_lr``.
 * A module is one cause at most; a failing initialisation comes first (fix it, then look again).
 * Causes of one kind, direction and role are grouped ("all 14 hidden matrices"); the exponent
   shown for a group is its median member's (slope and interval), the step that member's worst.
@@ -104,8 +106,8 @@ SP_OUTPUT_FIX = ("no 1/width output multiplier, which is what standard parametri
                  "control): parametrization=mup adds it")
 ZERO_READOUT_FIX = ("multiply the logits by base_width/width (MuReadout), or give the readout lr * base_width / "
                     "width: with a zero-initialised readout the two cannot be told apart")
-READOUT_LR_FIX = ("the readout's learning rate is not scaled by width although its init shrinks: give it "
-                  "lr * base_width / width, or put the 1/width multiplier in the forward (MuReadout) instead")
+READOUT_LR_FIX = ("the readout's learning rate is not scaled by width although the logits shrink at initialisation: "
+                  "give it lr * base_width / width, or put the 1/width multiplier in the forward (MuReadout) instead")
 OUTSIDE_FIX = ("a missing output multiplier outside any parameter-owning module (in {where}'s forward): multiply the "
                "logits by base_width/width")
 ATTENTION_FIX = "attention logits scaled 1/sqrt(d_head) instead of 1/d_head: use q.k * (1/d_head) (muP attention)"
@@ -190,14 +192,12 @@ def _finding(judged: pd.DataFrame, loss: pd.DataFrame) -> str:
     return f"no cause found: {head}; {seen}"
 
 
-def _update_kind(role: str, direction: str, init_row: pd.Series | None) -> str:
-    """``lr`` for every role but the output; the output's own update growing is a missing multiplier when its init
-    gain does not shrink either (nothing scales it by 1/width), else the readout's learning rate."""
-    if role != "output":
-        return "lr"
+def _output_kind(direction: str, init_out: pd.Series | None) -> str:
+    """The model's output growing after updates is a missing multiplier when its logits at initialisation do not
+    shrink either (nothing scales it by 1/width), else the readout's learning rate; shrinking: the readout's lr."""
     if direction == "shrinks":
         return "readout_lr"
-    shrinks = init_row is not None and init_row["status"] != "zero" and float(init_row["slope"]) < INIT_SHRINKS
+    shrinks = init_out is not None and init_out["status"] != "zero" and float(init_out["slope"]) < INIT_SHRINKS
     return "readout_lr" if shrinks else "output_multiplier"
 
 
@@ -215,7 +215,8 @@ def _fix(kind: str, role: str, direction: str, n: int, parametrization: str, opt
             return SP_OUTPUT_FIX
         return ZERO_READOUT_FIX if init_row is not None and init_row["status"] == "zero" else OUTPUT_MULTIPLIER_FIX
     if kind == "readout_lr":
-        return READOUT_LR_FIX if direction == "grows" else UPDATE_FIX[("output", "shrinks")]
+        return (READOUT_LR_FIX if direction == "grows" else UPDATE_FIX[("output", "shrinks")]) + (
+            SP_NOTE if parametrization == "sp" else "")
     key = (role if role in ("input", "norm") else "hidden", direction)
     sgd = "sgd" in optimizer.lower()
     if key == ("hidden", "grows"):
@@ -230,12 +231,14 @@ def _fix(kind: str, role: str, direction: str, n: int, parametrization: str, opt
     return UPDATE_FIX[key].format(them=them, its=its) + (SP_NOTE if parametrization == "sp" else "")
 
 
-def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame, tol: float) -> Causes:
+def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame, tol: float,
+                shrink_tol: float) -> Causes:
     """Walk each configuration's modules in call order; see the module docstring.
 
     ``series``: the verdict's judged series of one statistic (with ``in_window``); ``modules``: its module table;
     ``loss``: the frame's loss rows (``config_id, width, seed, step, value``); ``tol``: the verdict's growth tolerance
-    (also how close an input's slope must be to explain an own slope).
+    (also how close an input's slope must be to explain an own slope); ``shrink_tol``: its shrink tolerance (the
+    readout's own change, :func:`_readout_change`).
     """
     causes, evidence, findings, measured = [], [], {}, set()
     mods = modules.assign(cause="", inherited_from="", inherited_via="")
@@ -250,10 +253,13 @@ def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame,
         found = _parameter_causes(judged, fails, set(own["module"]), order, tol)
         logits = [m for m in order.sort_values().index
                   if m not in set(own["module"]) and s.loc[s["module"] == m, "role"].iloc[0] == "attention"]
-        found += _other_causes(s, fails, set(own["module"]), logits, order, found)
+        found += _other_causes(s, fails, set(own["module"]), logits, order, found, (-shrink_tol, tol))
         rows, what_of = _grouped(sorted(found, key=lambda c: c["order"]), own, logits, tol)
         causes += [{"config_id": cid, "parametrization": str(s["parametrization"].iloc[0]), **r} for r in rows]
-        evidence += _evidence(cid, str(s["parametrization"].iloc[0]), judged, own, order, found)
+        outputs = s[s["role"] == "output"]
+        readout = outputs.loc[outputs["call_order"].idxmax(), "module"] if len(outputs) else None
+        change = _readout_change(s, readout, (-shrink_tol, tol), every=True) if readout in set(own["module"]) else None
+        evidence += _evidence(cid, str(s["parametrization"].iloc[0]), judged, own, order, found, readout, change)
         _inherit(mods, cid, order, what_of)
         if not found:
             findings[cid] = _finding(judged, loss[loss["config_id"] == cid])
@@ -274,8 +280,7 @@ def _parameter_causes(judged: pd.DataFrame, fails: pd.DataFrame, owners: set[str
     """Parameter-owning modules whose init gain (step 0) or own update (steps >= 1) fails; the init comes first. An
     own update whose input leaves the band the same way, within ``tol`` of its slope, is explained by it (SGD)."""
     found = []
-    init = judged[(judged["tensor"] == "own") & (judged["step"] == 0)].set_index("module")
-    for m in sorted(owners, key=order.get):
+    for m in sorted(owners, key=order.get):  # the readout's own is not judged (verdict.READOUT_OWN): never here
         f = fails[(fails["module"] == m) & (fails["tensor"] == "own")]
         if (f["step"] == 0).any():
             found.append(_cause(m, order, "init", f[f["step"] == 0].iloc[0]))
@@ -290,30 +295,69 @@ def _parameter_causes(judged: pd.DataFrame, fails: pd.DataFrame, owners: set[str
             unexplained.append(r.Index)
         if unexplained:
             w = _worst(f.loc[unexplained])
-            init_row = init.loc[m] if m in init.index else None
-            found.append(_cause(m, order, _update_kind(str(w["role"]), str(w["direction"]), init_row), w, init_row))
+            found.append(_cause(m, order, "lr", w))
     return found
 
 
+def _readout_change(s: pd.DataFrame, m: str, band: tuple[float, float], every: bool = False) -> pd.DataFrame:
+    """The readout's own change *not* divided by its input's scale, per updated step in the window: the slope of
+    ``own`` plus the slope of ``in`` (``f(x_t; θ_t) - f(x_t; θ_0)`` itself, which muP holds flat for the logits), with
+    the sum of their intervals; the rows where that whole interval is outside ``band`` (``status`` fail), or with
+    ``every`` all of them."""
+    j = s[s["in_window"] & (s["module"] == m) & (s["step"] >= 1)]
+    o, x = j[j["tensor"] == "own"].set_index("step"), j[j["tensor"] == "in"].set_index("step")
+    steps = o.index.intersection(x.index)
+    if steps.empty:
+        return pd.DataFrame()
+    r = o.loc[steps].copy()
+    for c in ("slope", "ci_low", "ci_high"):
+        r[c] = o.loc[steps, c] + x.loc[steps, c]
+    lo, hi = band
+    r["band_low"], r["band_high"] = lo, hi
+    r["direction"] = np.where(r["ci_low"] > hi, "grows", np.where(r["ci_high"] < lo, "shrinks", ""))
+    r["status"] = np.where(r["direction"] != "", "fail", "pass")
+    r["margin"] = np.minimum(hi - r["slope"], r["slope"] - lo)
+    r = r.reset_index()
+    return r if every else r[r["status"] == "fail"]
+
+
 def _other_causes(s: pd.DataFrame, fails: pd.DataFrame, owners: set[str], logits: list[str], order: pd.Series,
-                  found: list[dict]) -> list[dict]:
-    """Causes outside any parameter: attention logits failing with no init cause before them at step 0 (no cause at
-    all after updates; another block's logits do not count: each block has its own), and the model's output (the last
-    output module to run) failing with no cause before it."""
+                  found: list[dict], band: tuple[float, float]) -> list[dict]:
+    """Causes outside the parameters' own gains: attention logits failing with no init cause before them at step 0
+    (no cause at all after updates; another block's logits do not count: each block has its own), and the model's
+    output (the last output module to run, a readout or not): a readout whose own change (:func:`_readout_change`)
+    leaves the band at two updated steps or more is a cause whatever runs before it; otherwise the output failing on
+    its out or delta with no cause before it. At step 0 that is a missing multiplier; after updates a missing
+    multiplier or the readout's learning rate, told apart by its logits at step 0."""
     outputs = s[s["role"] == "output"]
     model_output = outputs.loc[outputs["call_order"].idxmax(), "module"] if len(outputs) else None
     extra: list[dict] = []
-    for m in [m for m in order.sort_values().index if m not in owners and (m == model_output or m in logits)]:
+    for m in [m for m in order.sort_values().index if m == model_output or m in logits]:
         f = fails[(fails["module"] == m) & ~fails["tensor"].isin(["own", "in"])]
+        owner = m in owners
+        if m == model_output and owner:
+            raw = _readout_change(s, m, band)
+            if len(raw) >= 2 or (len(raw) and raw["step"].nunique() == s.loc[s["in_window"], "step"].max()):
+                init_out = s[(s["module"] == m) & (s["tensor"] == "out") & (s["step"] == 0)]
+                init_out = init_out.iloc[0] if len(init_out) else None
+                w = _worst(raw)
+                extra.append(_cause(m, order, _output_kind(str(w["direction"]), init_out), w, init_out, owner))
+                continue
         if f.empty:
             continue
-        before = [c for c in found + extra if c["order"] < order[m] and c["kind"] != "attention_scale"]
+        before = [c for c in found + extra if c["order"] < order[m]
+                  and (m == model_output or c["kind"] != "attention_scale")]
         f0, f1 = f[f["step"] == 0], f[f["step"] >= 1]
-        kind = "output_multiplier" if m == model_output else "attention_scale"
+        if m != model_output:
+            kind, init_out = "attention_scale", None
+        else:
+            init_out = s[(s["module"] == m) & (s["tensor"] == "out") & (s["step"] == 0)]
+            init_out = init_out.iloc[0] if len(init_out) else None
+            kind = "output_multiplier" if len(f0) else _output_kind(str(_worst(f1)["direction"]), init_out)
         if len(f0) and not any(c["kind"] == "init" for c in before) and not (m == model_output and before):
-            extra.append(_cause(m, order, kind, _worst(f0), owner=False))
+            extra.append(_cause(m, order, kind, _worst(f0), init_out, owner))
         elif len(f1) and not before:
-            extra.append(_cause(m, order, kind, _worst(f1), owner=False))
+            extra.append(_cause(m, order, kind, _worst(f1), init_out, owner))
     return extra
 
 
@@ -363,10 +407,11 @@ def _inherit(mods: pd.DataFrame, cid: str, order: pd.Series, what_of: dict[str, 
                 (up[-1], "forward") if up else (next(w for o, w in at_order if o > at), "backward"))
 
 
-def _evidence(cid: str, par: str, judged: pd.DataFrame, own: pd.DataFrame, order: pd.Series,
-              found: list[dict]) -> list[dict]:
-    """Per parameter-owning module: its init gain (step 0) and its worst own update (steps >= 1); per cause outside
-    any parameter: its failing series."""
+def _evidence(cid: str, par: str, judged: pd.DataFrame, own: pd.DataFrame, order: pd.Series, found: list[dict],
+              readout: str | None, change: pd.DataFrame | None) -> list[dict]:
+    """Per parameter-owning module: its init gain (step 0) and its worst own update (steps >= 1) — for the model's
+    readout its own change (:func:`_readout_change`, ``change``) instead, its gain being unjudged; per other cause:
+    its failing series."""
     rows = []
 
     def row(name: str, measure: str, r: pd.Series, violates: bool) -> dict:
@@ -375,14 +420,15 @@ def _evidence(cid: str, par: str, judged: pd.DataFrame, own: pd.DataFrame, order
                     expected_high=float(r["band_high"]), violates=violates, order=int(order[name]),
                     step=int(r["step"]), role=str(r["role"]), status=str(r["status"]))
 
-    jo = judged[(judged["tensor"] == "own") & (judged["status"] != "skip")]
+    jo = judged[judged["tensor"] == "own"]  # the readout's too, shown though not judged (status skip)
     for m in sorted(set(own["module"]), key=order.get):
         g = jo[jo["module"] == m]
-        for measure, part in (("init", g[g["step"] == 0]), ("own", g[g["step"] >= 1])):
+        after = change if m == readout and change is not None and len(change) else g[g["step"] >= 1]
+        for measure, part in (("init", g[g["step"] == 0]), ("own", after)):
             if part.empty:
                 continue
             bad = part[part["status"] == "fail"]
             r = _worst(bad if len(bad) else part)
             rows.append(row(m, measure, r, bool(len(bad))))
-    rows += [row(c["module"], c["measure"], c["row"], True) for c in found if not c["owner"]]
+    rows += [row(c["module"], c["measure"], c["row"], True) for c in found if c["measure"] not in ("init", "own")]
     return rows

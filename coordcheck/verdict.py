@@ -14,14 +14,15 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    input / hidden / norm / output layers: slope in ``[-shrink_tol, tol]`` — growing means not
    muP, a shrinking ``delta`` means the features barely learn (lazy regime).
    ``own`` (the change of a parameter-owning module's output from its own parameters' update, as a
-   gain: issue 17's probes) of every role after updates, and at step 0 (the init gain) of input /
-   hidden / norm layers: flat too. ``in`` (the module's input) is not judged (``skip``): it is
-   some other module's output, evidence for :mod:`coordcheck.causes`.
-3. **No growth.** ``out`` and the step-0 ``own`` (init gain) of output layers and ``out``/``delta``
-   of attention logits: slope <= ``tol``; they may shrink (the readout at initialisation shrinks
-   like 1/width, or is exactly zero). Output rules apply to the model's output — the last output module to run; an
-   output-role module that runs before it (logits before a hand-written output multiplier) is
-   ``skip``. Captured pure ``q k^T * scale`` logits (``(sdpa)``, ``(mha)``) at step 0 must
+   gain: issue 17's probes) of input / hidden / norm layers, at step 0 (the init gain) and after
+   updates: flat too. ``in`` (the module's input) is not judged (``skip``): it is some other
+   module's output, evidence for :mod:`coordcheck.causes`; nor is the readout's ``own``
+   (:data:`READOUT_OWN`: a multiplier on its input hides in the gain's rms(x)).
+3. **No growth.** ``out`` of output layers and ``out``/``delta`` (and the step-0 ``own`` of a
+   parameter-owning attention module) of attention logits: slope <= ``tol``; they may shrink (the
+   readout at initialisation shrinks like 1/width, or is exactly zero). Output rules apply to the
+   model's output — the last output module to run; an output-role module that runs before it
+   (logits before a hand-written output multiplier) is ``skip``. Captured pure ``q k^T * scale`` logits (``(sdpa)``, ``(mha)``) at step 0 must
    shrink where their head dimension grows with width: with d_head ~ width^a (``a`` fitted
    from the frame's ``head_dim`` over the widths; 1 when the number of heads is fixed),
    slope <= ``-0.5 a + tol`` (independent q and k give q.k ~ sqrt(d_head); 1/d_head shrinks
@@ -129,6 +130,12 @@ HEAD_DIM_NOTES = {
                "1/d_head vs 1/sqrt(d_head) test is not applied; step 0 judged by the no-growth rule",
 }
 
+# The readout's own gain is shown, not judged: a 1/width multiplier applied to its *input* (torchtitan-style muP: the
+# final hidden state times 1/m before a plain nn.Linear) is divided out by s(x) = rms(x), so a correct model's readout
+# gain grows (measured on coordcheck.testing's titan LLaMA: init gain +0.48 [+0.46, +0.51] while the logits shrink as
+# muP wants). The model's output is judged on its out and delta (rules 2-3), and the causes read its out at step 0.
+READOUT_OWN = ("the readout's own gain is not judged (a multiplier on its input is divided out by rms(x)): the model's "
+               "output is judged on its out and delta")
 # (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
 EXPECT = {
     ("input", "out"): "flat", ("hidden", "out"): "flat", ("norm", "out"): "flat",
@@ -332,8 +339,9 @@ def _judge_series(s: pd.DataFrame, rules: Rules, heads: pd.DataFrame | None = No
     qk_skip = qk_step0 & (kind == "shrinks")
     s.loc[qk_init, "expect"] = "qk_init"
     own0 = (s["tensor"] == "own") & (s["step"] == 0) & s["role"].isin(["output", "attention"])
-    s.loc[own0, "expect"] = "no_growth"  # the readout's init gain may shrink (1/width) or be zero
-    given = (s["tensor"] == "in").to_numpy()  # a module's input: evidence for the causes, not judged
+    s.loc[own0, "expect"] = "no_growth"  # the readout's init gain (shown, not judged) may shrink or be zero
+    # not judged: a module's input (evidence for the causes), and the readout's own gain (READOUT_OWN)
+    given = ((s["tensor"] == "in") | ((s["tensor"] == "own") & (s["role"] == "output"))).to_numpy()
     lo_band = np.where(s["expect"] == "flat", -rules.shrink_tol, -np.inf)
     hi_band = np.where(qk_init, QK_INIT_SLOPE * np.where(qk_init, exponent, 0.0) + rules.tol, rules.tol)
     s["band_low"], s["band_high"] = lo_band, hi_band
@@ -364,7 +372,8 @@ def _judge_series(s: pd.DataFrame, rules: Rules, heads: pd.DataFrame | None = No
     direction = np.where(qk_skip & ~nonfinite, "", direction)
     status = np.where(given, "skip", status)
     direction = np.where(given, "", direction)
-    note = np.where(given, "the module's input: evidence for inheritance, not judged", note)
+    note = np.where(given, np.where(s["tensor"] == "in", "the module's input: evidence for inheritance, not judged",
+                                    READOUT_OWN), note)
     s["status"] = status
     s["direction"] = direction
     s["diagnosis"] = [
@@ -557,7 +566,8 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     series = _mark_transients(series, in_window, {c: e[1] for c, e in ends.items()}, persist=rules.persist,
                               gross=rules.gross)
     series = series.assign(in_window=in_window.astype(bool))
-    walk = find_causes(series, _module_table(series, rules.min_window), frame[frame["tensor"] == "loss"], rules.tol)
+    walk = find_causes(series, _module_table(series, rules.min_window), frame[frame["tensor"] == "loss"], rules.tol,
+                       rules.shrink_tol)
     modules = walk.modules
     for cid, cs in series.groupby("config_id", sort=False):
         ci = inst[inst["config_id"] == cid]
