@@ -23,8 +23,9 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    readout at initialisation shrinks like 1/width, or is exactly zero). Output rules apply to the
    model's output — the last output module to run; an output-role module that runs before it
    (logits before a hand-written output multiplier) is ``skip``. Captured pure ``q k^T * scale``
-   logits (``(sdpa)``, ``(mha)``) at step 0 must shrink where their head dimension grows with width: with d_head ~ width^a (``a`` fitted
-   from the frame's ``head_dim`` over the widths; 1 when the number of heads is fixed),
+   logits (``(sdpa)``, ``(mha)``) at step 0 must shrink where their head dimension grows with
+   width: with d_head ~ width^a (``a`` fitted from the frame's ``head_dim`` over the widths; 1
+   when the number of heads is fixed),
    slope <= ``-0.5 a + tol`` (independent q and k give q.k ~ sqrt(d_head); 1/d_head shrinks
    that like width^(-a/2), 1/sqrt(d_head) leaves it flat). See :func:`head_dim_growth`:
    a **fixed** head dimension (the number of heads grows, as in torchtitan-style LLaMAs) is
