@@ -232,13 +232,13 @@ def _fix(kind: str, role: str, direction: str, n: int, parametrization: str, opt
 
 
 def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame, tol: float,
-                shrink_tol: float) -> Causes:
+                shrink_tol: float, gross: float) -> Causes:
     """Walk each configuration's modules in call order; see the module docstring.
 
     ``series``: the verdict's judged series of one statistic (with ``in_window``); ``modules``: its module table;
     ``loss``: the frame's loss rows (``config_id, width, seed, step, value``); ``tol``: the verdict's growth tolerance
-    (also how close an input's slope must be to explain an own slope); ``shrink_tol``: its shrink tolerance (the
-    readout's own change, :func:`_readout_change`).
+    (also how close an input's slope must be to explain an own slope); ``shrink_tol`` and ``gross``: its shrink
+    tolerance and gross margin (rule 4), for the readout's own change (:func:`_readout_change`).
     """
     causes, evidence, findings, measured = [], [], {}, set()
     mods = modules.assign(cause="", inherited_from="", inherited_via="")
@@ -253,7 +253,7 @@ def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame,
         found = _parameter_causes(judged, fails, set(own["module"]), order, tol)
         logits = [m for m in order.sort_values().index
                   if m not in set(own["module"]) and s.loc[s["module"] == m, "role"].iloc[0] == "attention"]
-        found += _other_causes(s, fails, set(own["module"]), logits, order, found, (-shrink_tol, tol))
+        found += _other_causes(s, fails, set(own["module"]), logits, order, found, (-shrink_tol, tol), gross)
         rows, what_of = _grouped(sorted(found, key=lambda c: c["order"]), own, logits, tol)
         causes += [{"config_id": cid, "parametrization": str(s["parametrization"].iloc[0]), **r} for r in rows]
         outputs = s[s["role"] == "output"]
@@ -322,11 +322,13 @@ def _readout_change(s: pd.DataFrame, m: str, band: tuple[float, float], every: b
 
 
 def _other_causes(s: pd.DataFrame, fails: pd.DataFrame, owners: set[str], logits: list[str], order: pd.Series,
-                  found: list[dict], band: tuple[float, float]) -> list[dict]:
+                  found: list[dict], band: tuple[float, float], gross: float) -> list[dict]:
     """Causes outside the parameters' own gains: attention logits failing with no init cause before them at step 0
     (no cause at all after updates; another block's logits do not count: each block has its own), and the model's
     output (the last output module to run, a readout or not): a readout whose own change (:func:`_readout_change`)
-    leaves the band at two updated steps or more is a cause whatever runs before it; otherwise the output failing on
+    leaves the band at two updated steps or more, or at one by more than ``gross`` (rule 4: standard
+    parametrization's readout jumps right after the first update, then oscillates), is a cause whatever runs before
+    it; otherwise the output failing on
     its out or delta with no cause before it. At step 0 that is a missing multiplier; after updates a missing
     multiplier or the readout's learning rate, told apart by its logits at step 0."""
     outputs = s[s["role"] == "output"]
@@ -337,7 +339,8 @@ def _other_causes(s: pd.DataFrame, fails: pd.DataFrame, owners: set[str], logits
         owner = m in owners
         if m == model_output and owner:
             raw = _readout_change(s, m, band)
-            if len(raw) >= 2 or (len(raw) and raw["step"].nunique() == s.loc[s["in_window"], "step"].max()):
+            far = (raw["ci_low"] > band[1] + gross) | (raw["ci_high"] < band[0] - gross)
+            if len(raw) >= 2 or far.any() or (len(raw) and s.loc[s["in_window"], "step"].max() == 1):
                 init_out = s[(s["module"] == m) & (s["tensor"] == "out") & (s["step"] == 0)]
                 init_out = init_out.iloc[0] if len(init_out) else None
                 w = _worst(raw)

@@ -568,7 +568,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
                               gross=rules.gross)
     series = series.assign(in_window=in_window.astype(bool))
     walk = find_causes(series, _module_table(series, rules.min_window), frame[frame["tensor"] == "loss"], rules.tol,
-                       rules.shrink_tol)
+                       rules.shrink_tol, rules.gross)
     modules = walk.modules
     for cid, cs in series.groupby("config_id", sort=False):
         ci = inst[inst["config_id"] == cid]

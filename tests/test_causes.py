@@ -261,3 +261,8 @@ def test_the_readouts_own_change_is_a_cause_even_after_a_hidden_one():
     assert list(v.causes["what"]) == ["h1.proj", "head"] and v.causes["kind"].iloc[1] == "output_multiplier"
     inherited = judge(make_frame(gpt({**downstream_of("h1.proj", 1.0), ("h1.proj", "own"): init_then(0.0, 1.0)})))
     assert list(inherited.causes["what"]) == ["h1.proj"]  # its own change flat: the head only inherits
+    jump = {("head", "own"): lambda t: 1.0 if t == 1 else 0.0, ("head", "out"): init_then(0.0, 0.0)}
+    once = judge(make_frame(gpt(jump)))  # SP's readout: +1 right after the first update only, far past the band
+    assert list(once.causes["what"]) == ["head"] and once.causes["step"].iloc[0] == 1
+    small = judge(make_frame(gpt({**jump, ("head", "own"): lambda t: 0.5 if t == 1 else 0.0})))
+    assert small.causes.empty  # one step, within rule 4's gross margin: a transient
