@@ -4,7 +4,7 @@ Stage: report. Input: a sweep directory (job frames on disk, any launcher) or a 
 (Python API). Output, in ``SWEEP_DIR/report/``: ``combined.parquet`` (all job frames),
 ``slopes.parquet`` + ``slopes.csv``, ``verdict.csv`` (judged series), ``audit.csv`` (the parameter audit,
 :mod:`coordcheck.audit`), the figures
-(``coord_check``, ``slopes``, ``loss``; PDF + PNG), ``report.md`` (verdict first),
+(``coord_check``, ``slopes``, ``loss``, ``causes``; PDF + PNG), ``report.md`` (verdict first, then the causes),
 ``report.json`` (schema below) and ``config.yaml`` (the sweep's resolved config, linked from
 ``report.md``; when known). Every file is written atomically; re-running is safe.
 Never imports torch.
@@ -22,10 +22,16 @@ Never imports torch.
                       a head dimension fixed across widths: no step-0 1/d_head test)]
     configurations  [{config_id, model, parametrization, optimizer, lr, data, data_policy,
                       status, reason, n_widths, window_end, first_unstable_step, instability}]
+    causes          [{config_id, parametrization, order, kind, what, modules, measure, step,
+                      exponent, ci_low, ci_high, expected, fix, line}]: the causes, first in call
+                    order first (coordcheck.causes; empty for a frame without ``own`` rows)
     modules         [{config_id, module, layer_index, role, status, tensor, step, slope,
-                      ci_low, ci_high, margin, transient_steps, diagnosis}]
+                      ci_low, ci_high, margin, transient_steps, diagnosis, cause, inherited_from,
+                      inherited_via}]
                     (worst judged series of each module: most severe status, then smallest
-                    margin = distance to the band's nearest edge, negative outside)
+                    margin = distance to the band's nearest edge, negative outside; ``cause``: the
+                    ``what`` of the cause it is, ``inherited_from``: of the cause it inherits from,
+                    ``inherited_via``: ``forward`` (a cause before it) or ``backward`` (after it))
     worst           the worst offending series (same fields + stat, n_widths, expect)
     instability     [{config_id, width, seed, unstable_step, reason}]
     figures         {name: relative path}
@@ -55,6 +61,7 @@ from typing import Any
 import pandas as pd
 
 from coordcheck.audit import audit_table
+from coordcheck.causes import CAUSE_COLUMNS, NO_OWN_NOTE
 from coordcheck.errors import EXIT, OK, USER_ERROR, CoordCheckError
 from coordcheck.frame import atomic_write
 from coordcheck.slopes import fit_slopes
@@ -90,16 +97,19 @@ class Report:
         return self.verdict.status
 
     def summary(self, path: Path) -> list[str]:
-        """What the command line prints: the verdict, jobs that left no frame, where the report is."""
+        """What the command line prints: the verdict, jobs that left no frame, where the report is, and last the first
+        cause when there is one."""
+        first = self.verdict.first_cause
         return [f"coordcheck: {self.status.upper()} — {self.verdict.reason}",
                 *(f"coordcheck: job {p.job} {p.status}: {p.error}" for p in self.problems),
-                f"coordcheck: report {path}"]
+                f"coordcheck: report {path}",
+                *([f"coordcheck: first cause: {first}"] if first else [])]
 
     def payload(self) -> dict:
         v = self.verdict
         mod_cols = ["config_id", "module", "layer_index", "role", "status", "tensor", "step", "slope", "ci_low",
-                    "ci_high", "margin", "transient_steps", "diagnosis"]
-        worst_cols = [c for c in mod_cols if c != "transient_steps"] + ["stat", "expect", "n_widths", "n_points"]
+                    "ci_high", "margin", "transient_steps", "diagnosis", "cause", "inherited_from", "inherited_via"]
+        worst_cols = [c for c in mod_cols[:13] if c != "transient_steps"] + ["stat", "expect", "n_widths", "n_points"]
         cfg_cols = list(v.configs.columns) if len(v.configs) else []
         return {
             "schema": SCHEMA,
@@ -112,6 +122,7 @@ class Report:
             "divergence": v.divergence,
             "verdict_notes": v.notes,
             "configurations": records(v.configs, cfg_cols),
+            "causes": records(v.causes, CAUSE_COLUMNS),
             "modules": records(v.modules, mod_cols),
             "worst": records(v.worst(20), worst_cols),
             "instability": records(v.instability.dropna(subset=["unstable_step"]),
@@ -134,6 +145,7 @@ class Report:
             "",
             f"**Verdict: {icon}** — {md_escape(v.reason)}",
             "",
+            *cause_lines(v),
             *(line for n in v.notes for line in (f"Note: {md_escape(n)}", "")),
             f"Widths {widths}; statistic `{r.stat}`; a series must stay within slope "
             f"[{-r.shrink_tol:+.2f}, {r.tol:+.2f}] (flat) or below {r.tol:+.2f} (output and attention may shrink); "
@@ -156,10 +168,21 @@ class Report:
         if len(worst):
             lines += ["| module | role | tensor | step | slope | 95% interval | status | likely cause |",
                       "|---|---|---|---|---|---|---|---|"]
+            walked = v.modules.set_index(["config_id", "module"])[["cause", "inherited_from", "inherited_via"]]
+            measured = set(v.evidence["config_id"])
             for w in worst.itertuples():
+                why = w.diagnosis  # the guess from the symptom, unless the causes say better
+                if w.config_id in measured and (w.config_id, w.module) in walked.index:
+                    m = walked.loc[(w.config_id, w.module)]
+                    why = (("the cause: see Cause" if m["cause"] == w.module else f"a cause ({m['cause']}): see Cause")
+                           if m["cause"] else
+                           f"inherited from {m['inherited_from']}" + (" (through the backward pass)"
+                                                                      if m["inherited_via"] == "backward" else "")
+                           if m["inherited_from"] else "undecided: no cause the measurements show (see Cause)"
+                           if w.status == "inconclusive" else "no cause found (see Cause)")
                 lines.append(
                     f"| {md_escape(w.module)} | {w.role} | {w.tensor} | {w.step} | {num(w.slope)} | "
-                    f"[{num(w.ci_low)}, {num(w.ci_high)}] | {w.status} | {md_escape(w.diagnosis)} |"
+                    f"[{num(w.ci_low)}, {num(w.ci_high)}] | {w.status} | {md_escape(why)} |"
                 )
         else:
             lines.append("None: every judged series is within tolerance.")
@@ -189,11 +212,12 @@ class Report:
                   "Each module's worst judged series (the most severe status, then the smallest margin): its slope "
                   "and its margin to the band (negative: outside). Transients: one-step excursions not counted "
                   "(rule 4).", "",
-                  "| layer | module | role | status | worst slope | margin | at | transients |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| layer | module | role | status | worst slope | margin | at | transients | cause |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for m in v.modules.itertuples():
             lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {num(m.slope)} | "
-                         f"{num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} |")
+                         f"{num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} | "
+                         f"{md_escape(module_cause(m))} |")
         if self.figures or self.notes:
             lines += ["", "## Figures", ""]
             lines += [f"- {md_escape(n)}" for n in self.notes]
@@ -210,6 +234,36 @@ class Report:
                          f"width): [{AUDIT_NAME}]({AUDIT_NAME})")
         lines += run_lines(self.environment, self.command, self.config, more=built)
         return "\n".join(lines) + "\n"
+
+
+def cause_lines(v: Verdict) -> list[str]:
+    """The report's **Cause** section: one line per cause (parameter or class, what is off, the measured exponent
+    with its interval, what muP expects, the fix), per configuration; for one without a cause, what was seen instead;
+    for a frame without ``own`` rows, that the causes need it."""
+    lines = ["## Cause", ""]
+    many = len(v.configs) > 1
+    for c in v.configs.itertuples() if len(v.configs) else []:
+        mine = v.causes[v.causes["config_id"] == c.config_id].sort_values("order")
+        where = f"{c.parametrization}: " if many else ""
+        if len(mine):
+            lines += [f"- {where}**{md_escape(r.what)}**: {md_escape(r.line.removeprefix(f'{r.what}: '))}"
+                      for r in mine.itertuples()]
+        elif c.config_id not in set(v.evidence["config_id"]):
+            lines.append(f"- {where}not measured: {md_escape(NO_OWN_NOTE)}")
+        elif c.status == "pass":
+            lines.append(f"- {where}none: no parameter's initialisation or own update violates muP")
+        else:
+            lines.append(f"- {where}{md_escape(c.reason)}")
+    return lines + [""]
+
+
+def module_cause(m: Any) -> str:
+    """A module row's cause column: "cause", "from X" (forward) or "from X (backward)"."""
+    if m.cause:
+        return "cause" if m.cause == m.module else f"cause ({m.cause})"
+    if m.inherited_from:
+        return f"from {m.inherited_from}" + (" (through the backward pass)" if m.inherited_via == "backward" else "")
+    return ""
 
 
 ENVIRONMENT_KEYS = ("device", "device_name", "torch", "cuda", "precision")
@@ -432,7 +486,10 @@ def report_command(argv: list[str], *, prog: str, description: str, knobs: Any, 
         print(f"{prog.removeprefix('python -m ')}: error: {e}", file=sys.stderr)
         return USER_ERROR
     (path.parent / ERROR_NAME).unlink(missing_ok=True)  # left by a sweep whose end made no report
-    print(*result.summary(path), sep="\n", end=f" ({time.perf_counter() - t0:.1f} s)\n")
+    lines = result.summary(path)
+    at = next((i for i, line in enumerate(lines) if line.endswith(str(path))), len(lines) - 1)
+    lines[at] += f" ({time.perf_counter() - t0:.1f} s)"  # the time on the report's line; the first cause stays last
+    print(*lines, sep="\n")
     return EXIT[result.status] if opts["strict"] else OK
 
 

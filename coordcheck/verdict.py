@@ -13,13 +13,19 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
 2. **Flat.** ``out`` of input / hidden / norm layers and ``delta`` (change since step 0) of
    input / hidden / norm / output layers: slope in ``[-shrink_tol, tol]`` — growing means not
    muP, a shrinking ``delta`` means the features barely learn (lazy regime).
-3. **No growth.** ``out`` of output layers and ``out``/``delta`` of attention logits: slope <=
-   ``tol``; they may shrink (the readout at initialisation shrinks like 1/width, or is exactly
-   zero). Output rules apply to the model's output — the last output module to run; an
-   output-role module that runs before it (logits before a hand-written output multiplier) is
-   ``skip``. Captured pure ``q k^T * scale`` logits (``(sdpa)``, ``(mha)``) at step 0 must
-   shrink where their head dimension grows with width: with d_head ~ width^a (``a`` fitted
-   from the frame's ``head_dim`` over the widths; 1 when the number of heads is fixed),
+   ``own`` (the change of a parameter-owning module's output from its own parameters' update, as a
+   gain: issue 17's probes) of input / hidden / norm layers, at step 0 (the init gain) and after
+   updates: flat too. ``in`` (the module's input) is not judged (``skip``): it is some other
+   module's output, evidence for :mod:`coordcheck.causes`; nor is the readout's ``own``
+   (:data:`READOUT_OWN`: a multiplier on its input hides in the gain's rms(x)).
+3. **No growth.** ``out`` of output layers and ``out``/``delta`` (and the step-0 ``own`` of a
+   parameter-owning attention module) of attention logits: slope <= ``tol``; they may shrink (the
+   readout at initialisation shrinks like 1/width, or is exactly zero). Output rules apply to the
+   model's output — the last output module to run; an output-role module that runs before it
+   (logits before a hand-written output multiplier) is ``skip``. Captured pure ``q k^T * scale``
+   logits (``(sdpa)``, ``(mha)``) at step 0 must shrink where their head dimension grows with
+   width: with d_head ~ width^a (``a`` fitted from the frame's ``head_dim`` over the widths; 1
+   when the number of heads is fixed),
    slope <= ``-0.5 a + tol`` (independent q and k give q.k ~ sqrt(d_head); 1/d_head shrinks
    that like width^(-a/2), 1/sqrt(d_head) leaves it flat). See :func:`head_dim_growth`:
    a **fixed** head dimension (the number of heads grows, as in torchtitan-style LLaMAs) is
@@ -50,7 +56,13 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    narrowest and the widest width is larger at the widest. Identical models are flat at every step:
    without this rule they would pass. Jobs that recorded no shapes are not checked
    (:func:`_fail_fixed_models`).
-10. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
+10. **Causes.** :func:`coordcheck.causes.find_causes` walks each configuration's modules in call
+   order over these statuses: a module whose ``own`` fails is a cause, a failing module after it
+   inherits (``Verdict.causes``, ``Verdict.evidence``, the module table's ``cause`` /
+   ``inherited_from``); a failing configuration's reason leads with its first cause, and one without
+   a cause says what was seen instead. A frame without ``own`` rows is judged as before (no causes;
+   the report's Cause section says they need the ``own`` tensor).
+11. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
    ``pass``.
 """
 
@@ -63,8 +75,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, find_causes, own_diagnosis
 from coordcheck.errors import check_knobs, knob
-from coordcheck.frame import JUDGED_TENSORS, NOT_ACTIVATIONS, QK_LOGITS, STATS
+from coordcheck.frame import NOT_ACTIVATIONS, QK_LOGITS, STATS
 from coordcheck.narrow import mark_narrow, narrow_reason
 from coordcheck.shapes import model_table, shapes_by_config, width_problem
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
@@ -119,6 +132,12 @@ HEAD_DIM_NOTES = {
                "1/d_head vs 1/sqrt(d_head) test is not applied; step 0 judged by the no-growth rule",
 }
 
+# The readout's own gain is shown, not judged: a 1/width multiplier applied to its *input* (torchtitan-style muP: the
+# final hidden state times 1/m before a plain nn.Linear) is divided out by s(x) = rms(x), so a correct model's readout
+# gain grows (measured on coordcheck.testing's titan LLaMA: init gain +0.48 [+0.46, +0.51] while the logits shrink as
+# muP wants). The model's output is judged on its out and delta (rules 2-3), and the causes read its out at step 0.
+READOUT_OWN = ("the readout's own gain is not judged (a multiplier on its input is divided out by rms(x)): the model's "
+               "output is judged on its out and delta")
 # (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
 EXPECT = {
     ("input", "out"): "flat", ("hidden", "out"): "flat", ("norm", "out"): "flat",
@@ -132,6 +151,8 @@ def likely_cause(role: str, tensor: str, step: int, direction: str, parametrizat
     """Likely cause and fix, in words a user can act on, for a failing pattern under ``parametrization``."""
     if direction == "diverged":
         return "training diverged (non-finite values): lower the learning rate, or check the initialisation"
+    if tensor == "own":
+        return own_diagnosis(role, step, direction)
     sp, own = parametrization == "sp", parametrization == "none"  # own: muP written by hand (no Mu* optimizer)
     if direction == "grows":
         if role == "output":
@@ -260,11 +281,26 @@ class Verdict:
     divergence: list[str] = field(default_factory=list)
     models: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (configuration, width): n_params, fingerprint
     notes: list[str] = field(default_factory=list)  # what was judged otherwise than usual, or not at all, and why
-    evidence: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (config, name, measure): the causes figure
+    causes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CAUSE_COLUMNS))  # coordcheck.causes
+    evidence: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVIDENCE_COLUMNS))
 
     @property
     def passed(self) -> bool:
         return self.status == "pass"
+
+    @property
+    def first_cause(self) -> str | None:
+        """The first cause (in call order) of the configuration that decides the verdict, as the report prints it
+        (prefixed with its parametrization when there are several configurations); None without one."""
+        if self.causes.empty or self.configs.empty:
+            return None
+        ranked = self.configs.assign(_rank=self.configs["status"].map(_RANK)).sort_values("_rank", ascending=False,
+                                                                                         kind="stable")
+        for c in ranked.itertuples():
+            mine = self.causes[self.causes["config_id"] == c.config_id].sort_values("order")
+            if len(mine):
+                return (f"{c.parametrization}: " if len(self.configs) > 1 else "") + mine["line"].iloc[0]
+        return None
 
     @property
     def title(self) -> str:
@@ -304,6 +340,10 @@ def _judge_series(s: pd.DataFrame, rules: Rules, heads: pd.DataFrame | None = No
     qk_init = qk_step0 & (kind == "grows")  # rule 3b: only where the head dimension grows with width
     qk_skip = qk_step0 & (kind == "shrinks")
     s.loc[qk_init, "expect"] = "qk_init"
+    own0 = (s["tensor"] == "own") & (s["step"] == 0) & s["role"].isin(["output", "attention"])
+    s.loc[own0, "expect"] = "no_growth"  # the readout's init gain (shown, not judged) may shrink or be zero
+    # not judged: a module's input (evidence for the causes), and the readout's own gain (READOUT_OWN)
+    given = ((s["tensor"] == "in") | ((s["tensor"] == "own") & (s["role"] == "output"))).to_numpy()
     lo_band = np.where(s["expect"] == "flat", -rules.shrink_tol, -np.inf)
     hi_band = np.where(qk_init, QK_INIT_SLOPE * np.where(qk_init, exponent, 0.0) + rules.tol, rules.tol)
     s["band_low"], s["band_high"] = lo_band, hi_band
@@ -332,6 +372,10 @@ def _judge_series(s: pd.DataFrame, rules: Rules, heads: pd.DataFrame | None = No
                                              zip(kind, hd["dims"].fillna(""))], note)
     status = np.where(qk_skip & ~nonfinite, "skip", status)
     direction = np.where(qk_skip & ~nonfinite, "", direction)
+    status = np.where(given, "skip", status)
+    direction = np.where(given, "", direction)
+    note = np.where(given, np.where(s["tensor"] == "in", "the module's input: evidence for inheritance, not judged",
+                                    READOUT_OWN), note)
     s["status"] = status
     s["direction"] = direction
     s["diagnosis"] = [
@@ -508,7 +552,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     if slopes is None:
         slopes = fit_slopes(frame)
     heads = head_dim_growth(frame)
-    series = _judge_series(slopes[(slopes["stat"] == rules.stat) & slopes["tensor"].isin(JUDGED_TENSORS)], rules, heads)
+    series = _judge_series(slopes[(slopes["stat"] == rules.stat) & ~slopes["tensor"].isin(NOT_ACTIVATIONS)], rules, heads)
     inst = find_instability(frame, rules.rise, rules.rise_floor, rules.persist)
     series = _skip_inner_outputs(series)
     acts = frame[~frame["tensor"].isin(NOT_ACTIVATIONS) & (frame["stat"] == rules.stat)]
@@ -524,6 +568,10 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     series = _mark_transients(series, in_window, {c: e[1] for c, e in ends.items()}, persist=rules.persist,
                               gross=rules.gross)
     series = mark_narrow(frame, series, rules.min_widths)  # issue 17 item 7: say narrow-width effects as such
+    series = series.assign(in_window=in_window.astype(bool))
+    walk = find_causes(series, _module_table(series, rules.min_window), frame[frame["tensor"] == "loss"], rules.tol,
+                       rules.shrink_tol, rules.gross)
+    modules = walk.modules
     for cid, cs in series.groupby("config_id", sort=False):
         ci = inst[inst["config_id"] == cid]
         n_widths = int(frame.loc[frame["config_id"] == cid, "width"].nunique())
@@ -552,6 +600,11 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
             listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
             reason = (f"{len(names)} module(s) violate muP ({listed}); worst: {w['module']} {w['tensor']} at "
                       f"step {w['step']}, slope {w['slope']:+.2f} — {w['diagnosis']}")
+            if cid in walk.measured:  # the causes replace the guess from the worst symptom
+                mine = walk.causes[walk.causes["config_id"] == cid]
+                more = "" if len(mine) < 2 else f"; {len(mine) - 1} more cause(s): " + ", ".join(mine["what"].iloc[1:])
+                reason = (f"cause: {mine['line'].iloc[0]}{more}; {len(names)} module(s) violate muP ({listed})"
+                          if len(mine) else f"{walk.findings[cid]}; {len(names)} module(s) violate muP ({listed})")
         elif n_widths < rules.min_widths:
             status, reason = "inconclusive", f"only {n_widths} width(s): at least {rules.min_widths} are needed"
         elif len(updated) < rules.min_window:
@@ -565,14 +618,16 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
                       f"{k['tensor'].iloc[0]} step {k['step'].iloc[0]}: "
                       f"{k['diagnosis'].iloc[0] or 'interval overlaps the band'})"
                       " — add seeds or widths")
+            if cid in walk.findings:  # name no knob the measurements cannot show wrong
+                seen = walk.findings[cid]
+                reason = seen if seen.endswith("lower the learning rate") else f"{seen}, not decided — add seeds " \
+                                                                               f"or widths"
         else:
             status, reason = "pass", f"every judged series is flat within tolerance over widths " \
                                      f"{int(cs['min_width'].min())}-{int(cs['max_width'].max())}"
         configs.append({**cs[CONFIG_COLUMNS].iloc[0].to_dict(), "status": status, "reason": reason,
                         "n_widths": n_widths, "window_end": window_end, "first_unstable_step": first,
                         "instability": unstable_txt})
-    series = series.assign(in_window=in_window.astype(bool))
-    modules = _module_table(series, rules.min_window)
     if len(modules):  # module-level "does not learn" makes a passing configuration inconclusive
         for c in configs:
             stuck = modules[(modules["config_id"] == c["config_id"])
@@ -586,4 +641,4 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     worst = configs_df.loc[configs_df["status"].map(_RANK).idxmax()]
     reason = worst["reason"] if len(configs_df) == 1 else f"{worst['parametrization']}: {worst['reason']}"
     return Verdict(worst["status"], reason, rules, series, modules, configs_df, inst, divergence,
-                   notes=_head_dim_notes(heads, series, rules))
+                   notes=_head_dim_notes(heads, series, rules), causes=walk.causes, evidence=walk.evidence)

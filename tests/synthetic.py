@@ -23,7 +23,8 @@ def make_frame(
     layer_index: dict[str, int] | None = None,
     head_dim: dict[str, object] | None = None,
 ) -> pd.DataFrame:
-    """``series[(module, role, tensor)] = slope`` (value = 2 * width**slope), or "zero" / "nan".
+    """``series[(module, role, tensor)] = slope`` (value = 2 * width**slope), or "zero" / "nan", or ``f(step)``
+    giving the slope at each step (e.g. an init gain that differs from the updates').
 
     ``delta`` rows start at step 1. ``loss[width] = [loss at step 0, 1, ...]`` (default: a
     smooth decrease, the same at every width). Every stat is written with the same value.
@@ -40,7 +41,9 @@ def make_frame(
                 for t in steps:
                     if tensor == "delta" and t == 0:
                         continue
-                    if slope == "zero":
+                    if callable(slope):
+                        v = 2.0 * w ** float(slope(t)) * float(np.exp(noise * rng.standard_normal()))
+                    elif slope == "zero":
                         v = 0.0
                     elif slope == "nan":
                         v = np.nan if (w == max(widths) and t == max(steps)) else 1.0
