@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS  # noqa: F401  (re-exported: the schemas live there)
 from coordcheck.frame import LOSS_MODULE
 from coordcheck.slopes import t_quantile
 
@@ -51,10 +52,6 @@ QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
 CLASSES = ("input-like", "hidden", "output-like", "vector", "fixed")
 JUDGED = ("mup", "sp")  # parametrizations under which no multiplier can hide in the forward
 EPS_MATERIAL = 0.05  # ε fraction at the widest width above which growth with width is a cause
-CAUSE_COLUMNS = ["config_id", "parametrization", "order", "kind", "what", "modules", "measure", "step", "exponent",
-                 "ci_low", "ci_high", "expected", "fix", "line"]
-EVIDENCE_COLUMNS = ["config_id", "parametrization", "name", "measure", "exponent", "ci_low", "ci_high",
-                    "expected_low", "expected_high", "violates", "order", "step", "role", "status"]
 
 # (optimizer family or "*", class, quantity) -> ((c_in, c_out, c_main), band, reason): the expected exponent is
 # c_in * a_in + c_out * a_out + c_main * a_main. band "flat": expected ± tol; "no_growth": at most expected + tol.

@@ -107,7 +107,6 @@ __all__ = [
     "TENSORS",
     "NOT_ACTIVATIONS",
     "DEFAULT_TENSORS",
-    "JUDGED_TENSORS",
     "ROLES",
     "FRAME_NAME",
     "LOSS_MODULE",
@@ -130,7 +129,6 @@ STATS = ("std", "l1", "rms", "mean", "absmax")
 TENSORS = ("out", "delta", "in", "own", "loss", "eps")
 NOT_ACTIVATIONS = ("loss", "eps")  # tensor kinds the activation rules of the verdict do not judge
 DEFAULT_TENSORS = ("out", "delta", "in", "own")  # what the probes record unless told otherwise (config: tensors)
-JUDGED_TENSORS = ("out", "delta")  # the activation tensors the verdict's rules judge (in / own: evidence for causes)
 ROLES = ("input", "hidden", "output", "attention", "norm", "loss")
 
 COLUMNS: dict[str, str] = {

@@ -75,6 +75,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from coordcheck.audit import audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
 from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, find_causes, own_diagnosis
 from coordcheck.errors import check_knobs, knob
 from coordcheck.frame import NOT_ACTIVATIONS, QK_LOGITS, STATS
@@ -528,7 +529,48 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
         verdict.status = "inconclusive"
         verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
     _fail_fixed_models(verdict, facts)
+    _add_parameter_causes(verdict, frame, facts, rules)
     return verdict
+
+
+def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]],
+                          rules: Rules) -> None:
+    """The parameter audit's and Adam's ε causes (:mod:`coordcheck.audit`), after the walk's. An audit cause whose
+    modules the walk already named is the same knob seen as configured: left out of ``causes`` (its evidence stays).
+    A judged audit or ε violation is significant by construction, so it fails a configuration that passed or was
+    undecided, and its line leads that configuration's reason."""
+    long = audit_long(facts, rules) if facts else None
+    extra = [audit_causes(long) if long is not None and len(long) else None, eps_causes(frame, rules)]
+    evidence = [audit_evidence(long) if long is not None and len(long) else None, eps_evidence(frame, rules)]
+    evidence = [e for e in evidence if e is not None and len(e)]
+    if evidence:
+        verdict.evidence = pd.concat([verdict.evidence, *evidence], ignore_index=True) if len(verdict.evidence) \
+            else pd.concat(evidence, ignore_index=True)
+    extra = [e for e in extra if e is not None and len(e)]
+    if not extra or verdict.configs.empty:
+        return
+    rows, causes = [], verdict.causes
+    for _, c in pd.concat(extra, ignore_index=True).iterrows():
+        mine = causes[causes["config_id"] == c["config_id"]]
+        named = {m for ms in mine["modules"] for m in ms}
+        if set(c["modules"]) <= named:
+            continue
+        c = c.copy()
+        c["order"] = (int(mine["order"].max()) + 1 if len(mine) else 0) + sum(
+            r["config_id"] == c["config_id"] for r in rows)
+        rows.append(c)
+    if not rows:
+        return
+    added = pd.DataFrame(rows)[causes.columns] if len(causes.columns) else pd.DataFrame(rows)
+    verdict.causes = pd.concat([causes, added], ignore_index=True) if len(causes) else added.reset_index(drop=True)
+    for i, c in verdict.configs.iterrows():
+        new = added[added["config_id"] == c["config_id"]]
+        if len(new) and c["status"] != "fail":
+            verdict.configs.loc[i, ["status", "reason"]] = ["fail", new["line"].iloc[0]]
+    worst = verdict.configs.loc[verdict.configs["status"].map(_RANK).idxmax()]
+    if worst["status"] == "fail" and verdict.status != "fail":
+        verdict.status = "fail"
+        verdict.reason = worst["reason"] if len(verdict.configs) == 1 else f"{worst['parametrization']}: {worst['reason']}"
 
 
 def _fail_fixed_models(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> None:
