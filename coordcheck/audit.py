@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS  # noqa: F401  (re-exported: the schemas live there)
-from coordcheck.frame import LOSS_MODULE
+from coordcheck.frame import EPS_TENSOR, LOSS_MODULE
 from coordcheck.slopes import t_quantile
 
 if TYPE_CHECKING:  # the verdict may import this module (causes): its Rules are read, not imported, here
@@ -413,7 +413,7 @@ def eps_table(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
     0–0.4 % at width 64; ``python experiments/eps.py --steps 10 --seeds 1``, ``--gpt``).
     """
     rules = _rules(rules)
-    e = frame[(frame["tensor"] == "eps") & (frame["stat"] == "mean") & (frame["step"] >= 1)
+    e = frame[(frame["tensor"] == EPS_TENSOR) & (frame["stat"] == "mean") & (frame["step"] >= 1)
               & (frame["module"] != LOSS_MODULE)]
     if e.empty:
         return pd.DataFrame(columns=EPS_COLUMNS)

@@ -32,12 +32,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from coordcheck.frame import COLUMNS, ROOT_MODULE, conform
+from coordcheck.frame import COLUMNS, EPS_TENSOR, ROOT_MODULE, conform
 
 __all__ = ["EPS_RATIO", "EPS_TENSOR", "SAMPLE", "EpsProbe", "eps_frame"]
 
 EPS_RATIO = 0.1  # ε counts where ε >= EPS_RATIO * sqrt(v_hat): the coordinate's step is cut by >= 9 %
-EPS_TENSOR = "eps"  # the frame's tensor kind for these rows
 SAMPLE = 4096  # coordinates read per parameter and step (a strided sample): the fraction to within ~1 % (binomial)
 
 

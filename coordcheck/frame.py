@@ -106,6 +106,7 @@ __all__ = [
     "STATS",
     "TENSORS",
     "NOT_ACTIVATIONS",
+    "EPS_TENSOR",
     "DEFAULT_TENSORS",
     "ROLES",
     "FRAME_NAME",
@@ -127,7 +128,8 @@ QK_LOGITS = ("(sdpa)", "(mha)")
 
 STATS = ("std", "l1", "rms", "mean", "absmax")
 TENSORS = ("out", "delta", "in", "own", "loss", "eps")
-NOT_ACTIVATIONS = ("loss", "eps")  # tensor kinds the activation rules of the verdict do not judge
+EPS_TENSOR = "eps"  # Adam's epsilon fraction per parameter (coordcheck.eps, judged by coordcheck.audit)
+NOT_ACTIVATIONS = ("loss", EPS_TENSOR)  # tensor kinds the activation rules of the verdict do not judge
 DEFAULT_TENSORS = ("out", "delta", "in", "own")  # what the probes record unless told otherwise (config: tensors)
 ROLES = ("input", "hidden", "output", "attention", "norm", "loss")
 

@@ -78,13 +78,17 @@ import pandas as pd
 from coordcheck.audit import audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
 from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, find_causes, own_diagnosis
 from coordcheck.errors import check_knobs, knob
-from coordcheck.frame import NOT_ACTIVATIONS, QK_LOGITS, STATS
+from coordcheck.frame import EPS_TENSOR, NOT_ACTIVATIONS, QK_LOGITS, STATS
 from coordcheck.narrow import mark_narrow, narrow_reason
 from coordcheck.shapes import model_table, shapes_by_config, width_problem
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
 __all__ = ["Rules", "Verdict", "judge", "find_instability", "likely_cause", "head_dim_growth", "STATUSES"]
 
+# The tensors whose undecided series make a configuration undecided. An undecided own (or in) series is evidence for
+# the causes only: a correct ResNet's strided 1x1 shortcut has own -0.40 [-0.55, -0.26] while every activation is
+# flat, and "not decided" would then be said of a model whose coordinates pass. A failing own series still fails.
+DECIDING = ("out", "delta")
 STATUSES = ("pass", "fail", "inconclusive", "zero", "skip", "transient")
 _RANK = {"pass": 0, "zero": 0, "skip": 0, "transient": 0, "inconclusive": 1, "fail": 2}
 
@@ -540,8 +544,10 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
     A judged audit or ε violation is significant by construction, so it fails a configuration that passed or was
     undecided, and its line leads that configuration's reason."""
     long = audit_long(facts, rules) if facts else None
-    extra = [audit_causes(long) if long is not None and len(long) else None, eps_causes(frame, rules)]
-    evidence = [audit_evidence(long) if long is not None and len(long) else None, eps_evidence(frame, rules)]
+    audited = long is not None and len(long) > 0
+    eps = bool((frame["tensor"] == EPS_TENSOR).any())
+    extra = [audit_causes(long) if audited else None, eps_causes(frame, rules) if eps else None]
+    evidence = [audit_evidence(long) if audited else None, eps_evidence(frame, rules) if eps else None]
     evidence = [e for e in evidence if e is not None and len(e)]
     if evidence:
         verdict.evidence = pd.concat([verdict.evidence, *evidence], ignore_index=True) if len(verdict.evidence) \
@@ -653,8 +659,8 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
             status = "inconclusive"
             reason = (f"training unstable at this learning rate — lower it ({unstable_txt}); "
                       f"only {len(updated)} updated step(s) before the first instability")
-        elif (judged["status"] == "inconclusive").any():
-            k = judged[judged["status"] == "inconclusive"]
+        elif ((judged["status"] == "inconclusive") & judged["tensor"].isin(DECIDING)).any():
+            k = judged[(judged["status"] == "inconclusive") & judged["tensor"].isin(DECIDING)]
             status, narrow = "inconclusive", narrow_reason(k)  # every undecided series narrow-width: say so
             reason = narrow or (f"{len(set(k['module']))} module(s) could not be decided (e.g. {k['module'].iloc[0]} "
                       f"{k['tensor'].iloc[0]} step {k['step'].iloc[0]}: "
