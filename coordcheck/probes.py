@@ -416,7 +416,7 @@ class Probes:
                 if self._pending > BATCH_BUDGET:  # bound the snapshots' memory: reduce what is pending now
                     self._reduced.append(batched_moments(self._vals, self._which))
                     self._vals, self._pending = [], 0
-            else:  # the moments as 0-d tensors, stacked once at the step's end
+            else:  # the moments as (1,) tensors, concatenated once at the step's end
                 buf = self._buffer(0, x)
                 self._vals += moment_terms(x, self._which, None if buf is None else buf[0])
         else:
@@ -447,7 +447,7 @@ class Probes:
             if done:
                 parts.append(torch.cat(done).reshape(-1))
         elif self._vals:
-            parts.append(torch.stack(self._vals))
+            parts.append(torch.cat(self._vals))
         if self._mvals:
             parts.append(torch.stack(self._mvals).reshape(-1))
         parts.append(loss.detach().float().reshape(1))
