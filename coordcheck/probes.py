@@ -7,8 +7,14 @@ step — and the layout (``layer_index``, ``role``) of every recorded module.
 How it measures. Hooks are registered once per model. While ``recording`` is on, each hook
 reduces its module's output on the device, in float32, to a few moments (the sum and sum of
 squares of ``x - c``, ``c`` its first element; sum |x| and max |x| from one ``abs``) and
-appends them to a list; nothing is moved to the host inside a hook. ``end_step()`` stacks the list and
-moves it once. The statistics of the tidy frame come from the moments on the host (float64):
+appends them to a list; nothing is moved to the host inside a hook. ``end_step()`` concatenates
+the list and moves it once. The temporaries (``x - c``, ``|x|``, ``x - x0``) are written to two
+scratch buffers that every hook and step reuse (grown to the largest tensor, up to
+``SCRATCH_MAX`` elements): fresh ones per tensor can be mapped and page-faulted in on every call
+by the CPU allocator (measured: the moments of a 4 MiB tensor 10x slower). So a step allocates
+nothing per module but its moments, and each tensor costs its passes (a subtraction, a sum, a dot, an ``abs``, a sum, a max;
+one more subtraction for ``delta``) and a few tiny ops.
+The statistics of the tidy frame come from the moments on the host (float64):
 ``mean``, ``std = sqrt(var * n / (n - 1))`` (unbiased, like ``torch.std``), ``rms =
 sqrt(var + mean^2)``, ``l1 = sum|x| / n`` (mean |x|), ``absmax``. The shift makes a constant
 tensor's std exactly 0 (raw sums of squares would not).
@@ -18,7 +24,10 @@ step 0 (the batch is fixed), kept on the device.
 **Attention logits wherever they are computed.** During the probed forward a
 ``torch.overrides.TorchFunctionMode`` sees every torch function call, and records the
 attention logits that no module returns, under the name of the module that computed them
-plus a suffix, with role ``attention``:
+plus a suffix, with role ``attention``. It is on at step 0 and, after it, only in models where it
+recorded (or decided) something at step 0: the batch is fixed, so each forward calls the same
+functions, and the mode taxes every torch call of the forward (a third of the probes' Python cost
+in the built-in GPT, which exposes its logits as a module and so needs no capture).
 
 * ``F.scaled_dot_product_attention`` -> ``<module>.(sdpa)``: its implicit logits
   ``q @ k^T * scale`` (``scale`` as passed, default ``1/sqrt(d_head)``; grouped-query heads
