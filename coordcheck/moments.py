@@ -2,7 +2,8 @@
 
 Stage: measure (shared by both probes, ``coordcheck.probes`` and ``coordcheck.gradflow.probe``).
 Input: activation tensors on their device. Output: a few float32 moments per tensor (``MOMENTS``,
-or the subset a probe needs by name: :func:`needed_moments`), moved to the host by the caller,
+or the subset a probe needs by name: :func:`needed_moments`; :func:`moments`, or :func:`moment_terms`
+for a caller that concatenates those of many tensors at once), moved to the host by the caller,
 turned into float64 rows ``[n, mean, var, abssum, absmax]`` (:func:`moment_rows`), pooled across
 calls (:func:`pool_moments`, :func:`pool_calls`), and statistics from those rows
 (:func:`stats_from_moments`, registry ``STAT_FUNCS``). Nothing here syncs with the host.
@@ -77,7 +78,7 @@ def moment_terms(x: torch.Tensor, which: Sequence[str] = MOMENTS, scratch: torch
     if "abssum" in which or "absmax" in which:
         a = f.abs() if scratch is None else torch.abs(f, out=scratch)  # one |x| serves both
         out += [a.sum(0, keepdim=True)] if "abssum" in which else []
-        # amax: ~3x faster than Tensor.max on the CPU, NaN propagated alike
+        # amax: up to ~3x faster than Tensor.max on the CPU, NaN propagated alike
         out += [torch.amax(a, 0, keepdim=True)] if "absmax" in which else []
     return out
 
