@@ -12,8 +12,8 @@ the list and moves it once. The temporaries (``x - c``, ``|x|``, ``x - x0``) are
 scratch buffers that every hook and step reuse (grown to the largest tensor, up to
 ``SCRATCH_MAX`` elements): fresh ones per tensor can be mapped and page-faulted in on every call
 by the CPU allocator (measured: the moments of a 4 MiB tensor 10x slower). So a step allocates
-nothing per module but its moments, and each tensor costs its passes (a subtraction, a sum, a dot, an ``abs``, a sum, a max;
-one more subtraction for ``delta``) and a few tiny ops.
+nothing per module but its moments, and each tensor costs its passes (a subtraction, a sum, a
+dot, an ``abs``, a sum, a max; one more subtraction for ``delta``) and a few tiny ops.
 The statistics of the tidy frame come from the moments on the host (float64):
 ``mean``, ``std = sqrt(var * n / (n - 1))`` (unbiased, like ``torch.std``), ``rms =
 sqrt(var + mean^2)``, ``l1 = sum|x| / n`` (mean |x|), ``absmax``. The shift makes a constant
