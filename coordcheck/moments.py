@@ -2,7 +2,8 @@
 
 Stage: measure (shared by both probes, ``coordcheck.probes`` and ``coordcheck.gradflow.probe``).
 Input: activation tensors on their device. Output: a few float32 moments per tensor (``MOMENTS``,
-or the subset a probe needs by name: :func:`needed_moments`), moved to the host by the caller,
+or the subset a probe needs by name: :func:`needed_moments`; :func:`moments`, or :func:`moment_terms`
+for a caller that concatenates those of many tensors at once), moved to the host by the caller,
 turned into float64 rows ``[n, mean, var, abssum, absmax]`` (:func:`moment_rows`), pooled across
 calls (:func:`pool_moments`, :func:`pool_calls`), and statistics from those rows
 (:func:`stats_from_moments`, registry ``STAT_FUNCS``). Nothing here syncs with the host.
@@ -18,7 +19,8 @@ import torch
 from coordcheck.errors import CoordCheckError
 
 __all__ = ["N", "MEAN", "VAR", "ABSSUM", "ABSMAX", "MOMENTS", "NEEDS", "STAT_FUNCS", "needed_moments", "moments",
-           "batched_moments", "moment_rows", "masked_moments", "pool_moments", "pool_calls", "stats_from_moments"]
+           "moment_terms", "batched_moments", "moment_rows", "masked_moments", "pool_moments", "pool_calls",
+           "stats_from_moments"]
 
 # Moments kept per (module, tensor), on the host: n, mean, population variance, sum |x|, max |x|.
 N, MEAN, VAR, ABSSUM, ABSMAX = range(5)
@@ -52,27 +54,38 @@ STAT_FUNCS = {
 }
 
 
-def moments(x: torch.Tensor, which: Sequence[str] = MOMENTS) -> torch.Tensor:
-    """The device moments ``which`` of ``x`` (see ``MOMENTS``), in float32 on its device; no host sync.
+def moment_terms(x: torch.Tensor, which: Sequence[str] = MOMENTS, scratch: torch.Tensor | None = None
+                 ) -> list[torch.Tensor]:
+    """The device moments ``which`` of ``x`` (see ``MOMENTS``) as (1,) float32 tensors on its device; no host sync.
 
     Sums are taken of ``x - c`` with ``c`` its first element, so a constant tensor has variance
     exactly 0 and large means cancel less (a shifted two-moment pass: one subtraction, a sum and
     a dot; ``torch.var_mean`` is ~20x slower on CPU). Sum |x| and max |x| come from one ``abs``.
-    :func:`moment_rows` turns them into mean and variance on the host, in float64.
+    ``scratch``: a flat float32 buffer of ``x.numel()`` elements on ``x``'s device that receives the
+    temporaries (``x - c``, then ``|x|``) instead of fresh allocations, which fault their pages in
+    on the CPU; it must not hold ``x``. No term is a view of ``x`` (they may be concatenated later,
+    after an in-place op changed ``x``), and all are (1,): ``torch.cat`` of many is ~3x faster than
+    ``torch.stack`` of 0-d tensors. :func:`moment_rows` turns them into mean and variance on the host.
     """
-    f = x.reshape(-1)
+    f = x if x.ndim == 1 else x.reshape(-1)
     if f.dtype != torch.float32:
         f = f.float()
     out = []
     if "shift" in which:
-        c = f[0]
-        d = f - c
-        out += [c, d.sum()] + ([torch.dot(d, d)] if "sumsq" in which else [])
+        c = f.narrow_copy(0, 0, 1)  # a copy: x may change in place after the hook
+        d = f - c if scratch is None else torch.sub(f, c, out=scratch)
+        out += [c, d.sum(0, keepdim=True)] + ([torch.dot(d, d).view(1)] if "sumsq" in which else [])
     if "abssum" in which or "absmax" in which:
-        a = f.abs()  # one |x| serves both
-        out += [a.sum()] if "abssum" in which else []
-        out += [a.max()] if "absmax" in which else []
-    return torch.stack(out)
+        a = f.abs() if scratch is None else torch.abs(f, out=scratch)  # one |x| serves both
+        out += [a.sum(0, keepdim=True)] if "abssum" in which else []
+        # amax: up to ~3x faster than Tensor.max on the CPU, NaN propagated alike
+        out += [torch.amax(a, 0, keepdim=True)] if "absmax" in which else []
+    return out
+
+
+def moments(x: torch.Tensor, which: Sequence[str] = MOMENTS) -> torch.Tensor:
+    """:func:`moment_terms` of ``x`` in one (len(which),) float32 tensor on its device."""
+    return torch.cat(moment_terms(x, which))
 
 
 def batched_moments(flats: Sequence[torch.Tensor], which: Sequence[str] = MOMENTS) -> torch.Tensor:

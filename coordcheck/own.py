@@ -183,7 +183,7 @@ class OwnUpdate:
             return
         call = self._calls[name]
         self._calls[name] += 1
-        if p._calls[name] <= call:
+        if p._calls.get(name, 0) <= call:
             return  # the probes recorded no output for this call (an alias, an identity, no floating output)
         sampled = sample_rows(args, kwargs)
         if sampled is None:

@@ -7,8 +7,14 @@ step — and the layout (``layer_index``, ``role``) of every recorded module.
 How it measures. Hooks are registered once per model. While ``recording`` is on, each hook
 reduces its module's output on the device, in float32, to a few moments (the sum and sum of
 squares of ``x - c``, ``c`` its first element; sum |x| and max |x| from one ``abs``) and
-appends them to a list; nothing is moved to the host inside a hook. ``end_step()`` stacks the list and
-moves it once. The statistics of the tidy frame come from the moments on the host (float64):
+appends them to a list; nothing is moved to the host inside a hook. ``end_step()`` concatenates
+the list and moves it once. The temporaries (``x - c``, ``|x|``, ``x - x0``) are written to two
+scratch buffers that every hook and step reuse (grown to the largest tensor, up to
+``SCRATCH_MAX`` elements): fresh ones per tensor can be mapped and page-faulted in on every call
+by the CPU allocator (measured: the moments of a 4 MiB tensor 10x slower). So a step allocates
+nothing per module but its moments, and each tensor costs its passes (a subtraction, a sum, a
+dot, an ``abs``, a sum, a max; one more subtraction for ``delta``) and a few tiny ops.
+The statistics of the tidy frame come from the moments on the host (float64):
 ``mean``, ``std = sqrt(var * n / (n - 1))`` (unbiased, like ``torch.std``), ``rms =
 sqrt(var + mean^2)``, ``l1 = sum|x| / n`` (mean |x|), ``absmax``. The shift makes a constant
 tensor's std exactly 0 (raw sums of squares would not).
@@ -18,7 +24,10 @@ step 0 (the batch is fixed), kept on the device.
 **Attention logits wherever they are computed.** During the probed forward a
 ``torch.overrides.TorchFunctionMode`` sees every torch function call, and records the
 attention logits that no module returns, under the name of the module that computed them
-plus a suffix, with role ``attention``:
+plus a suffix, with role ``attention``. It is on at step 0 and, after it, only in models where it
+recorded (or decided) something at step 0: the batch is fixed, so each forward calls the same
+functions, and the mode taxes every torch call of the forward (a third of the probes' Python cost
+in the built-in GPT, which exposes its logits as a module and so needs no capture).
 
 * ``F.scaled_dot_product_attention`` -> ``<module>.(sdpa)``: its implicit logits
   ``q @ k^T * scale`` (``scale`` as passed, default ``1/sqrt(d_head)``; grouped-query heads
@@ -68,7 +77,6 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -85,8 +93,8 @@ from coordcheck.layout import (  # noqa: F401  (the layout names: re-exported fo
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout,
 )
 from coordcheck.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
-    MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moments, needed_moments, pool_calls,
-    pool_moments, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
+    MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
+    pool_calls, pool_moments, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
 )
 from coordcheck.own import OwnUpdate
 
@@ -98,6 +106,7 @@ MASK_BELOW = -1e4  # softmax inputs at or below this are masked positions (-inf,
 
 
 BATCH_BUDGET = 1 << 26  # batched probes: float32 elements snapshotted (256 MiB) before a step reduces them early
+SCRATCH_MAX = 1 << 24  # per-hook probes: tensors up to this many elements (64 MiB) reduce in two reused buffers
 
 
 def first_tensor(out: object) -> torch.Tensor | None:
@@ -249,7 +258,7 @@ class Probes:
     _mkeys: list = field(default_factory=list)  # masked records: the count is on the device
     _mvals: list = field(default_factory=list)
     _ref: dict = field(default_factory=dict)
-    _calls: Counter = field(default_factory=Counter)
+    _calls: dict = field(default_factory=dict)  # name -> calls recorded this forward
     _fired: list = field(default_factory=list)  # names in first-record order at step 0
     _alias: set = field(default_factory=set)
     _captured: dict = field(default_factory=dict)  # captured name -> the module that computed it
@@ -263,23 +272,30 @@ class Probes:
 
     def __post_init__(self) -> None:
         self._which = needed_moments(self.stats)
+        self._delta = "delta" in self.tensors
         self._reduced, self._pending = [], 0  # batched: moments already reduced this step, elements pending
+        self._scratch = [torch.empty(0), torch.empty(0)]  # per hook: |x|, x - c; x - x0 (grown to the largest tensor)
+        self._views: dict = {}  # (buffer, shape, device index) -> (flat, shaped) views of a scratch buffer
         if self.batched is None:  # per-hook reductions are the faster path on the CPU (benchmarked)
             self.batched = next(self.model.parameters(), torch.empty(0)).device.type == "cuda"
         self._mode = _FunctionProbe(self)
         self._mode_on = False
+        self._tracking = False  # the function probe and the module stack it reads are on for this forward
+        self._functions_seen = False  # the function probe recorded (or decided) something at step 0
         for name, module in self.model.named_modules():
             name = name or ROOT_MODULE
+            declared, role = hasattr(module, "coordcheck_role"), getattr(module, "coordcheck_role", None)
+            attention = role == "attention" or (role is None and bool(ATTENTION_NAME.search(name.rsplit(".", 1)[-1])))
             self._handles.append(module.register_forward_pre_hook(partial(self._enter, name)))
             self._handles.append(module.register_forward_hook(partial(
-                self._hook, name, hasattr(module, "coordcheck_role"), next(module.children(), None) is None)))
+                self._hook, name, declared, next(module.children(), None) is None, attention)))
         self._handles.append(self.model.register_forward_hook(self._root_done, always_call=True))
         # in / own: hooks of their own, registered after these, so they run after a module's output is recorded
         self._own = OwnUpdate(self) if {"in", "own"} & set(self.tensors) else None
 
     # -- hooks ------------------------------------------------------------------------
     def _enter(self, name: str, module: nn.Module, inputs: object) -> None:
-        if not self.recording:
+        if not self._tracking:
             return
         self._stack.append(name)
         if name == ROOT_MODULE and not self._mode_on:
@@ -291,7 +307,8 @@ class Probes:
             self._mode.__exit__(None, None, None)
             self._mode_on = False
 
-    def _hook(self, name: str, declared: bool, leaf: bool, module: nn.Module, inputs: object, output: object) -> None:
+    def _hook(self, name: str, declared: bool, leaf: bool, attention: bool, module: nn.Module, inputs: object,
+              output: object) -> None:
         if not self.recording:
             return
         if self._stack and self._stack[-1] == name:
@@ -314,8 +331,7 @@ class Probes:
             self._alias.add(name)  # a container returning its last submodule's output
             return
         self._last_out = x
-        role = getattr(module, "coordcheck_role", None)
-        if role == "attention" or (role is None and ATTENTION_NAME.search(name.rsplit(".", 1)[-1])):
+        if attention and self._tracking:
             self._attn_parents.add(self._stack[-1] if self._stack else ROOT_MODULE)
         with torch._C.DisableTorchFunction():  # the probe's own reductions do not pass through the function probe
             self._record(name, x.detach())
@@ -331,6 +347,7 @@ class Probes:
         name = suffix if parent == ROOT_MODULE else f"{parent}.{suffix}"
         name = self._renamed.get(name, name)
         self._captured.setdefault(name, parent)
+        self._functions_seen = True
         if head_dim:
             self.head_dims.setdefault(name, int(head_dim))
         self._record(name, logits, keep)
@@ -339,6 +356,7 @@ class Probes:
     def softmax(self, x: torch.Tensor, result: object) -> None:
         if x is self._last_out:  # probabilities of a module's output (a readout): not attention logits
             self._softmax_out = (result, None)
+            self._functions_seen = True  # the root's record depends on it at every step
             return
         if self._parent() in self._attn_parents:
             return  # a module already exposed these logits (e.g. the built-in GPT's attn.scores)
@@ -361,20 +379,42 @@ class Probes:
 
     # -- recording ----------------------------------------------------------------------
     def _record(self, name: str, x: torch.Tensor, keep: torch.Tensor | None = None) -> None:
-        call = self._calls[name]
-        self._calls[name] += 1
+        """Reduce ``x`` (detached, or computed without grad) as ``out``, and its change since step 0 as ``delta``."""
+        call = self._calls.get(name, 0)
+        self._calls[name] = call + 1
         if self.step == 0 and call == 0:
             self._fired.append(name)
-        with torch.no_grad():
-            self._push(name, "out", x, keep)
-            if "delta" in self.tensors:
-                if self.step == 0:  # float32, so that a bf16 / fp16 run's delta is taken in float32
-                    self._ref[name, call] = (x.to(torch.float32, copy=True), keep)
-                else:
-                    ref = self._ref.get((name, call))
-                    if ref is not None and ref[0].shape == x.shape:
-                        both = keep if ref[1] is None else (ref[1] if keep is None else keep & ref[1])
+        self._push(name, "out", x, keep)
+        if self._delta:
+            if self.step == 0:  # float32, so that a bf16 / fp16 run's delta is taken in float32
+                self._ref[name, call] = (x.to(torch.float32, copy=True), keep)
+            else:
+                ref = self._ref.get((name, call))
+                if ref is not None and ref[0].shape == x.shape:
+                    both = keep if ref[1] is None else (ref[1] if keep is None else keep & ref[1])
+                    buf = self._buffer(1, x) if both is None and not self.batched else None
+                    if buf is None:
                         self._push(name, "delta", x.float() - ref[0], both)
+                    else:  # x - x0 in float32 (x promoted) into the second buffer; reduced from its flat view
+                        torch.sub(x, ref[0], out=buf[1])
+                        self._push(name, "delta", buf[0], None)
+
+    def _buffer(self, i: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Views ``(flat, shaped like x)`` of scratch buffer ``i`` (float32, ``x.numel()`` elements on ``x``'s
+        device), or None for a tensor past ``SCRATCH_MAX``. Reused by every hook and step, so that no step allocates
+        (and page-faults in) its temporaries; the views are made once per shape (the batch is fixed)."""
+        key = (i, x.shape, x.get_device())
+        views = self._views.get(key)
+        if views is None:
+            n = x.numel()
+            if n > SCRATCH_MAX:
+                return None
+            buf = self._scratch[i]
+            if buf.numel() < n or buf.device != x.device:
+                buf = self._scratch[i] = torch.empty(n, device=x.device)
+                self._views = {k: v for k, v in self._views.items() if k[0] != i}  # views of the old buffer
+            views = self._views[key] = (buf[:n], buf[:n].view(x.shape))
+        return views
 
     def _push(self, name: str, tensor: str, x: torch.Tensor, keep: torch.Tensor | None) -> None:
         if tensor not in self.tensors:
@@ -388,8 +428,9 @@ class Probes:
                 if self._pending > BATCH_BUDGET:  # bound the snapshots' memory: reduce what is pending now
                     self._reduced.append(batched_moments(self._vals, self._which))
                     self._vals, self._pending = [], 0
-            else:
-                self._vals.append(moments(x, self._which))
+            else:  # the moments as (1,) tensors, concatenated once at the step's end
+                buf = self._buffer(0, x)
+                self._vals += moment_terms(x, self._which, None if buf is None else buf[0])
         else:
             self._mkeys.append((name, tensor))
             self._mvals.append(masked_moments(x, keep))
@@ -400,7 +441,8 @@ class Probes:
         self.recording = True
         self._keys, self._n, self._vals, self._mkeys, self._mvals = [], [], [], [], []
         self._reduced, self._pending = [], 0
-        self._calls = Counter()
+        self._calls = {}
+        self._tracking = step == 0 or self._functions_seen  # later forwards call the same functions (fixed batch)
         self._stack, self._attn_parents = [], set()
         self._last_out = self._softmax_out = None
         self.leaves_done = 0
@@ -409,7 +451,7 @@ class Probes:
 
     def end_step(self, loss: torch.Tensor) -> StepRecord:
         """Stop recording, move this step's moments and the loss to the host in one transfer."""
-        self.recording = False
+        self.recording = self._tracking = False
         self._root_done(self.model, (), None)
         if self.step == 0:
             self.layout = infer_layout(self.model, self._fired, self._captured)
@@ -419,7 +461,7 @@ class Probes:
             if done:
                 parts.append(torch.cat(done).reshape(-1))
         elif self._vals:
-            parts.append(torch.stack(self._vals).reshape(-1))
+            parts.append(torch.cat(self._vals))
         own_keys, own_n, own = self._own.flush(self._which) if self._own is not None else ([], [], None)
         if own is not None:  # in / own rows: after this step's other unmasked rows
             parts.append(own.reshape(-1))
@@ -445,6 +487,7 @@ class Probes:
         if self._own is not None:
             self._own.clear()  # θ_0
         self._vals, self._mvals, self._reduced = [], [], []  # no snapshot outlives the probes (after an error)
+        self._scratch, self._views = [torch.empty(0), torch.empty(0)], {}
 
     def __enter__(self) -> Probes:
         return self

@@ -23,11 +23,17 @@ model, the per-job start-up cost, and the time to aggregate + fit + plot + repor
 
     python experiments/bench_probes.py                 # everything
     python experiments/bench_probes.py --quick         # 2 repeats, widths 256 1024
+    python experiments/bench_probes.py --ops           # no timing: aten ops and fresh MiB per forward (seconds)
+
+``--ops`` counts what does not depend on the machine: the aten ops (a ``TorchDispatchMode``) and the
+MiB of freshly allocated tensors in one probed forward and ``end_step`` at step 2 (after two
+updates: ``delta`` on, the function probe in its steady state), for a, b and c.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -177,6 +183,57 @@ class Units:
         return time.perf_counter() - t
 
 
+def op_counts(name: str, width: int) -> dict[str, tuple[int, float]]:
+    """Per variant (a, b, c): aten ops and MiB of fresh tensors in the step-2 forward (and ``end_step``)."""
+    import mup
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from coordcheck.data import gaussian, tokens
+    from coordcheck.models import gpt, mlp
+    from coordcheck.parametrization import Mup, build_model
+    from coordcheck.probes import Probes
+    from coordcheck.train import cross_entropy
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops, self.bytes = 0, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            self.ops += 1
+            held = {t.untyped_storage().data_ptr() for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)}
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in held:
+                    self.bytes += t.untyped_storage().nbytes()  # a new storage: neither a view nor out=
+            return out
+
+    build, batch = {"gpt": (gpt, tokens()), "mlp": (mlp, gaussian())}[name]
+    par = Mup()
+    par.prepare(build, 128)
+    kws = {"a": None, "b": {}, "c": {"tensors": ("out",), "stats": ("l1",)}}
+    counts = {}
+    for v, kw in kws.items():
+        model = build_model(build, width, 0, par)
+        opt = mup.MuAdam(model.parameters(), lr=1e-2)
+        probes = None if kw is None else Probes(model, **kw)
+        for step in range(3):
+            count = Count()
+            if probes is not None:
+                probes.begin_step(step)
+            with count if step == 2 else contextlib.nullcontext():
+                loss = cross_entropy(model(batch.inputs), batch.targets)
+                if probes is not None:
+                    probes.end_step(loss)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        counts[v] = (count.ops, count.bytes / 2**20)
+    return counts
+
+
 def step_time(width: int, repeats: int) -> dict[str, float]:
     """Median time of one training step (forward, backward, update): MuAdam vs torch Adam."""
     import mup
@@ -239,6 +296,7 @@ def main() -> None:
     p.add_argument("--widths", type=int, nargs="+", default=[256, 512, 1024])
     p.add_argument("--models", nargs="+", default=["gpt", "mlp"])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--ops", action="store_true", help="count aten ops and fresh MiB per probed forward; no timing")
     p.add_argument("--_startup", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--_memory", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -256,6 +314,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"threads: {args.threads}")
     print(f"torch: {torch.__version__}")
+    if args.ops:
+        for name in args.models:
+            for width in args.widths:
+                counts = op_counts(name, width)
+                for v, label in (("a", "bare"), ("b", "default_probes"), ("c", "out_l1")):
+                    print(f"{name}_w{width}_{v}_{label}_aten_ops: {counts[v][0]}")
+                    print(f"{name}_w{width}_{v}_{label}_fresh_mib: {counts[v][1]:.2f}")
+        return
     units = Units(args.steps, args.seeds)
     for name in args.models:  # warm-up: imports, allocator, first optimizer (torch._dynamo)
         for v in VARIANTS:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from coordcheck.moments import (
-    ABSMAX, MEAN, MOMENTS, N, VAR, batched_moments, masked_moments, moment_rows, moments, needed_moments, pool_calls,
-    pool_moments, stats_from_moments,
+    ABSMAX, MEAN, MOMENTS, N, VAR, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
+    pool_calls, pool_moments, stats_from_moments,
 )
 
 STATS = ["std", "l1", "rms", "mean", "absmax"]
@@ -62,3 +62,16 @@ def test_batched_moments_equal_one_tensor_at_a_time():
     flats = [torch.randn(n, generator=g) * s for n, s in ((1, 1.0), (17, 5.0), (64, 0.01))]
     torch.testing.assert_close(batched_moments(flats), torch.stack([moments(f) for f in flats]), rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("which", [MOMENTS, needed_moments(["l1"]), needed_moments(["mean", "absmax"])])
+def test_moment_terms_in_a_scratch_buffer_equal_fresh_ones_and_own_their_values(which):
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(6, 5, generator=g) * 2 - 1).t()  # not contiguous
+    fresh = moments(x, which)
+    scratch = torch.full((x.numel(),), float("nan"))
+    terms = moment_terms(x, which, scratch)
+    x.zero_()  # an in-place op after the reduction (a ReLU(inplace=True) after the hook)
+    scratch.fill_(7.0)  # the next tensor's temporaries
+    assert all(t.shape == (1,) for t in terms)
+    assert torch.equal(torch.cat(terms), fresh)

@@ -406,3 +406,124 @@ def test_sdpa_with_a_float_mask_is_named_apart():
 
     probes, _ = _probe_once(nn.Sequential(Biased(), nn.Linear(16, 4)), torch.randn(2, 5, 16))
     assert probes.layout["0.(sdpa+mask)"][1] == "attention" and "0.(sdpa)" not in probes.layout
+
+
+# -- the cheap paths (scratch buffers, the function probe off where it found nothing) change no number -------------
+
+def _tiny_gpt():
+    torch.manual_seed(0)
+    model = gpt(32, n_layer=2)
+    set_base_shapes(model, None)
+    return model
+
+
+class _InplaceNet(nn.Sequential):
+    """ReLU(inplace=True) rewrites each Linear's output after its hook has reduced it."""
+
+    def __init__(self):
+        torch.manual_seed(0)
+        super().__init__(nn.Linear(8, 16), nn.ReLU(inplace=True), nn.Linear(16, 16), nn.ReLU(inplace=True),
+                         nn.Linear(16, 3))
+
+
+def _train(model, x, steps=3, **probe_kw):
+    """The records of ``steps`` Adam updates on a fixed batch (None: no probes) and the parameters after them."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    probes = None if probe_kw.get("tensors") == "none" else Probes(model, **probe_kw)
+    records = []
+    for step in range(steps + 1):
+        if probes is not None:
+            probes.begin_step(step)
+        loss = model(x).float().square().mean()
+        if probes is not None:
+            records.append(probes.end_step(loss))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if probes is not None:
+        probes.remove()
+    return records, [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("make,x", [(_tiny_gpt, torch.randint(0, 256, (2, 8))), (_InplaceNet, torch.randn(4, 8))])
+@pytest.mark.parametrize("kw", [{}, {"tensors": ("out",), "stats": ("l1",)}])
+def test_probes_leave_training_bit_identical(make, x, kw):
+    _, bare = _train(make(), x, tensors="none")
+    _, probed = _train(make(), x, **kw)
+    assert all(torch.equal(a, b) for a, b in zip(bare, probed))
+
+
+def test_inplace_ops_after_the_hook_do_not_reach_the_recorded_moments():
+    model, x = _InplaceNet(), torch.randn(4, 8)
+    with torch.no_grad():
+        model[0].bias[0] = -10.0  # the first element (the shift) is negative: the ReLU overwrites it
+    pre = model[0](x).detach()  # the first Linear's output before the ReLU
+    records, _ = _train(model, x, steps=0)
+    assert pre[0, 0] < 0
+    got = _stats(records[0], "0")
+    assert got["mean"] == pytest.approx(pre.mean().item(), rel=1e-5)
+    assert got["std"] == pytest.approx(pre.std().item(), rel=1e-5)
+
+
+def test_tensors_past_the_scratch_size_reduce_to_the_same_numbers(monkeypatch):
+    import coordcheck.probes as probes_module
+
+    x = torch.randint(0, 256, (2, 8))
+    scratch, _ = _train(_tiny_gpt(), x)
+    monkeypatch.setattr(probes_module, "SCRATCH_MAX", 0)  # every temporary freshly allocated, as before the buffers
+    fresh, _ = _train(_tiny_gpt(), x)
+    for a, b in zip(scratch, fresh):
+        assert a.keys == b.keys and np.array_equal(a.moments, b.moments, equal_nan=True)
+
+
+class _MhaWrap(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn, self.head = nn.MultiheadAttention(16, 4, batch_first=True), nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(self.attn(x, x, x)[0])
+
+
+@pytest.mark.parametrize("make,x,seen", [
+    (_tiny_gpt, torch.randint(0, 256, (2, 8)), False),  # its scores module exposes the logits: nothing to capture
+    (lambda: nn.Sequential(FusedAttention(), nn.Linear(16, 4)), torch.randn(2, 5, 16), True),
+    (lambda: nn.Sequential(HandAttention(), nn.Linear(8, 2)), torch.randn(2, 4, 8), True),
+    (_MhaWrap, torch.randn(2, 6, 16), True),
+    (lambda: LogSoftmaxReadout(), torch.randn(3, 4), True),  # the root is left out at every step
+    (lambda: LogSoftmaxReadout(mult=0.25), torch.randn(3, 4), True),
+])
+def test_every_step_records_what_step_0_recorded(monkeypatch, make, x, seen):
+    import coordcheck.probes as probes_module
+
+    calls = []
+    original = probes_module._FunctionProbe.__torch_function__
+
+    def counted(self, func, types, args=(), kwargs=None):
+        calls.append(self.probes.step)
+        return original(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(probes_module._FunctionProbe, "__torch_function__", counted)
+    records, _ = _train(make(), x)
+    first = set(records[0].keys)
+    for rec in records[1:]:
+        assert {k for k in rec.keys if k[1] == "out"} == first
+        assert {m for m, t in rec.keys if t == "delta"} == {m for m, _ in first}
+    assert 0 in calls and (1 in calls) == seen  # the function probe is off after step 0 only where it saw nothing
+
+
+def test_delta_of_a_bf16_model_is_taken_in_float32():
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2)).to(torch.bfloat16), torch.randn(4, 8).bfloat16()
+    y0 = model[0](x).float()
+    probes = Probes(model)
+    probes.begin_step(0)
+    probes.end_step(model(x).float().sum())
+    with torch.no_grad():
+        model[0].weight.mul_(1.5)
+    probes.begin_step(1)
+    rec = probes.end_step(model(x).float().sum())
+    want = model[0](x).float() - y0
+    got = _stats(rec, "0", "delta")
+    assert got["std"] == pytest.approx(want.std().item(), rel=1e-5)
+    assert got["absmax"] == pytest.approx(want.abs().max().item(), rel=1e-6)
