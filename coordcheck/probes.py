@@ -295,7 +295,7 @@ class Probes:
 
     # -- hooks ------------------------------------------------------------------------
     def _enter(self, name: str, module: nn.Module, inputs: object) -> None:
-        if not self._tracking:
+        if not (self._tracking and self.recording):  # not recording: the own update's extra calls (coordcheck.own)
             return
         self._stack.append(name)
         if name == ROOT_MODULE and not self._mode_on:

@@ -505,9 +505,10 @@ def test_every_step_records_what_step_0_recorded(monkeypatch, make, x, seen):
 
     monkeypatch.setattr(probes_module._FunctionProbe, "__torch_function__", counted)
     records, _ = _train(make(), x)
-    first = set(records[0].keys)
+    first = {k for k in records[0].keys if k[1] == "out"}
     for rec in records[1:]:
         assert {k for k in rec.keys if k[1] == "out"} == first
+        assert {k for k in rec.keys if k[1] in ("in", "own")} == {k for k in records[0].keys if k[1] in ("in", "own")}
         assert {m for m, t in rec.keys if t == "delta"} == {m for m, _ in first}
     assert 0 in calls and (1 in calls) == seen  # the function probe is off after step 0 only where it saw nothing
 
