@@ -59,7 +59,7 @@ from torch import nn
 
 from coordcheck.frame import ROOT_MODULE
 from coordcheck.layout import is_norm
-from coordcheck.moments import batched_moments
+from coordcheck.moments import batched_moments, moment_terms
 
 __all__ = ["SAMPLED_ROWS", "SAMPLED_SHARE", "LINEAR_FORWARDS", "OwnUpdate", "sampled_rows", "sample_rows",
            "owns_parameters"]
@@ -235,6 +235,16 @@ class OwnUpdate:
         if not ins and not owns:
             return [], [], None
         with torch.no_grad(), torch._C.DisableTorchFunction():
+            if not self.probes.batched:  # the CPU: per-tensor moments (segment reductions are ~10x slower there)
+                flats = [f for _, f in ins]
+                for _, f, x in owns:
+                    if x is not None:
+                        rms = x.square().mean().sqrt()
+                        f = f / torch.where(rms > 0, rms, 1.0)  # all-zero input: no scale, s = 1
+                    flats.append(f)
+                terms = [t for f in flats for t in moment_terms(f, which)]
+                keys = [(name, "in") for name, _ in ins] + [(name, "own") for name, _, _ in owns]
+                return keys, [f.numel() for f in flats], torch.cat(terms).reshape(len(flats), -1)
             lengths = [f.numel() for _, f, _ in owns]
             change = torch.cat([f for _, f, _ in owns]) if owns else torch.empty(0)
             xs = [x for _, _, x in owns if x is not None]  # the inputs to scale by (none for norms, integers)
