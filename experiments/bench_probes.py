@@ -16,6 +16,7 @@ Variants:
      result it never measures)
   e  c with ``steps - 1`` updates: the same record as d (forwards before updates 1..steps),
      so ``e / d`` is "never slower than mup for the same record"
+  f  b plus what the causes need (``tensors=CAUSE_TENSORS``: each parameter owner's ``in`` and ``own``)
 
 Also: peak memory of b vs a (fresh subprocesses), the muP step vs the SP step on the same
 model, the per-job start-up cost, and the time to aggregate + fit + plot + report a sweep of
@@ -45,7 +46,7 @@ import time
 from pathlib import Path
 
 T0 = time.perf_counter()
-VARIANTS = "abcde"
+VARIANTS = "abcdef"
 
 
 def _rss_kib(field: str) -> int:
@@ -136,6 +137,7 @@ class Units:
         from mup.coord_check import get_coord_data
 
         from coordcheck.optim import adam
+        from coordcheck.frame import CAUSE_TENSORS
         from coordcheck.parametrization import Mup
         from coordcheck.train import RunIdentity, cross_entropy, run_width
 
@@ -156,8 +158,8 @@ class Units:
                     loss.backward()
                     opt.step()
                 loss.item()
-        elif variant in ("b", "c", "e"):
-            kw = {} if variant == "b" else {"tensors": ("out",), "stats": ("l1",)}
+        elif variant in ("b", "c", "e", "f"):
+            kw = {"b": {}, "f": {"tensors": CAUSE_TENSORS}}.get(variant, {"tensors": ("out",), "stats": ("l1",)})
             ident = RunIdentity("bench", name, "mup", "adam", 1e-2, batch.name)
             frame, _ = run_width(
                 self.builders[name], width, seeds=self.seeds, parametrization=par,
@@ -336,7 +338,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     for name in args.models:
         for width in args.widths:
-            a, b, c, d, e = (med[(name, width, v)] for v in VARIANTS)
+            a, b, c, d, e, f = (med[(name, width, v)] for v in VARIANTS)
             print(f"{name}_w{width}_a_bare_s: {a:.3f}")
             print(f"{name}_w{width}_b_default_probes_s: {b:.3f}")
             print(f"{name}_w{width}_c_out_l1_s: {c:.3f}")
@@ -346,6 +348,8 @@ def main() -> None:
             print(f"{name}_w{width}_e_out_l1_same_record_as_mup_s: {e:.3f}")
             print(f"{name}_w{width}_ratio_c_over_d: {c / d:.3f}")
             print(f"{name}_w{width}_ratio_e_over_d_same_record: {e / d:.3f}")
+            print(f"{name}_w{width}_f_causes_probes_s: {f:.3f}")
+            print(f"{name}_w{width}_ratio_f_over_a: {f / a:.3f}")
 
     st = step_time(1024, args.repeats * 2)
     print(f"gpt_w1024_step_mup_s: {st['mup']:.4f}")

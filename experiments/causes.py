@@ -17,14 +17,14 @@ import sys
 
 import torch
 
-from coordcheck import coord_check
+from coordcheck import CAUSE_TENSORS, coord_check
 from coordcheck.data import tokens
 from coordcheck.models import gpt, mlp
 from coordcheck.testing import known_models as km
 from coordcheck.testing import public_models as pm
 
 MLP_W, GPT_W = [64, 128, 256, 512], [64, 128, 256]
-RUN = dict(steps=4, seeds=2, progress=False)
+RUN = dict(steps=4, seeds=2, progress=False, tensors=CAUSE_TENSORS)
 GPT_DATA = tokens(batch_size=2, seq_len=16)
 HAND = dict(parametrization="none", optimizer=km.make_optimizer, data="gaussian", lr=1e-3, **RUN)
 

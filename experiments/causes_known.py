@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from coordcheck import coord_check
+from coordcheck import CAUSE_TENSORS, coord_check
 from coordcheck.data import tokens
 from coordcheck.models import gpt, mlp
 from coordcheck.parametrization import PARAMETRIZATIONS, build_model
@@ -54,7 +54,8 @@ from coordcheck.testing import public_models as pm
 from coordcheck.train import build_on
 
 WIDTHS, FULL_WIDTHS = [128, 256, 512], [128, 256, 512, 1024]
-RUN, FULL_RUN = dict(steps=4, seeds=2, progress=False), dict(steps=10, seeds=3, progress=False)
+RUN, FULL_RUN = (dict(steps=4, seeds=2, progress=False, tensors=CAUSE_TENSORS),
+                 dict(steps=10, seeds=3, progress=False, tensors=CAUSE_TENSORS))
 DATA = tokens(batch_size=4, seq_len=32)
 LR_FAULT = 1e-2  # the planted faults at the lr; the correct GPT at 3e-3 (1e-2 drifts: edge_of_stability.py)
 LR_CORRECT = 3e-3

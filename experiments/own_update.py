@@ -26,14 +26,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from coordcheck import coord_check
+from coordcheck import CAUSE_TENSORS, coord_check
 from coordcheck.data import tokens
 from coordcheck.models import gpt, mlp
 from coordcheck.slopes import fit_slopes
 from coordcheck.testing import public_models as pm
 
 WIDTHS = [128, 256, 512]
-RUN = dict(steps=4, seeds=2, progress=False)
+RUN = dict(steps=4, seeds=2, progress=False, tensors=CAUSE_TENSORS)
 LR = {"adam": 1e-2, "sgd": 1e-1}
 HAND = dict(parametrization="none", optimizer=pm.configure_optimizers, forward_targets=True, loss="model", output=0,
             data=tokens(batch_size=4, seq_len=32), lr=1e-2, **RUN)

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-from coordcheck import coord_check
+from coordcheck import CAUSE_TENSORS, coord_check
 from coordcheck.data import tokens
 from coordcheck.testing import public_models as pm
 
 W_SMALL, W_LARGE = [64, 128, 256, 512], [128, 256, 512, 1024]
-RUN = dict(steps=10, seeds=3, lr=1e-2, progress=False)
+RUN = dict(steps=10, seeds=3, lr=1e-2, progress=False, tensors=CAUSE_TENSORS)  # with the causes
 GPT = dict(parametrization="none", optimizer=pm.configure_optimizers, forward_targets=True, loss="model", output=0,
            data=tokens(batch_size=4, seq_len=32), **RUN)
 ENCODER = dict(parametrization="mup", data=pm.seq_first_tokens(), base_width=64, **RUN)
@@ -65,7 +65,10 @@ CASES = {
 
 
 def describe(result) -> str:
+    """The first cause when there is one (the causes' tensors are recorded), else the worst or closest series."""
     v = result.verdict
+    if v.first_cause:
+        return f"cause: {v.first_cause}"
     worst = v.worst(1)
     if len(worst):
         w = worst.iloc[0]

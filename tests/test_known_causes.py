@@ -15,16 +15,21 @@ and four modules after it at step 0 (+0.5), (e) both (sdpa) logits at step 0 (-0
 before it fails.
 """
 
+import functools
+
 import pandas as pd
 import pytest
 import torch
 
-from coordcheck import coord_check
+from coordcheck import CAUSE_TENSORS
+from coordcheck import coord_check as _coord_check
 from coordcheck.data import tokens
 from coordcheck.models import gpt, mlp
 from coordcheck.testing import known_models as km
 from coordcheck.testing import planted as pl
 from coordcheck.testing import public_models as pm
+
+coord_check = functools.partial(_coord_check, tensors=CAUSE_TENSORS)  # the causes need in / own (a setting)
 
 slow = pytest.mark.slow  # the verdict cases train real models
 

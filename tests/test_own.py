@@ -15,7 +15,7 @@ from torch import nn
 
 from coordcheck import coord_check
 from coordcheck.data import Batch
-from coordcheck.frame import DEFAULT_TENSORS
+from coordcheck.frame import CAUSE_TENSORS
 from coordcheck.models import gpt
 from coordcheck.moments import N
 from coordcheck.own import SAMPLED_ROWS, sample_rows, sampled_rows
@@ -170,9 +170,9 @@ def test_training_is_bit_identical_with_own_on():
 
 def test_a_gpt_frame_is_bit_identical_in_out_delta_and_loss():
     kw = dict(seeds=1, steps=2, progress=False, n_layer=1, parametrization="mup")
-    r_off, r_on = coord_check(gpt, [32, 64], tensors=("out", "delta"), **kw), coord_check(gpt, [32, 64], **kw)
+    r_off, r_on = coord_check(gpt, [32, 64], tensors=("out", "delta"), **kw), coord_check(gpt, [32, 64], tensors=CAUSE_TENSORS, **kw)
     off, on = r_off.frame, r_on.frame
-    assert set(on["tensor"]) == {*DEFAULT_TENSORS, "loss"}
+    assert set(on["tensor"]) == {*CAUSE_TENSORS, "loss"}
     assert (r_on.verdict.status, r_on.verdict.reason) == (r_off.verdict.status, r_off.verdict.reason)  # not judged
     on = on[on["tensor"].isin(["out", "delta", "loss"])].reset_index(drop=True)
     assert_frame_equal(off.drop(columns="config_id"), on.drop(columns="config_id"))
@@ -249,10 +249,10 @@ def test_sequence_first_models_and_the_default_gpt_record_in_and_own():
     from coordcheck.testing.public_models import encoder_builder, seq_first_tokens
 
     res = coord_check(encoder_builder, [32], seeds=1, steps=1, progress=False,
-                      data=seq_first_tokens())
+                      data=seq_first_tokens(), tensors=CAUSE_TENSORS)
     own = res.frame[(res.frame["tensor"] == "own") & (res.frame["stat"] == "std")]
     assert len(own) and own["value"].notna().all()
-    gpt_frame = coord_check(gpt, [32], seeds=1, steps=1, progress=False, n_layer=1).frame
+    gpt_frame = coord_check(gpt, [32], seeds=1, steps=1, progress=False, n_layer=1, tensors=CAUSE_TENSORS).frame
     owners = set(gpt_frame[gpt_frame["tensor"] == "own"]["module"])
     assert {"wte", "wpe", "lm_head", "ln_f", "blocks.0.mlp.c_fc", "blocks.0.attn.c_q"} <= owners
     assert set(gpt_frame[gpt_frame["tensor"] == "in"]["module"]) == owners - {"wte", "wpe"}
