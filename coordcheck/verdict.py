@@ -576,7 +576,8 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
     worst = verdict.configs.loc[verdict.configs["status"].map(_RANK).idxmax()]
     if worst["status"] == "fail" and verdict.status != "fail":
         verdict.status = "fail"
-        verdict.reason = worst["reason"] if len(verdict.configs) == 1 else f"{worst['parametrization']}: {worst['reason']}"
+        many = len(verdict.configs) > 1
+        verdict.reason = f"{worst['parametrization']}: {worst['reason']}" if many else worst["reason"]
 
 
 def _fail_fixed_models(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> None:
@@ -600,7 +601,8 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     if slopes is None:
         slopes = fit_slopes(frame)
     heads = head_dim_growth(frame)
-    series = _judge_series(slopes[(slopes["stat"] == rules.stat) & ~slopes["tensor"].isin(NOT_ACTIVATIONS)], rules, heads)
+    judged = slopes[(slopes["stat"] == rules.stat) & ~slopes["tensor"].isin(NOT_ACTIVATIONS)]
+    series = _judge_series(judged, rules, heads)
     inst = find_instability(frame, rules.rise, rules.rise_floor, rules.persist)
     series = _skip_inner_outputs(series)
     acts = frame[~frame["tensor"].isin(NOT_ACTIVATIONS) & (frame["stat"] == rules.stat)]

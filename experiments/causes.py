@@ -23,18 +23,11 @@ from coordcheck.models import gpt, mlp
 from coordcheck.testing import known_models as km
 from coordcheck.testing import public_models as pm
 
-MLP_W, GPT_W = [64, 128, 256, 512], [64, 128, 256]
-RUN = dict(steps=4, seeds=2, progress=False, tensors=CAUSE_TENSORS)
-GPT_DATA = tokens(batch_size=2, seq_len=16)
-HAND = dict(parametrization="none", optimizer=km.make_optimizer, data="gaussian", lr=1e-3, **RUN)
+import known_answers as ka  # the known answers' widths, batch and models (experiments/known_answers.py)
+from known_answers import GPT_DATA, GPT_W, MLP_W, sqrt_d_attention, torch_adam
 
-
-def torch_adam(model, lr):
-    return torch.optim.Adam(model.parameters(), lr=lr)
-
-
-def sqrt_d_attention(width, **kwargs):  # planted bug: q.k / sqrt(d_head)
-    return gpt(width, attn_mult=(width // 4) ** 0.5, **kwargs)
+RUN = {**ka.RUN, "tensors": CAUSE_TENSORS}
+HAND = {**ka.HAND, "tensors": CAUSE_TENSORS}
 
 
 PW = [64, 128, 256, 512]

@@ -170,7 +170,8 @@ def test_training_is_bit_identical_with_own_on():
 
 def test_a_gpt_frame_is_bit_identical_in_out_delta_and_loss():
     kw = dict(seeds=1, steps=2, progress=False, n_layer=1, parametrization="mup")
-    r_off, r_on = coord_check(gpt, [32, 64], tensors=("out", "delta"), **kw), coord_check(gpt, [32, 64], tensors=CAUSE_TENSORS, **kw)
+    r_off = coord_check(gpt, [32, 64], tensors=("out", "delta"), **kw)
+    r_on = coord_check(gpt, [32, 64], tensors=CAUSE_TENSORS, **kw)
     off, on = r_off.frame, r_on.frame
     assert set(on["tensor"]) == {*CAUSE_TENSORS, "loss"}
     assert (r_on.verdict.status, r_on.verdict.reason) == (r_off.verdict.status, r_off.verdict.reason)  # not judged
