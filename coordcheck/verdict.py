@@ -61,7 +61,11 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    inherits (``Verdict.causes``, ``Verdict.evidence``, the module table's ``cause`` /
    ``inherited_from``); a failing configuration's reason leads with its first cause, and one without
    a cause says what was seen instead. A frame without ``own`` rows is judged as before (no causes;
-   the report's Cause section says they need the ``own`` tensor).
+   the report's Cause section says they need the ``own`` tensor). An undecided ``own`` series makes
+   no configuration undecided (:data:`DECIDING`): it is evidence, and only a failing one is a cause.
+   Then the parameter audit's and Adam's ε judged violations (:mod:`coordcheck.audit`, from the jobs'
+   facts and ``eps`` rows) join the causes (:func:`_add_parameter_causes`): one the walk already named
+   is left out; a new one fails its configuration.
 11. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
    ``pass``.
 """
