@@ -492,6 +492,37 @@ def _skip_inner_outputs(series: pd.DataFrame) -> pd.DataFrame:
     return series
 
 
+OWN_SHRINK_ALONE = ("own update shrinks with width ({slope:+.2f} at step {step}) while the module's output and its "
+                    "change since step 0 do not: not counted as a cause (a vanishing own update that leaves the "
+                    "module's features changing like muP's shows no knob to turn)")
+
+
+def _uncorroborated_shrinks(series: pd.DataFrame) -> pd.DataFrame:
+    """A failing ``own`` that *shrinks* after updates counts only where the module's own ``out`` or ``delta`` also
+    fails shrinking inside the window; otherwise it is ``inconclusive`` (and, by :data:`DECIDING`, decides nothing).
+
+    Growth is the fault the knobs cause and is kept. A shrinking own update alone is not enough to name a knob: the
+    correct muP ResNet of ``coordcheck.testing`` (``experiments/public_models.py``, widths 8-64, 10 steps, 3 seeds)
+    has its strided 1x1 shortcut's own update shrink like width^-0.43 [-0.50, -0.36] while every activation of it,
+    and its change, is flat. A learning rate really scaled down too much (an embedding's scaled like a hidden
+    matrix, hidden matrices scaled twice) shrinks the module's ``delta`` with it."""
+    own = (series["tensor"] == "own") & (series["status"] == "fail") & (series["direction"] == "shrinks") \
+        & (series["step"] > 0)
+    if not own.any():
+        return series
+    acts = series[series["in_window"] & series["tensor"].isin(DECIDING) & (series["status"] == "fail")
+                  & (series["direction"] == "shrinks")]
+    shown = set(zip(acts["config_id"], acts["module"]))
+    alone = own & ~pd.Series([k in shown for k in zip(series["config_id"], series["module"])], index=series.index)
+    if not alone.any():
+        return series
+    series = series.copy()
+    series.loc[alone, "diagnosis"] = [OWN_SHRINK_ALONE.format(slope=sl, step=st) for sl, st in
+                                      zip(series.loc[alone, "slope"], series.loc[alone, "step"])]
+    series.loc[alone, "status"] = "inconclusive"
+    return series
+
+
 def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
     """One row per (configuration, module): its worst judged series, its margin, and a module status.
 
@@ -623,6 +654,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
                               gross=rules.gross)
     series = mark_narrow(frame, series, rules.min_widths)  # issue 17 item 7: say narrow-width effects as such
     series = series.assign(in_window=in_window.astype(bool))
+    series = _uncorroborated_shrinks(series)
     walk = find_causes(series, _module_table(series, rules.min_window), frame[frame["tensor"] == "loss"], rules.tol,
                        rules.shrink_tol, rules.gross)
     modules = walk.modules

@@ -266,3 +266,18 @@ def test_the_readouts_own_change_is_a_cause_even_after_a_hidden_one():
     assert list(once.causes["what"]) == ["head"] and once.causes["step"].iloc[0] == 1
     small = judge(make_frame(gpt({**jump, ("head", "own"): lambda t: 0.5 if t == 1 else 0.0})))
     assert small.causes.empty  # one step, within rule 4's gross margin: a transient
+
+
+def test_a_shrinking_own_update_alone_names_no_knob():
+    # the correct muP ResNet's strided shortcut: own -0.43 after updates, its output and change flat
+    v = judge(make_frame(gpt({("h0.proj", "own"): init_then(0.0, -0.9)})))
+    assert v.causes.empty and v.status == "pass", v.reason
+    s = v.series[(v.series["module"] == "h0.proj") & (v.series["tensor"] == "own") & (v.series["step"] > 0)]
+    assert (s["status"] == "inconclusive").all() and s["diagnosis"].str.contains("not counted as a cause").all()
+
+
+def test_a_shrinking_own_update_with_a_shrinking_change_is_a_cause():
+    # an input layer's learning rate scaled like a hidden matrix: its update and its output's change shrink together
+    v = judge(make_frame(gpt({("emb", "own"): init_then(0.0, -1.0), ("emb", "delta"): -1.0})))
+    assert list(v.causes["what"]) == ["emb"] and v.status == "fail"
+    assert (v.causes["exponent"] < -0.5).all()
