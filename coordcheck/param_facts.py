@@ -36,6 +36,8 @@ import math
 import torch
 from torch import nn
 
+from coordcheck.optim import MUON_ADJUST_LR
+
 __all__ = ["param_facts", "optimizer_family", "effective_lr"]
 
 
@@ -52,18 +54,10 @@ def optimizer_family(optimizer: torch.optim.Optimizer, group: dict) -> str:
 
 
 def muon_adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: torch.Size) -> float:
-    """The lr ``torch.optim.Muon`` applies to a parameter of ``shape`` (its ``_adjust_lr``, restated: A = fan-out,
-    B = fan-in)."""
-    if len(shape) < 2:
-        return lr
-    a, b = shape[0], shape[1]
-    if adjust_lr_fn is None or adjust_lr_fn == "original":
-        return lr * math.sqrt(max(1.0, a / b))
-    if adjust_lr_fn == "match_rms_adamw":
-        return lr * 0.2 * math.sqrt(max(a, b))
-    if adjust_lr_fn == "spectral_unclamped":
-        return lr * math.sqrt(a / b)
-    return lr
+    """The lr ``torch.optim.Muon`` applies to a parameter of ``shape`` (:data:`coordcheck.optim.MUON_ADJUST_LR`:
+    A = fan-out, B = fan-in; ``original`` when unset, unchanged for a setting it does not know)."""
+    factor = MUON_ADJUST_LR.get(adjust_lr_fn or "original")
+    return lr if len(shape) < 2 or factor is None else lr * factor(float(shape[0]), float(shape[1]))
 
 
 def effective_lr(family: str, group: dict, p: torch.Tensor) -> float:

@@ -60,7 +60,7 @@ from typing import Any
 
 import pandas as pd
 
-from coordcheck.audit import audit_table
+from coordcheck.audit import audit_long, audit_table
 from coordcheck.causes import CAUSE_COLUMNS, NO_OWN_NOTE
 from coordcheck.errors import EXIT, OK, USER_ERROR, CoordCheckError
 from coordcheck.frame import atomic_write
@@ -332,9 +332,11 @@ def build_report(
         raise CoordCheckError("no measurements to report: every job failed or the frame is empty")
     slopes = fit_slopes(frame)
     problems = list(problems or [])
-    verdict = judge(frame, slopes, rules, problems=problems, facts=list(facts or []))  # rules 8 and 9
+    facts = list(facts or [])
+    long = audit_long(facts, rules)  # the parameter audit, once: for the verdict's causes and audit.csv
+    verdict = judge(frame, slopes, rules, problems=problems, facts=facts, audit=long)  # rules 8 and 9
     return Report(frame, slopes, verdict, problems, list(jobs or []), command, config,
-                  audit=audit_table(list(facts or []), rules))
+                  audit=audit_table(facts, rules, long=long))
 
 
 def write_report(

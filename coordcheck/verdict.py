@@ -555,30 +555,33 @@ def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
 
 
 def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules = Rules(),
-          problems: Sequence[Any] = (), facts: Sequence[Mapping[str, Any]] = ()) -> Verdict:
+          problems: Sequence[Any] = (), facts: Sequence[Mapping[str, Any]] = (),
+          audit: pd.DataFrame | None = None) -> Verdict:
     """Judge a sweep's tidy frame; see the module docstring for the rules.
 
     ``problems``: the sweep's jobs that left no frame (objects with ``job`` and ``error``, as
     ``coordcheck.sweep.JobProblem``); any makes a passing verdict inconclusive (rule 8).
     ``facts``: the jobs' facts (``job.json``, or ``CoordCheckResult.facts``); their ``config_id``, ``width`` and
-    ``shapes`` say whether the model grows with width (rule 9).
+    ``shapes`` say whether the model grows with width (rule 9), and feed the parameter audit (rule 10); ``audit``: that
+    audit already computed (:func:`coordcheck.audit.audit_long` of the same facts), so that it is not done twice.
     """
     verdict = _judge(frame, slopes, rules)
     if problems and verdict.status == "pass":
         verdict.status = "inconclusive"
         verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
     _fail_fixed_models(verdict, facts)
-    _add_parameter_causes(verdict, frame, facts, rules)
+    _add_parameter_causes(verdict, frame, facts, rules, audit)
     return verdict
 
 
 def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]],
-                          rules: Rules) -> None:
+                          rules: Rules, long: pd.DataFrame | None = None) -> None:
     """The parameter audit's and Adam's ε causes (:mod:`coordcheck.audit`), after the walk's. An audit cause whose
     modules the walk already named is the same knob seen as configured: left out of ``causes`` (its evidence stays).
     A judged audit or ε violation is significant by construction, so it fails a configuration that passed or was
     undecided, and its line leads that configuration's reason."""
-    long = audit_long(facts, rules) if facts else None
+    if long is None:
+        long = audit_long(facts, rules) if facts else None
     audited = long is not None and len(long) > 0
     eps = bool((frame["tensor"] == EPS_TENSOR).any())
     extra = [audit_causes(long) if audited else None, eps_causes(frame, rules) if eps else None]
