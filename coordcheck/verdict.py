@@ -492,33 +492,36 @@ def _skip_inner_outputs(series: pd.DataFrame) -> pd.DataFrame:
     return series
 
 
-OWN_SHRINK_ALONE = ("own update shrinks with width ({slope:+.2f} at step {step}) while the module's output and its "
-                    "change since step 0 do not: not counted as a cause (a vanishing own update that leaves the "
-                    "module's features changing like muP's shows no knob to turn)")
+OWN_ALONE = ("own update {direction} with width ({slope:+.2f} at step {step}) while the module's output and its change "
+             "since step 0 do not: not counted as a cause (an own update off the band that leaves the module's "
+             "features behaving like muP's shows no knob to turn)")
 
 
-def _uncorroborated_shrinks(series: pd.DataFrame) -> pd.DataFrame:
-    """A failing ``own`` that *shrinks* after updates counts only where the module's own ``out`` or ``delta`` also
-    fails shrinking inside the window; otherwise it is ``inconclusive`` (and, by :data:`DECIDING`, decides nothing).
+def _uncorroborated_own(series: pd.DataFrame) -> pd.DataFrame:
+    """A failing ``own`` after updates counts only where the module's own ``out`` or ``delta`` also fails, in the same
+    direction, inside the window; otherwise it is ``inconclusive`` (and, by :data:`DECIDING`, decides nothing).
 
-    Growth is the fault the knobs cause and is kept. A shrinking own update alone is not enough to name a knob: the
-    correct muP ResNet of ``coordcheck.testing`` (``experiments/public_models.py``, widths 8-64, 10 steps, 3 seeds)
-    has its strided 1x1 shortcut's own update shrink like width^-0.43 [-0.50, -0.36] while every activation of it,
-    and its change, is flat. A learning rate really scaled down too much (an embedding's scaled like a hidden
-    matrix, hidden matrices scaled twice) shrinks the module's ``delta`` with it."""
-    own = (series["tensor"] == "own") & (series["status"] == "fail") & (series["direction"] == "shrinks") \
+    An own update off the band alone is not enough to name a knob. Measured on correct muP models: the ResNet of
+    ``coordcheck.testing`` (``experiments/public_models.py``, widths 8-64, 10 steps, 3 seeds) has its strided 1x1
+    shortcut's own update shrink like width^-0.43 [-0.50, -0.36]; a Granite from ``transformers`` made muP
+    (``experiments/narrow.py``'s, widths 128-1024) has a norm gain's own update grow like width^+0.27 [+0.21, +0.32]
+    at step 9 (Adam's sign steps on a vector-like gain add up more coherently at larger width) — every activation
+    of both, and its change, flat. A real fault moves the module's output with it: a hidden learning rate left
+    unscaled grows its ``delta``, an embedding's scaled like a hidden matrix shrinks it."""
+    own = (series["tensor"] == "own") & (series["status"] == "fail") & series["direction"].isin(["grows", "shrinks"]) \
         & (series["step"] > 0)
     if not own.any():
         return series
-    acts = series[series["in_window"] & series["tensor"].isin(DECIDING) & (series["status"] == "fail")
-                  & (series["direction"] == "shrinks")]
-    shown = set(zip(acts["config_id"], acts["module"]))
-    alone = own & ~pd.Series([k in shown for k in zip(series["config_id"], series["module"])], index=series.index)
+    acts = series[series["in_window"] & series["tensor"].isin(DECIDING) & (series["status"] == "fail")]
+    shown = set(zip(acts["config_id"], acts["module"], acts["direction"]))
+    alone = own & ~pd.Series([k in shown for k in zip(series["config_id"], series["module"], series["direction"])],
+                             index=series.index)
     if not alone.any():
         return series
     series = series.copy()
-    series.loc[alone, "diagnosis"] = [OWN_SHRINK_ALONE.format(slope=sl, step=st) for sl, st in
-                                      zip(series.loc[alone, "slope"], series.loc[alone, "step"])]
+    rows = series.loc[alone]
+    series.loc[alone, "diagnosis"] = [OWN_ALONE.format(direction=d, slope=sl, step=st)
+                                      for d, sl, st in zip(rows["direction"], rows["slope"], rows["step"])]
     series.loc[alone, "status"] = "inconclusive"
     return series
 
@@ -657,7 +660,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
                               gross=rules.gross)
     series = mark_narrow(frame, series, rules.min_widths)  # issue 17 item 7: say narrow-width effects as such
     series = series.assign(in_window=in_window.astype(bool))
-    series = _uncorroborated_shrinks(series)
+    series = _uncorroborated_own(series)
     walk = find_causes(series, _module_table(series, rules.min_window), frame[frame["tensor"] == "loss"], rules.tol,
                        rules.shrink_tol, rules.gross)
     modules = walk.modules
