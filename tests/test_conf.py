@@ -22,14 +22,14 @@ def test_data_options_are_listed_by_what_they_are():
     assert {"tokens", "gaussian", "text", "gpt", "mlp"} <= set(options("data"))
 
 
-def test_readme_and_verdict_number_the_rules_alike():
+def test_verdict_page_and_verdict_number_the_rules_alike():
     import re
     from pathlib import Path
 
     import coordcheck.verdict as verdict
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## How to read the verdict")[1].split("\n## ")[0]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "verdict.md").read_text()
+    section = page.split("\n## The rules\n")[1].split("\n## ")[0]
     in_readme = [int(n) for n in re.findall(r"^(\d+)\. ", section, flags=re.M)]
     in_code = [int(n) for n in re.findall(r"^(\d+)\. \*\*", verdict.__doc__, flags=re.M)]
     assert in_readme == in_code == list(range(1, len(in_code) + 1)) and len(in_code) >= 9
