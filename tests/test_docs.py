@@ -7,7 +7,7 @@ How a page's commands are found and run (the rules pages are written to; docs/de
   and its ``coordcheck`` imports executed, ```` ```yaml ```` parsed, ```` ```text ```` left alone (for a command no
   test can run: a cluster, the network). Inline ``python experiments/X.py --flag``: X.py exists and has ``--flag``.
 - Checked, not run: ``python -m venv``, ``pip install`` (the extras it names exist), ``python -m pytest`` (the
-  README's test command is .ci/run's), ``ruff``. A leading ``.venv/bin/`` is dropped.
+  README's test command is .ci/run's), ``ruff``, ``python -m mkdocs`` (:func:`test_site_builds_strict` builds). A leading ``.venv/bin/`` is dropped.
 - Run at tiny size, in page order, in one temporary directory per page: ``python -m coordcheck``,
   ``coordcheck.transfer``, ``coordcheck.gradflow`` (in this process, through their ``cli()``),
   ``coordcheck.report`` and ``coordcheck.transfer.report`` (their ``main(argv)``), the console scripts of
@@ -146,7 +146,7 @@ def scripts() -> dict[str, str]:
 
 
 def kind(argv: list[str]) -> tuple[str, str, list[str]]:
-    """``(kind, module or script, args)``; kind is venv, pip, pytest, ruff, hydra, report, experiment."""
+    """``(kind, module or script, args)``; kind is venv, pip, pytest, mkdocs, ruff, hydra, report, experiment."""
     argv = program(argv)
     if argv[0] in scripts():
         argv = ["python", "-m", scripts()[argv[0]], *argv[1:]]
@@ -158,7 +158,7 @@ def kind(argv: list[str]) -> tuple[str, str, list[str]]:
         return "experiment", argv[1].removeprefix("experiments/"), argv[2:]
     if argv[0] == "python" and len(argv) > 2 and argv[1] == "-m":
         module, args = argv[2], argv[3:]
-        for name in ("venv", "pytest"):
+        for name in ("venv", "pytest", "mkdocs"):
             if module == name:
                 return name, module, args
         if module in HYDRA_CLIS:
@@ -283,7 +283,7 @@ def run_page(page: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
                     for extra in group.split(","):
                         assert extra.strip() in extras, f"{where}: no extra {extra!r} in pyproject.toml"
                 continue
-            if what in ("venv", "pytest", "ruff"):
+            if what in ("venv", "pytest", "ruff", "mkdocs"):  # mkdocs: test_site_builds_strict
                 continue
             capsys.readouterr()
             if what == "hydra":
