@@ -5,7 +5,7 @@ Stage: judge. Input: a tidy frame (and optionally its slopes table). Output: a
 (with its rule, status and diagnosis), one row per module, and the loss-stability facts.
 Never imports torch.
 
-The rules, numbered as in the README (``Rules`` holds the numbers). A series = (configuration,
+The rules, numbered as in docs/verdict.md (``Rules`` holds the numbers). A series = (configuration,
 module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(width)`` over every
 (width, seed) point and its 95% interval (``coordcheck.slopes``).
 

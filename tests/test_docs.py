@@ -2,20 +2,22 @@
 
 How a page's commands are found and run (the rules pages are written to; docs/development.md repeats them):
 
-- Every line of a ```` ```bash ```` fence is a command: blank lines and ``#`` lines skipped, a trailing ``# comment``
-  dropped, ``\\`` continuations joined, ``a && b`` split. Other fences are not run: ```` ```python ```` is compiled
-  and its ``coordcheck`` imports executed, ```` ```yaml ```` parsed, ```` ```text ```` left alone (for a command no
-  test can run: a cluster, the network). Inline ``python experiments/X.py --flag``: X.py exists and has ``--flag``.
+- Every line of a ```` ```bash ```` fence is a command: blank lines and ``#`` lines skipped, a trailing
+  ``# comment`` dropped, ``\\`` continuations joined, ``a && b`` split. Other fences are not run:
+  ```` ```python ```` is compiled and its ``coordcheck`` imports executed, ```` ```yaml ```` parsed,
+  ```` ```text ```` left alone (for a command no test can run: a cluster, the network). Inline
+  ``python experiments/X.py --flag``: X.py exists and has ``--flag``.
 - Checked, not run: ``python -m venv``, ``pip install`` (the extras it names exist), ``python -m pytest`` (the
-  README's test command is .ci/run's), ``ruff``, ``python -m mkdocs`` (:func:`test_site_builds_strict` builds). A leading ``.venv/bin/`` is dropped.
+  README's test command is .ci/run's), ``ruff``, ``python -m mkdocs`` (:func:`test_site_builds_strict` builds).
+  A leading ``.venv/bin/`` is dropped.
 - Run at tiny size, in page order, in one temporary directory per page: ``python -m coordcheck``,
   ``coordcheck.transfer``, ``coordcheck.gradflow`` (in this process, through their ``cli()``),
   ``coordcheck.report`` and ``coordcheck.transfer.report`` (their ``main(argv)``), the console scripts of
-  pyproject.toml (as their module), and ``python experiments/X.py`` where :data:`EXPERIMENTS` has a tiny form (in
-  this process too). Widths become 16/32/64, other swept lists their first two values, ``steps=2 seeds=1``,
-  ``progress=false threads=1``, no figures unless asked for, output directories ``outputs/{multirun,run}/cmdN``, ``hydra/launcher=parallel`` with one job at a time; a
-  report's ``DIR``/``SWEEP_DIR``/missing ``outputs/...`` argument is the page's latest sweep; ``device=cuda`` without
-  CUDA must be the one-line error (exit 2).
+  pyproject.toml (as their module), and ``python experiments/X.py`` where :data:`EXPERIMENTS` has a tiny form
+  (in this process too). Widths become 16/32/64, other swept lists their first two values, ``steps=2 seeds=1``,
+  ``progress=false threads=1``, no figures unless asked for, output directories ``outputs/{multirun,run}/cmdN``,
+  ``hydra/launcher=parallel`` one job at a time; a report's ``DIR``/``SWEEP_DIR``/missing ``outputs/...``
+  argument is the page's latest sweep; ``device=cuda`` without CUDA must be the one-line error (exit 2).
 - Exit 0 and no traceback; with ``--strict``/``report.strict=true`` 0, 1 or 2 and a report; a trailing comment
   ``# exit N`` expects N (2: one ``coordcheck: error:`` line).
 """
@@ -228,7 +230,8 @@ def with_sweep(args: list[str], cwd: Path, sweep: str | None) -> list[str]:
     """``DIR``, ``SWEEP_DIR`` or a missing ``outputs/...`` path -> the page's latest sweep directory."""
     out = []
     for a in args:
-        if not a.startswith("-") and (a in ("DIR", "SWEEP_DIR") or (a.startswith("outputs/") and not (cwd / a).exists())):
+        missing = a.startswith("outputs/") and not (cwd / a).exists()
+        if not a.startswith("-") and (a in ("DIR", "SWEEP_DIR") or missing):
             assert sweep, f"{a}: no sweep ran before this command on its page"
             a = sweep
         out.append(a)

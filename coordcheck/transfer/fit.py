@@ -64,7 +64,7 @@ class TransferRules:
     """The verdict's numbers.
 
     ``tol``: the largest shift of the optimum, in octaves of learning rate per width doubling,
-    that still transfers. Set from the ground truth in the README: a muP GPT shifts +0.14, the
+    that still transfers. Set from the ground truth in docs/transfer.md: a muP GPT shifts +0.14, the
     same model in standard parametrization -1.04; half an octave per doubling sits between them
     with room for noise either way, and a 4x wider model then moves its optimum by at most one
     octave (one grid step).

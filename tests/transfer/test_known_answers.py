@@ -4,12 +4,12 @@ width doubling under SP; a hand-written nanoGPT-style muP model with its hidden 
 its optimum the other way (up); a grid that stops short of the optimum is inconclusive and says which way to
 extend it.
 
-Each assertion held under every seed (and pair of seeds) of ``python experiments/transfer_margins.py``, with
-room (the table is in README, Development). At these sizes a status is "usually": one seed's interval comes from
-the residuals of five points and swings with any change of the run (a thread count, another seed), so the
-known answers assert what always held — the shift's size and sign, and which status cannot come out. One torch
-thread: the frames depend on the thread count (README, Seeding), so these are the same numbers on any number of
-cores, and a second thread on a busy machine mostly waits. One training serves several tests (module fixture).
+Each assertion held under every seed (and pair of seeds) of ``python experiments/transfer_margins.py``, with room
+(the table is in docs/development.md). At these sizes a status is "usually": one seed's interval comes from the
+residuals of five points and swings with any change of the run (a thread count, another seed), so the known answers
+assert what always held — the shift's size and sign, and which status cannot come out. One torch thread: the frames
+depend on the thread count (docs/configuration.md, Seeding), so these are the same numbers on any number of cores,
+and a second thread on a busy machine mostly waits. One training serves several tests (module fixture).
 """
 
 from __future__ import annotations
