@@ -184,13 +184,18 @@ def asks_for_figures(args: list[str]) -> bool:
         a.split("=")[0] in {f"--{w}" for w in ASKS_FOR_FIGURES} | {"--no-figures"} for a in args)
 
 
-def tiny_hydra(module: str, args: list[str], n: int) -> tuple[list[str], str | None]:
-    """The tiny form of a Hydra CLI's arguments, and the sweep directory it writes (None for a single run)."""
+def tiny_hydra(module: str, args: list[str], n: int, as_written: bool = False) -> tuple[list[str], str | None]:
+    """The tiny form of a Hydra CLI's arguments, and the sweep directory it writes (None for a single run).
+    ``as_written``: only the output directories are added (a command shown for its error fails before training)."""
     multirun = "--multirun" in args or "-m" in args
     forced, seen, out = HYDRA_CLIS[module], set(), []
     for a in args:
         key, eq, value = a.partition("=")
         name = key.lstrip("+~")
+        if as_written and name not in ("hydra.sweep.dir", "hydra.run.dir"):
+            seen.add(name)
+            out.append(a)
+            continue
         if a.startswith("-") or not eq:
             out.append(a)
             continue
@@ -203,22 +208,22 @@ def tiny_hydra(module: str, args: list[str], n: int) -> tuple[list[str], str | N
             value = ",".join(split_values(value)[:2])
         seen.add(name)
         out.append(f"{key}={value}")
-    extra = [f"{k}={v}" for k, v in forced.items() if k not in seen]
-    if "width" not in seen:
+    extra = [f"{k}={v}" for k, v in forced.items() if k not in seen and not as_written]
+    if "width" not in seen and not as_written:
         extra.append(f"width={','.join(TINY_WIDTHS)}" if multirun else "width=32")
-    if module == "coordcheck.transfer" and multirun and "lr" not in seen:
+    if module == "coordcheck.transfer" and multirun and "lr" not in seen and not as_written:
         extra.append(f"lr={TRANSFER_LRS}")
-    if not asks_for_figures(args):
+    if not asks_for_figures(args) and not as_written:
         extra.append(f"{FIGURES_OFF[module]}=false")
     if "hydra/launcher=parallel" in args and not any(a.startswith("hydra.launcher.n_jobs=") for a in args):
         extra.append("hydra.launcher.n_jobs=1")  # joblib then runs the jobs here: the launcher's own tests fork
     sweep = next((a.partition("=")[2] for a in args if a.startswith("hydra.sweep.dir=")), None)
-    if sweep is None:
+    if sweep is None and multirun:
         sweep = f"outputs/multirun/cmd{n}"
         extra.append(f"hydra.sweep.dir={sweep}")
     if not any(a.startswith("hydra.run.dir=") for a in args):
         extra.append(f"hydra.run.dir=outputs/run/cmd{n}")
-    assert not Path(sweep).is_absolute(), f"hydra.sweep.dir={sweep}: write it relative"
+    assert not sweep or not Path(sweep).is_absolute(), f"hydra.sweep.dir={sweep}: write it relative"
     flags_at_end = len(out)
     while flags_at_end and out[flags_at_end - 1] in ("--multirun", "-m"):
         flags_at_end -= 1  # --multirun before or after all overrides, never between them
@@ -290,7 +295,7 @@ def run_page(page: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
                 continue
             capsys.readouterr()
             if what == "hydra":
-                args, made = tiny_hydra(module, args, n)
+                args, made = tiny_hydra(module, args, n, as_written=expected(cmd, args) == {2})
                 code = run_in_process(monkeypatch, *args, module=module)
             elif what == "report":
                 args = with_sweep(args, tmp, sweep)
@@ -425,3 +430,16 @@ def test_site_builds_strict(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert 'id="coordcheck.api.coord_check"' in api and 'id="coordcheck.verdict.Rules"' in api
+
+
+def test_a_page_s_expected_error_and_its_traceback_are_told_apart(tmp_path, monkeypatch, capsys):
+    page = tmp_path / "page.md"
+    page.write_text("```bash\npython -m coordcheck width=0   # exit 2: one line\n```\n")
+    assert run_page(page, tmp_path, monkeypatch, capsys) == [  # as written: the error is the point
+        "2 coordcheck width=0 hydra.run.dir=outputs/run/cmd1"]
+    page.write_text("```bash\npython -m coordcheck model=foo\n```\n")  # not marked: exit 2 is a failure
+    with pytest.raises(AssertionError, match="exit 2"):
+        run_page(page, tmp_path, monkeypatch, capsys)
+    page.write_text("```bash\ncoordcheck-report SWEEP_DIR\n```\n")  # a report needs a sweep before it
+    with pytest.raises(AssertionError, match="no sweep ran before"):
+        run_page(page, tmp_path, monkeypatch, capsys)
