@@ -218,3 +218,14 @@ def test_both_command_lines_run_mup_groups_and_init_mup(monkeypatch, capsys, tmp
     assert code == 0, capsys.readouterr().err
     jobs = sorted(tmp_path.glob("*/job.json"))
     assert len(jobs) == 2 and all('"status": "ok"' in j.read_text() for j in jobs)
+
+
+@pytest.mark.slow  # ~8 s, most of it the report's imports
+def test_the_gradient_flow_probe_builds_the_model_as_the_sweep_does(tmp_path):
+    from coordcheck.gradflow.app import run
+
+    cfg = compose_config(["model=custom", "model._target_=coordcheck.testing.library_style.build", "data=tokens",
+                          "parametrization=none", "optimizer=mup_groups", "init=mup", "width=64", "base_width=32",
+                          "figures=false", "device=cpu"], "gradflow")
+    frame, _, _ = run(cfg, tmp_path)
+    assert frame["optimizer"].unique().tolist() == ["mup_groups"] and len(frame)
