@@ -55,6 +55,15 @@ def test_the_same_lr_and_weight_decay_per_parameter_as_mups_optimizer(mup_gpt, k
         assert got["wte.weight"] == (0.01 * 4, 0.1 / 4) and got["blocks.0.mlp.c_fc.weight"] == (0.01, 0.1)
 
 
+@pytest.mark.slow  # ~7 s on a shared 2-core machine
+def test_a_mup_sweep_with_mup_groups_trains_exactly_as_with_muadamw():
+    run = dict(steps=2, seeds=1, progress=False, device="cpu", data=tokens(batch_size=2, seq_len=8), base_width=16,
+               **GPT)
+    ours = coord_check(gpt, [16, 32], optimizer="mup_groups", **run).frame
+    theirs = coord_check(gpt, [16, 32], optimizer="adamw", **run).frame
+    assert len(ours) == len(theirs) and (ours["value"].to_numpy() == theirs["value"].to_numpy()).all()  # bitwise
+
+
 def test_under_none_the_model_is_left_as_given_and_the_groups_still_scale():
     model = build_model(library_style.build, WIDE, 0, AsGiven(), BASE)
     opt = mup_groups(model, 0.01, build=library_style.build, width=WIDE, base_width=BASE)
