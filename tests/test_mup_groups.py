@@ -7,7 +7,7 @@ from hydra.utils import instantiate
 from torch import nn
 
 from coordcheck import coord_check
-from coordcheck.config import RUN_DEFAULTS, compose_config, options
+from coordcheck.config import RUN_DEFAULTS, check_command_line, compose_config, options
 from coordcheck.data import tokens
 from coordcheck.errors import CoordCheckError
 from coordcheck.init import mup_init
@@ -175,6 +175,17 @@ def test_an_unknown_kind_on_the_command_line_is_one_line_and_exit_2(monkeypatch,
                           "optimizer=mup_groups", "optimizer.kind=lion", f"hydra.run.dir={tmp_path}")
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ["coordcheck: error: optimizer.kind must be one of adamw, adam, sgd, got 'lion'"]
+
+
+@pytest.mark.parametrize("config, args", [
+    ("config", ["--multirun", "optimizer=mup_groups", "optimizer.kind=adam,lion", "width=32,64"]),
+    ("transfer", ["--multirun", "optimizer=mup_groups", "optimizer.kind=lion"]),
+])
+def test_an_unknown_kind_in_a_sweep_is_one_line_before_any_job_runs(config, args):
+    with pytest.raises(CoordCheckError) as e:
+        check_command_line(args, config_name=config, check=None, knobs=None)
+    assert str(e.value) == "optimizer.kind must be one of adamw, adam, sgd, got 'lion'"
+    check_command_line(["--multirun", "optimizer=mup_groups", "optimizer.kind=adam,sgd"], check=None)  # fine
 
 
 def test_unknown_init_is_one_line(monkeypatch, capsys):
