@@ -30,7 +30,7 @@ from coordcheck.init import resolve_init
 from coordcheck.optim import OPTIMIZERS, with_mu
 from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
 from coordcheck.report import Report, build_report, environments
-from coordcheck.train import Init, LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
+from coordcheck.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
 from coordcheck.verdict import Rules, Verdict
 
 __all__ = ["coord_check", "CoordCheckResult", "PlotKind"]
@@ -139,7 +139,7 @@ def coord_check(
     stats: Sequence[str] = STATS,
     progress: bool = True,
     rules: Rules | None = None,
-    init: str | Init | None = None,
+    init: str | Callable[..., None] | None = None,
     **build_kwargs: object,
 ) -> CoordCheckResult:
     """Train ``build(width, **build_kwargs)`` at each width for ``steps`` updates and probe it.
