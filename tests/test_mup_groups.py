@@ -55,7 +55,6 @@ def test_the_same_lr_and_weight_decay_per_parameter_as_mups_optimizer(mup_gpt, k
         assert got["wte.weight"] == (0.01 * 4, 0.1 / 4) and got["blocks.0.mlp.c_fc.weight"] == (0.01, 0.1)
 
 
-@pytest.mark.slow  # ~7 s on a shared 2-core machine
 def test_a_mup_sweep_with_mup_groups_trains_exactly_as_with_muadamw():
     run = dict(steps=2, seeds=1, progress=False, device="cpu", data=tokens(batch_size=2, seq_len=8), base_width=16,
                **GPT)
