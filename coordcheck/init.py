@@ -1,7 +1,7 @@
 """Initialisation: the ``init`` config group, applied to the built model before its optimizer is made.
 
-Stage: parametrize (after the parametrization, before the optimizer). Input: the parametrized model at
-``width``, its builder, ``base_width``, the seed and the parametrization. Output: the same model, its
+Stage: parametrize (after the parametrization, before the optimizer). Input: the parametrized model (at
+the job's width), its builder, ``base_width``, the seed and the parametrization. Output: the same model, its
 parameters changed in place.
 
 * ``none`` (:func:`as_built`) — the model's own initialisation, as the builder and the parametrization left it.
@@ -35,8 +35,7 @@ def as_built(model: nn.Module) -> None:
 
 
 @torch.no_grad()
-def mup_init(model: nn.Module, *, build: Builder, width: int, base_width: int, seed: int,
-             parametrization: Parametrization) -> None:
+def mup_init(model: nn.Module, *, build: Builder, base_width: int, seed: int, parametrization: Parametrization) -> None:
     """``init=mup``: each hidden matrix's own draw scaled (about zero) so that its std is ``std_base *
     width_mult^-1/2`` (``width_mult`` = fan_in / base fan_in, mup's); ``std_base`` is measured on the model built
     at ``base_width`` with ``seed`` (on the same device, the global RNG restored after). The draw keeps its shape

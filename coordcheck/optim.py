@@ -212,7 +212,7 @@ def mup_param_groups(model: nn.Module, infshapes: Mapping[str, InfShape], lr: fl
 
 
 def mup_groups(
-    model: nn.Module, lr: float, *, build: Callable[..., nn.Module], width: int, base_width: int,
+    model: nn.Module, lr: float, *, build: Callable[..., nn.Module], base_width: int,
     kind: GroupKind = "adamw", betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01,
     momentum: float = 0.0,
 ) -> torch.optim.Optimizer:
@@ -220,11 +220,11 @@ def mup_groups(
     carry the learning rates (and weight decays) mup's MuAdamW / MuAdam / MuSGD would give (:func:`mup_param_groups`).
 
     Which dimensions grow with width is found as mup's base shapes find it: the builder at ``base_width`` and
-    ``2 * base_width`` on the meta device (:func:`coordcheck.parametrization.width_infshapes`); the harness passes
-    ``build``, ``width`` and ``base_width`` because this factory's signature names them. Nothing is set on the model,
-    so it works under ``parametrization=none`` for models whose forward carries the muP multipliers (an output
-    multiplier such as Granite's ``logits_scaling``), and gives MuAdamW's learning rates under ``mup``. ``betas``
-    and ``eps``: the Adam family's; ``momentum``: SGD's.
+    ``2 * base_width`` on the meta device (:func:`coordcheck.parametrization.width_infshapes`), against the model's
+    own shapes; the harness passes ``build`` and ``base_width`` because this factory's signature names them. Nothing
+    is set on the model, so it works under ``parametrization=none`` for models whose forward carries the muP
+    multipliers (an output multiplier such as Granite's ``logits_scaling``), and gives MuAdamW's learning rates under
+    ``mup``. ``betas`` and ``eps``: the Adam family's; ``momentum``: SGD's.
     """
     if kind not in GROUP_KINDS:
         raise CoordCheckError(f"optimizer.kind must be one of {', '.join(GROUP_KINDS)}, got {kind!r}")

@@ -43,7 +43,7 @@ def mup_gpt():
 
 @pytest.mark.parametrize("kind, mu_factory", [("adamw", adamw), ("adam", adam), ("sgd", sgd)])
 def test_the_same_lr_and_weight_decay_per_parameter_as_mups_optimizer(mup_gpt, kind, mu_factory):
-    ours = mup_groups(mup_gpt, 0.01, build=gpt_small, width=WIDE, base_width=BASE, kind=kind, weight_decay=0.1)
+    ours = mup_groups(mup_gpt, 0.01, build=gpt_small, base_width=BASE, kind=kind, weight_decay=0.1)
     theirs = mu_factory(mup_gpt, 0.01, mu=True, weight_decay=0.1)
     assert type(ours) is type(theirs)
     got, want = per_param(mup_gpt, ours), per_param(mup_gpt, theirs)
@@ -65,7 +65,7 @@ def test_a_mup_sweep_with_mup_groups_trains_exactly_as_with_muadamw():
 
 def test_under_none_the_model_is_left_as_given_and_the_groups_still_scale():
     model = build_model(library_style.build, WIDE, 0, AsGiven(), BASE)
-    opt = mup_groups(model, 0.01, build=library_style.build, width=WIDE, base_width=BASE)
+    opt = mup_groups(model, 0.01, build=library_style.build, base_width=BASE)
     assert not any(hasattr(p, "infshape") for p in model.parameters())  # nothing set on the model
     got = {n: lr for n, (lr, _) in per_param(model, opt).items()}
     hidden = {n for n in got if n.startswith("blocks.") and n.endswith(("up.weight", "down.weight"))}
@@ -77,7 +77,7 @@ def test_under_sp_the_groups_come_from_base_width_not_from_sps_own_shapes():
     par = Standard()
     par.prepare(gpt_small, BASE)
     model = build_model(gpt_small, WIDE, 0, par, BASE)
-    got = per_param(model, mup_groups(model, 0.01, build=gpt_small, width=WIDE, base_width=BASE))
+    got = per_param(model, mup_groups(model, 0.01, build=gpt_small, base_width=BASE))
     assert got["blocks.0.attn.c_k.weight"][0] == 0.01 / 4 and got["lm_head.weight"][0] == 0.01
     assert model.lm_head.width_mult() == 1  # sp's readout untouched: no 1/width multiplier appears
 
@@ -92,7 +92,7 @@ def test_init_mup_gives_the_hidden_class_std_from_base_width_and_leaves_the_rest
     before = build_model(build, WIDE, 3, par, BASE)
     after = build_model(build, WIDE, 3, par, BASE)
     rng = torch.get_rng_state()
-    mup_init(after, build=build, width=WIDE, base_width=BASE, seed=3, parametrization=par)
+    mup_init(after, build=build, base_width=BASE, seed=3, parametrization=par)
     assert torch.equal(rng, torch.get_rng_state())  # the base-width build did not move the global RNG
     now = stds(after)
     hidden = [n for n in now if n.endswith(("up.weight", "down.weight"))]
@@ -110,7 +110,7 @@ def test_init_mup_keeps_a_fan_in_init_and_a_zero_init():
     par.prepare(gpt_small, BASE)
     before = build_model(gpt_small, WIDE, 0, par, BASE)
     after = build_model(gpt_small, WIDE, 0, par, BASE)
-    mup_init(after, build=gpt_small, width=WIDE, base_width=BASE, seed=0, parametrization=par)
+    mup_init(after, build=gpt_small, base_width=BASE, seed=0, parametrization=par)
     assert torch.equal(after.blocks[0].attn.c_q.weight, torch.zeros_like(after.blocks[0].attn.c_q.weight))
     ratio = (after.blocks[0].mlp.c_fc.weight.std() / before.blocks[0].mlp.c_fc.weight.std()).item()
     assert ratio == pytest.approx(1.0, abs=0.03)  # already std = fan_in^-1/2: only the sampling noise moves
@@ -134,9 +134,9 @@ def test_configs_compose_and_build_the_same_optimizer():
     cfg = compose_config(["optimizer=mup_groups", "optimizer.kind=sgd", "optimizer.weight_decay=0", "init=mup",
                           "parametrization=none"])
     model = build_model(library_style.build, WIDE, 0, AsGiven(), BASE)
-    opt = instantiate(cfg.optimizer)(model, 0.1, build=library_style.build, width=WIDE, base_width=BASE)
+    opt = instantiate(cfg.optimizer)(model, 0.1, build=library_style.build, base_width=BASE)
     assert type(opt) is torch.optim.SGD
-    assert per_param(model, opt) == per_param(model, mup_groups(model, 0.1, build=library_style.build, width=WIDE,
+    assert per_param(model, opt) == per_param(model, mup_groups(model, 0.1, build=library_style.build,
                                                                 base_width=BASE, kind="sgd", weight_decay=0.0))
     assert instantiate(cfg.init).func is mup_init
     for name in ("config", "transfer"):  # init=none is a default left out of config_id: old sweeps resume
@@ -151,7 +151,7 @@ def test_configs_compose_and_build_the_same_optimizer():
 def test_bad_settings_are_one_line(kwargs, message):
     model = mlp(64)
     with pytest.raises(CoordCheckError, match="^" + message.replace("(", r"\(")) as e:
-        mup_groups(model, 0.01, build=mlp, width=64, base_width=16, **kwargs)
+        mup_groups(model, 0.01, build=mlp, base_width=16, **kwargs)
     assert "\n" not in str(e.value)
 
 
@@ -160,8 +160,8 @@ def fixed_size(width: int) -> nn.Module:  # ignores its width
 
 
 @pytest.mark.parametrize("call", [
-    lambda m: mup_groups(m, 0.01, build=fixed_size, width=64, base_width=16),
-    lambda m: mup_init(m, build=fixed_size, width=64, base_width=16, seed=0, parametrization=AsGiven()),
+    lambda m: mup_groups(m, 0.01, build=fixed_size, base_width=16),
+    lambda m: mup_init(m, build=fixed_size, base_width=16, seed=0, parametrization=AsGiven()),
 ])
 def test_a_model_whose_shapes_do_not_change_with_width_is_one_line(call):
     with pytest.raises(CoordCheckError, match="no parameter of the model changes shape between width 16 and 32") as e:
