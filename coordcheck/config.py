@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from pathlib import Path
 from types import ModuleType
-from typing import Any, List, Optional, get_type_hints
+from typing import Any, List, Literal, Optional, get_args, get_origin, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -51,8 +51,9 @@ NOT_IN_ID = ("width", "device", *NOT_IN_JOB)  # ... nor what a configuration is 
 # the same configuration; its precision is not)
 
 
-RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False}  # at these values a key is left out of the
-# hashes, so that sweeps made before the keys existed keep their config_id and resume
+RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False,
+                "init": {"_target_": "coordcheck.init.as_built", "_partial_": True}}  # at these values a key is left
+# out of the hashes, so that sweeps made before the keys existed keep their config_id and resume (init: conf/init/none)
 
 
 def resolved_config(cfg: DictConfig, without: tuple[str, ...]) -> dict:
@@ -300,7 +301,7 @@ for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_
 
 # -- the command line: checked once before Hydra runs anything -------------------------------------------------------
 
-GROUPS = ("model", "data", "parametrization", "optimizer")
+GROUPS = ("model", "data", "parametrization", "optimizer", "init")
 
 
 def options(group: str) -> list[str]:
@@ -450,6 +451,24 @@ def check_targets(cfg: DictConfig, overrides: list) -> None:
                 from coordcheck.parametrization import check_builder
 
                 check_builder(found)
+            check_choice_keys(group, node, found, swept)
+
+
+def check_choice_keys(group: str, node: DictConfig, target: Any, swept: Mapping[str, list | None]) -> None:
+    """Each key of ``node`` that sets a ``Literal[...]`` parameter of its ``_target_`` (``optimizer.kind`` of
+    ``coordcheck.optim.mup_groups``) takes one of its values, every swept value included: one line before any job
+    runs, worded as the target's own check words it."""
+    try:
+        hints = get_type_hints(getattr(target, "func", target))
+    except Exception:  # noqa: BLE001 - annotations that do not resolve: the target checks its own arguments
+        return
+    for name, hint in hints.items():
+        if get_origin(hint) is not Literal or name not in node:
+            continue
+        choices = get_args(hint)
+        for value in swept.get(f"{group}.{name}") or [OmegaConf.select(node, name, throw_on_missing=False)]:
+            if value not in choices:
+                raise CoordCheckError(f"{group}.{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
 
 
 def _check_missing(cfg: DictConfig, overrides: list) -> None:

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import torch
 from omegaconf import DictConfig
 
 from coordcheck.config import (
@@ -30,7 +29,8 @@ from coordcheck.gradflow.probe import probe_training
 from coordcheck.gradflow.report import write_gradflow_report
 from coordcheck.gradflow.schema import FRAME_NAME
 from coordcheck.models import check_width
-from coordcheck.parametrization import build_model, short_name
+from coordcheck.parametrization import short_name
+from coordcheck.train import build_on
 
 __all__ = ["run", "main", "cli", "check_overrides"]
 
@@ -49,12 +49,10 @@ def run(cfg: DictConfig, output_dir: Path) -> tuple[pd.DataFrame, list[Diagnosis
     factory = instantiate_node(cfg.optimizer, "optimizer")
     data_name = short_name(cfg.data.get("_target_", "custom"), "coordcheck.data")
     batch = as_batch(instantiate_node(cfg.data, "data"), name=data_name)
+    init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
     parametrization.prepare(build, cfg.base_width)
-    with torch.device(device):  # built where it is probed (the batch follows the model)
-        model = build_model(build, width, int(cfg.seed), parametrization)
-    optimizer = factory(model, lr)
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise CoordCheckError(f"the optimizer factory returned {type(optimizer).__name__}, not a torch Optimizer")
+    model, optimizer = build_on(device, build, width, int(cfg.seed), parametrization, cfg.base_width, factory, lr,
+                                init)  # built where it is probed (the batch follows the model), as the sweep builds it
     labels = {"model": short_name(cfg.model._target_, "coordcheck.models"), "parametrization": parametrization.name,
               "width": width, "optimizer": short_name(cfg.optimizer._target_, "coordcheck.optim"),
               "lr": lr, "seed": int(cfg.seed), "device": str(device)}
