@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from pathlib import Path
@@ -35,6 +36,7 @@ from coordcheck.errors import (
     resolve_seeds,
 )
 from coordcheck.frame import digest
+from coordcheck.overrides import check_groups, check_keys, did_you_mean, hydra_flag, is_group, unknown_option
 from coordcheck.transfer.fit import TransferRules
 from coordcheck.verdict import Rules
 
@@ -193,7 +195,8 @@ class Knobs:
         """One line for a bad knob, named as the user wrote it (``report.tol`` in a sweep, ``--tol`` in a report
         CLI)."""
         if key not in self.kinds:
-            return f"{flag(key)}: unknown knob: choose one of {', '.join(self.kinds)}"
+            hint = did_you_mean(key, self.kinds, prefix=flag("")) if key else ""
+            return f"{flag(key)}: unknown knob{hint}: choose one of {', '.join(self.kinds)}"
         return f"{flag(key)}: must be {self.expected(key)} (got {value!r})"
 
     def values(self, node: Mapping | None = None, flag: Callable[[str], str] = "report.{}".format) -> dict[str, Any]:
@@ -323,18 +326,29 @@ def check_choices(argv: list[str], groups: tuple[str, ...] = GROUPS) -> None:
         known = options(group)
         for choice in value.split(","):
             if choice and choice not in known:
-                raise CoordCheckError(f"unknown {group} {choice!r}: choose one of {', '.join(known)} (conf/{group}/)")
+                raise unknown_option(group, choice, known)
 
 
 def compose_config(overrides: list[str], config_name: str = "config", *, hydra: bool = False) -> DictConfig:
     """``conf/<config_name>.yaml`` composed with ``overrides`` (no sweeps), as ``python -m coordcheck`` composes it.
     ``hydra``: with Hydra's own node (``hydra.mode``, ``hydra.sweeper.params``; not resolvable outside a run)."""
-    from hydra import compose, initialize_config_dir, initialize_config_module
+    from hydra import compose
+
+    with hydra_context():
+        return compose(config_name, overrides=overrides, return_hydra_config=hydra)
+
+
+@contextmanager
+def hydra_context() -> Iterator[Any]:
+    """Hydra initialised on ``conf/`` (the checkout's or the wheel's) for ``hydra.compose``; yields its config loader
+    (the groups of the search path and their options)."""
+    from hydra import initialize_config_dir, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
 
     init = (initialize_config_module(CONF_DIR.removeprefix("pkg://"), version_base="1.3")
             if CONF_DIR.startswith("pkg://") else initialize_config_dir(CONF_DIR, version_base="1.3"))
     with init:
-        return compose(config_name, overrides=overrides, return_hydra_config=hydra)
+        yield GlobalHydra.instance().config_loader()
 
 
 def _one_line(e: BaseException) -> str:
@@ -347,8 +361,8 @@ def _is_report(key: str) -> bool:
     return key == "report" or key.startswith("report.")
 
 
-_FLAGS = {"-m": 0, "--multirun": 0, "-r": 0, "--run": 0, "--resolve": 0, "-c": 1, "--cfg": 1, "-p": 1,
-          "--package": 1}  # Hydra's flags that keep the usual config, and how many values each takes
+_FLAGS = {"--multirun": 0, "--run": 0, "--resolve": 0, "--cfg": 1, "--package": 1}  # Hydra's flags (long forms:
+# overrides.hydra_flag) that keep the usual config, and how many values each takes
 
 
 def _swept(override: Any) -> list | None:
@@ -487,8 +501,6 @@ def check_jobs(cfg: DictConfig, overrides: list) -> None:
     check_values(cfg, overrides, JOB_CHECKS)
 
 
-_MULTIRUN = ("-m", "--multirun")
-
 
 def check_command_line(argv: list[str], *, config_name: str = "config",
                        check: Callable[[DictConfig, list], None] | None = check_jobs,
@@ -510,26 +522,28 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
     ``config_name``: another experiment's config (``transfer``). What only a job can tell (a width that the model's
     heads do not divide, data that does not fit the model) is the job's to check.
     """
-    args, values = [], 0  # values: how many of the next arguments are the last flag's value
-    for a in argv:
+    args, at, values, flag = [], [], 0, None  # at: where each override is; values: how many of the next arguments
+    for i, a in enumerate(argv):  # are the last flag's value; flag: where --multirun (-m, --multi) is
         if values:
             values -= 1
         elif not a.startswith("-"):
             args.append(a)
-        elif a.split("=")[0] in _FLAGS:
-            values = 0 if "=" in a else _FLAGS[a]
+            at.append(i)
+        elif (name := hydra_flag(a)) in _FLAGS:  # an unknown flag is one line: "did you mean --multirun?"
+            values = 0 if "=" in a else _FLAGS[name]
+            flag = i if name == "--multirun" else flag
         else:
             return
-    multirun = any(a in _MULTIRUN for a in argv)
-    flag = next((a for a in argv if a in _MULTIRUN), None)
-    if flag and args and argv.index(args[0]) < argv.index(flag) < len(argv) - 1 - argv[::-1].index(args[-1]):
-        raise CoordCheckError(f"{flag} goes before or after all the overrides, not between them (Hydra's argparse): "
-                              f"{' '.join(args)} {flag}")
+    multirun = flag is not None
+    if multirun and at and at[0] < flag < at[-1]:
+        raise CoordCheckError(f"{argv[flag]} goes before or after all the overrides, not between them (Hydra's "
+                              f"argparse): {' '.join(args)} {argv[flag]}")
     parse = OverridesParser.create().parse_overrides
     try:
         overrides = parse(args)
     except HydraException as e:
         raise CoordCheckError(_one_line(e)) from None
+    check_typos(overrides, config_name, skip=_is_report if knobs is not None else lambda key: False)
     fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
     try:
         cfg = compose_config(fixed, config_name, hydra=True)
@@ -568,6 +582,36 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
             check(variant, overrides)
         if not is_remote(overrides):  # jobs that may run elsewhere import their targets there
             check_targets(variant, overrides)
+
+
+_MAX_VARIANTS = 16  # combinations of swept config groups whose keys are checked (each is one composition)
+
+
+def check_typos(overrides: list, config_name: str = "config", skip: Callable[[str], bool] = _is_report) -> None:
+    """A typo in ``overrides`` (parsed) is one line with the closest valid name (``coordcheck.overrides``): a config
+    group or option (``model=mpl``, ``hydra/launcher=joblb``), or a key, set, swept, added or deleted, against the
+    config composed with the command line's group choices alone — once per combination of the swept groups' options
+    (``model=gpt,mlp model.depth=3`` names the option without ``depth``). ``skip(key)``: keys checked elsewhere
+    (``report.*``, against its schema)."""
+    from itertools import islice, product
+
+    from hydra import compose
+
+    from coordcheck.overrides import group_choices
+
+    with hydra_context() as loader:
+        check_groups(loader, overrides)
+        groups = [o for o in overrides if is_group(loader, o.key_or_group) and not o.is_delete()]
+        chosen = [o.input_line for o in groups if not o.is_sweep_override()]
+        swept = [[f"{o.input_line.split('=', 1)[0]}={c}" for c in group_choices(loader, o)]
+                 for o in groups if o.is_sweep_override()]
+        combos = list(islice(product(*swept), _MAX_VARIANTS + 1))  # [()] when no group is swept
+        for combo in combos if len(combos) <= _MAX_VARIANTS else []:  # too many: each job's composition checks its own
+            try:
+                cfg = compose(config_name, overrides=[*chosen, *combo], return_hydra_config=True)
+            except (HydraException, OmegaConfBaseException):
+                continue  # composing the whole command line says why
+            check_keys(cfg, overrides, loader=loader, context=f" with {' '.join(combo)}" if combo else "", skip=skip)
 
 
 def _group_variants(overrides: list, config_name: str) -> list[DictConfig]:
