@@ -128,11 +128,19 @@ def unknown_option(group: str, choice: str, known: list[str]) -> CoordCheckError
 
 
 def group_choices(loader: Any, override: Any) -> list[str]:
-    """The options a config-group override chooses (each swept one; a ``glob()``'s matches), as text."""
-    return _choices(override, group_options(loader, override.key_or_group))
+    """What each job of a config-group override chooses (each swept value; a ``glob()``'s matches), as the text of
+    an override's value: ``mlp``, or ``[tensorboard,mlflow]`` for a group that takes several options at once."""
+    return [v if isinstance(v, str) else f"[{','.join(v)}]"
+            for v in _choices(override, group_options(loader, override.key_or_group))]
 
 
-def _choices(override: Any, known: list[str]) -> list[str]:
+def _text(value: Any) -> Any:
+    value = getattr(value, "text", value)  # a quoted string
+    return [str(getattr(v, "text", v)) for v in value] if isinstance(value, list) else str(value)
+
+
+def _choices(override: Any, known: list[str]) -> list[str | list[str]]:
+    """Each job's choice: an option, or a list of options (``logger=[tensorboard,mlflow]``)."""
     from hydra.core.override_parser.types import Glob
 
     value = override.value()
@@ -140,10 +148,10 @@ def _choices(override: Any, known: list[str]) -> list[str]:
         return value.filter(known)
     if override.is_sweep_override():
         try:
-            return [str(getattr(v, "text", v)) for v in override.sweep_iterator()]
+            return [_text(v) for v in override.sweep_iterator()]
         except Exception:  # interval(): not a choice of options; Hydra says so
             return []
-    return [str(value)] if isinstance(value, str) else []
+    return [_text(value)] if isinstance(value, (str, list)) else []
 
 
 def check_groups(loader: Any, overrides: list) -> None:
@@ -161,7 +169,7 @@ def check_groups(loader: Any, overrides: list) -> None:
             chosen = _choices(o, known)
             if isinstance(o.value(), Glob) and not chosen:
                 raise CoordCheckError(f"{o.input_line} matches no {key} option: choose among {', '.join(known)}")
-            for choice in chosen:
+            for choice in (c for job in chosen for c in ([job] if isinstance(job, str) else job)):
                 if choice not in known:
                     raise unknown_option(key, choice, known)
         elif "/" in key:  # a group path that is not one
@@ -183,18 +191,38 @@ def _missing(cfg: DictConfig, key: str) -> tuple[str, DictConfig] | None:
     return None
 
 
-def _takes(node: DictConfig, name: str) -> bool:
-    """Whether the ``_target_`` of ``node`` names ``name`` as a parameter (a builder's ``n_blocks``)."""
-    target = node._get_node("_target_") if "_target_" in node.keys() else None
-    if target is None or target._is_missing() or not isinstance(target._value(), str):
-        return False
-    try:
-        from hydra.utils import get_object
+def _targets(overrides: list) -> dict[str, list[str]]:
+    """``{node: [targets]}`` for the ``node._target_=...`` overrides (each swept one; the last override wins)."""
+    out: dict[str, list[str]] = {}
+    for o in overrides:
+        node, _, last = o.key_or_group.rpartition(".")
+        if last == "_target_" and not o.is_delete():
+            try:
+                values = [_text(v) for v in o.sweep_iterator()] if o.is_sweep_override() else [_text(o.value())]
+            except Exception:  # a sweep Hydra enumerates only as it runs it
+                values = []
+            out[node] = [v for v in values if isinstance(v, str)]
+    return out
 
-        found = get_object(target._value())
-        return name in inspect.signature(getattr(found, "func", found)).parameters
-    except Exception:  # cannot be imported here (config.check_targets says why) or has no signature
-        return False
+
+def _takes(node: DictConfig, path: str, name: str, targets: dict[str, list[str]]) -> bool:
+    """Whether a ``_target_`` of the node at ``path`` (the command line's, else the config's) names ``name`` as a
+    parameter (a builder's ``n_blocks``)."""
+    if path not in targets:
+        target = node._get_node("_target_") if "_target_" in node.keys() else None
+        if target is None or target._is_missing() or not isinstance(target._value(), str):
+            return False
+        targets = {path: [target._value()]}
+    from hydra.utils import get_object
+
+    for target in targets[path]:
+        try:
+            found = get_object(target)
+            if name in inspect.signature(getattr(found, "func", found)).parameters:
+                return True
+        except Exception:  # cannot be imported here (config.check_targets says why) or has no signature
+            continue
+    return False
 
 
 def _where(path: str) -> str:
@@ -227,7 +255,7 @@ def check_keys(cfg: DictConfig, overrides: list, *, loader: Any, context: str = 
             path, node = miss
             name, siblings = path.rpartition(".")[2], [k for k in node.keys() if isinstance(k, str)]
             near = [s for s in siblings if is_near(name, s)]
-            if near and not _takes(node, name):
+            if near and not _takes(node, _where(path), name, _targets(overrides)):
                 best = closest(name, near, cutoff=0) or near[0]
                 where = _where(path)
                 raise CoordCheckError(f"{o.input_line} adds {path!r}, a key the config does not have{context} (did "
