@@ -543,7 +543,8 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
         overrides = parse(args)
     except HydraException as e:
         raise CoordCheckError(_one_line(e)) from None
-    check_typos(overrides, config_name, skip=_is_report if knobs is not None else lambda key: False)
+    skip = _is_report if knobs is not None else lambda key: False  # the report knobs: checked against their schema
+    check_typos(overrides, config_name, skip)
     fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
     try:
         cfg = compose_config(fixed, config_name, hydra=True)
@@ -551,7 +552,8 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
         cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else e
         key = str(getattr(cause, "full_key", "") or "")
         if not _is_report(key) or knobs is None:
-            raise CoordCheckError(_one_line(e)) from None
+            check_typos(overrides, config_name, skip, hydra=True, always=True)  # a key Hydra could not set: the
+            raise CoordCheckError(_one_line(e)) from None  # closest one (hydra.* too); else Hydra's line
         typed = {o.key_or_group: o.get_value_string() for o in overrides if "=" in (o.input_line or "")}
         value = typed.get(key, getattr(cause, "value", None))
         raise CoordCheckError(knobs.error(key.removeprefix("report."), value)) from None
@@ -587,12 +589,17 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
 _MAX_VARIANTS = 16  # combinations of swept config groups whose keys are checked (each is one composition)
 
 
-def check_typos(overrides: list, config_name: str = "config", skip: Callable[[str], bool] = _is_report) -> None:
+def check_typos(overrides: list, config_name: str = "config", skip: Callable[[str], bool] = _is_report, *,
+                hydra: bool = False, always: bool = False) -> None:
     """A typo in ``overrides`` (parsed) is one line with the closest valid name (``coordcheck.overrides``): a config
     group or option (``model=mpl``, ``hydra/launcher=joblb``), or a key, set, swept, added or deleted, against the
     config composed with the command line's group choices alone — once per combination of the swept groups' options
     (``model=gpt,mlp model.depth=3`` names the option without ``depth``). ``skip(key)``: keys checked elsewhere
-    (``report.*``, against its schema)."""
+    (``report.*``, against its schema). ``hydra``: Hydra's own keys too (``hydra.sweep.dir``; composing its node
+    doubles the time).
+
+    Keys are checked only where composing the whole command line would not say it (a sweep, a ``+``/``++`` key, a
+    swept group) unless ``always``: a set key Hydra cannot find fails that composition, which calls this again."""
     from itertools import islice, product
 
     from hydra import compose
@@ -605,10 +612,14 @@ def check_typos(overrides: list, config_name: str = "config", skip: Callable[[st
         chosen = [o.input_line for o in groups if not o.is_sweep_override()]
         swept = [[f"{o.input_line.split('=', 1)[0]}={c}" for c in group_choices(loader, o)]
                  for o in groups if o.is_sweep_override()]
+        values = [o for o in overrides if o not in groups and not o.is_delete()]
+        if not (always or (swept and values) or any(o.is_sweep_override() or o.is_add() or o.is_force_add()
+                                                      for o in values)):
+            return
         combos = list(islice(product(*swept), _MAX_VARIANTS + 1))  # [()] when no group is swept
         for combo in combos if len(combos) <= _MAX_VARIANTS else []:  # too many: each job's composition checks its own
             try:
-                cfg = compose(config_name, overrides=[*chosen, *combo], return_hydra_config=True)
+                cfg = compose(config_name, overrides=[*chosen, *combo], return_hydra_config=hydra)
             except (HydraException, OmegaConfBaseException):
                 continue  # composing the whole command line says why
             check_keys(cfg, overrides, loader=loader, context=f" with {' '.join(combo)}" if combo else "", skip=skip)
