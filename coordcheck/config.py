@@ -529,8 +529,11 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
         elif not a.startswith("-"):
             args.append(a)
             at.append(i)
-        elif (name := hydra_flag(a)) in _FLAGS:  # an unknown flag is one line: "did you mean --multirun?"
-            values = 0 if "=" in a else _FLAGS[name]
+        elif a == "--":  # argparse's end of the flags
+            continue
+        elif (flag_of := hydra_flag(a))[0] in _FLAGS:  # an unknown flag is one line: "did you mean --multirun?"
+            name, attached = flag_of
+            values = 0 if attached else _FLAGS[name]
             flag = i if name == "--multirun" else flag
         else:
             return

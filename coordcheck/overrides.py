@@ -83,15 +83,18 @@ def _flags() -> dict[str, str]:
     return out
 
 
-def hydra_flag(arg: str) -> str:
-    """The long form of the Hydra flag ``arg`` names (``-m``, ``--multi``: argparse takes a unique prefix of a long
-    flag), or one line naming the closest flag when Hydra has none such."""
+def hydra_flag(arg: str) -> tuple[str, bool]:
+    """The long form of the Hydra flag ``arg`` names, and whether its value is in ``arg`` (``--cfg=job``, ``-cjob``),
+    as argparse reads it: ``-m``, a unique prefix of a long flag (``--multi``), a short flag with its value attached.
+    A flag Hydra does not have is one line naming the closest one."""
     flags, name = _flags(), arg.split("=", 1)[0]
     if name in flags:
-        return flags[name]
+        return flags[name], "=" in arg
     prefixed = {flags[f] for f in flags if name.startswith("--") and f.startswith(name)}
     if len(prefixed) == 1:
-        return prefixed.pop()
+        return prefixed.pop(), "=" in arg
+    if not name.startswith("--") and arg[:2] in flags:  # -cjob: -c job
+        return flags[arg[:2]], True
     hint = did_you_mean(name, [f for f in flags if f.startswith("--")] if name.startswith("--") else flags)
     raise CoordCheckError(f"unknown flag {name}{hint}" + ("" if hint else f": Hydra's flags are {', '.join(flags)}"))
 

@@ -49,6 +49,8 @@ TYPOS = [  # python -m coordcheck ARGV -> its one line
                         "layout"),
     (["--mutlirun", "width=64,128"], "unknown flag --mutlirun (did you mean --multirun?)"),
     (["width=64,128", "-multirun"], "unknown flag -multirun (did you mean --multirun?)"),
+    (["-cjob", "widht=64"], f"widht=64: {WIDTH}"),  # argparse's -c job: the overrides after it are still read
+    (["--cfg=job", "widht=64"], f"widht=64: {WIDTH}"),
     # each option of a swept group is checked: the one that lacks the key is named
     (["-m", "model=mlp,gpt", "model.depth=3"], "model.depth=3: no key 'model.depth' in the config with model=gpt: "
                                               "model has _target_, _partial_, vocab_size, context, n_layer, n_head, "
@@ -99,6 +101,8 @@ VALID = [  # overrides Hydra accepts stay accepted
     ["-m", "model=choice(gpt,mlp)", "model.output_mult=2"],  # a key both options have
     ["-m", "model=glob(*)", "model._target_=coordcheck.models.gpt"],
     ["--multi", "width=16,32"],
+    ["--", "width=16"],
+    ["-cjob", "model=custom"],  # it prints the config: a ??? is what it shows
     ["++width=64", "+note=baseline", "~forward_targets"],  # a new key no key is near is the user's own
     ["model=custom", "model._target_=coordcheck.models.gpt", "data=tokens", "+model.n_layer=1"],
     ["+experiment=sp_vs_mup", "--multirun"],
