@@ -522,8 +522,9 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
     ``config_name``: another experiment's config (``transfer``). What only a job can tell (a width that the model's
     heads do not divide, data that does not fit the model) is the job's to check.
     """
-    args, at, values, flag = [], [], 0, None  # at: where each override is; values: how many of the next arguments
-    for i, a in enumerate(argv):  # are the last flag's value; flag: where --multirun (-m, --multi) is
+    args, at, values, flag, shows = [], [], 0, None, False  # at: where each override is; values: how many of the
+    for i, a in enumerate(argv):  # next arguments are the last flag's value; flag: where --multirun (-m, --multi) is;
+        # shows: --cfg, which prints the config and runs nothing
         if values:
             values -= 1
         elif not a.startswith("-"):
@@ -535,6 +536,7 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
             name, attached = flag_of
             values = 0 if attached else _FLAGS[name]
             flag = i if name == "--multirun" else flag
+            shows = shows or name == "--cfg"
         else:
             return
     multirun = flag is not None
@@ -579,7 +581,7 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
     if knobs is not None:
         knobs.values(cfg.get("report"))
     check_run(cfg, overrides)
-    if any(a.split("=")[0] in ("-c", "--cfg") for a in argv):  # it prints the config, runs nothing: a ??? may be
+    if shows:  # it prints the config, runs nothing: a ??? may be
         return  # what the user wants to see
     for variant in [cfg, *_group_variants(overrides, config_name)]:
         _check_missing(variant, overrides)

@@ -72,14 +72,15 @@ def is_near(word: str, other: str) -> bool:
 
 # -- Hydra's flags ----------------------------------------------------------------------------------------------------
 
-def _flags() -> dict[str, str]:
-    """Every option string of Hydra's own parser -> its long form (``-m`` -> ``--multirun``)."""
+def _flags() -> dict[str, tuple[str, bool]]:
+    """Every option string of Hydra's own parser -> its long form (``-m`` -> ``--multirun``) and whether it takes a
+    value."""
     from hydra._internal.utils import get_args_parser
 
     out = {}
     for action in get_args_parser()._actions:  # argparse keeps its options there (no public accessor)
         long = max(action.option_strings, key=len, default="")
-        out.update({s: long for s in action.option_strings})
+        out.update({s: (long, action.nargs != 0) for s in action.option_strings})
     return out
 
 
@@ -89,12 +90,12 @@ def hydra_flag(arg: str) -> tuple[str, bool]:
     A flag Hydra does not have is one line naming the closest one."""
     flags, name = _flags(), arg.split("=", 1)[0]
     if name in flags:
-        return flags[name], "=" in arg
-    prefixed = {flags[f] for f in flags if name.startswith("--") and f.startswith(name)}
+        return flags[name][0], "=" in arg
+    prefixed = {flags[f][0] for f in flags if name.startswith("--") and f.startswith(name)}
     if len(prefixed) == 1:
         return prefixed.pop(), "=" in arg
-    if not name.startswith("--") and arg[:2] in flags:  # -cjob: -c job
-        return flags[arg[:2]], True
+    if not name.startswith("--") and flags.get(arg[:2], ("", False))[1]:  # -cjob: -c job
+        return flags[arg[:2]][0], True
     hint = did_you_mean(name, [f for f in flags if f.startswith("--")] if name.startswith("--") else flags)
     raise CoordCheckError(f"unknown flag {name}{hint}" + ("" if hint else f": Hydra's flags are {', '.join(flags)}"))
 
