@@ -508,7 +508,9 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
     """Compose the config of ``python -m coordcheck ARGV`` once, so that a mistake is one line before any job runs,
     not a traceback or a failed job after the good ones have trained.
 
-    Raises :class:`CoordCheckError` for an override Hydra cannot compose; a sweep without ``--multirun``
+    Raises :class:`CoordCheckError` for a typo: a flag, config group, group option or key (set, swept, added with
+    ``+``/``++`` or deleted with ``~``) that is not there, named with the closest valid one (:func:`check_typos`,
+    ``coordcheck.overrides``); an override Hydra cannot compose; a sweep without ``--multirun``
     (``width=256,512`` would be Hydra's "Ambiguous value"); a sweep over a report knob (a sweep has one report) or
     over ``device``; a report knob of the wrong type, out of its range or unknown (``knobs``: :data:`REPORT`, or
     :data:`TRANSFER_REPORT`); a bad run key (:func:`check_run`); a mandatory value (``???``) left unset; a bad value
