@@ -11,7 +11,7 @@ from coordcheck.errors import CoordCheckError
 from coordcheck.overrides import closest, is_near
 
 WIDTH = "no key 'widht' in the config (did you mean width?)"
-TYPOS = [  # python -m coordcheck ARGV -> its one line
+TYPOS = [  # python -m coordcheck ARGV -> its one line (its start, where it ends in ...: lists of options that grow)
     (["model=mlp", "widht=64"], f"widht=64: {WIDTH}"),
     (["--multirun", "model=mlp", "widht=64,128"], f"widht=64,128: {WIDTH}"),  # was Hydra's six lines, exit 1
     (["model=mlp", "widht=64,128", "--multirun"], f"widht=64,128: {WIDTH}"),
@@ -25,15 +25,12 @@ TYPOS = [  # python -m coordcheck ARGV -> its one line
                     "is there)"),
     (["seed=1"], "seed=1: no key 'seed' in the config (did you mean seeds?)"),
     (["modle=mlp"], "modle=mlp: no key 'modle' in the config (did you mean model?)"),
-    (["model=mpl"], "unknown model 'mpl' (did you mean mlp?): choose one of custom, gpt, mlp (conf/model/)"),
-    (["-m", "model=gpt,mpl"], "unknown model 'mpl' (did you mean mlp?): choose one of custom, gpt, mlp (conf/model/)"),
-    (["-m", "model=choice(gpt,mpl)"], "unknown model 'mpl' (did you mean mlp?): choose one of custom, gpt, mlp "
-                                      "(conf/model/)"),
-    (["-m", "model=glob(mpl*)"], "model=glob(mpl*) matches no model option: choose among custom, gpt, mlp"),
-    (["optimizer=adamm"], "unknown optimizer 'adamm' (did you mean adam?): choose one of adam, adamw, factory, muon, "
-                          "sgd (conf/optimizer/)"),
-    (["+experiment=sp_vs_mpu"], "unknown experiment 'sp_vs_mpu' (did you mean sp_vs_mup?): choose one of sp_vs_mup "
-                                "(conf/experiment/)"),
+    (["model=mpl"], "unknown model 'mpl' (did you mean mlp?): choose one of custom, gpt, ..."),
+    (["-m", "model=gpt,mpl"], "unknown model 'mpl' (did you mean mlp?): choose one of custom, gpt, ..."),
+    (["-m", "model=choice(gpt,mpl)"], "unknown model 'mpl' (did you mean mlp?): choose one of custom, gpt, ..."),
+    (["-m", "model=glob(mpl*)"], "model=glob(mpl*) matches no model option: choose among custom, gpt, ..."),
+    (["optimizer=adamm"], "unknown optimizer 'adamm' (did you mean adam?): choose one of adam, adamw, ..."),
+    (["+experiment=sp_vs_mpu"], "unknown experiment 'sp_vs_mpu' (did you mean sp_vs_mup?): choose one of ..."),
     (["hydra/launcher=joblb"], "unknown hydra/launcher 'joblb' (did you mean joblib?): choose one of basic, joblib, "
                                "parallel, slurm, submitit_local, submitit_slurm"),
     (["hydra/lancher=joblib"], "hydra/lancher=joblib: no config group 'hydra/lancher' (did you mean hydra/launcher?)"),
@@ -55,9 +52,7 @@ TYPOS = [  # python -m coordcheck ARGV -> its one line
     (["-m", "model=mlp,gpt", "model.depth=3"], "model.depth=3: no key 'model.depth' in the config with model=gpt: "
                                               "model has _target_, _partial_, vocab_size, context, n_layer, n_head, "
                                               "mlp_ratio, attn_mult, output_mult (+model.depth=3 adds it)"),
-    (["nokey=1"], "nokey=1: no key 'nokey' in the config: the config has model, data, parametrization, optimizer, "
-                  "report, width, base_width, steps, seeds, lr, tensors, stats, progress, threads, device, precision, "
-                  "compile, output, loss, forward_targets, grad_clip (+nokey=1 adds it)"),
+    (["nokey=1"], "nokey=1: no key 'nokey' in the config: the config has model, data, ..."),
 ]
 
 
@@ -65,7 +60,10 @@ TYPOS = [  # python -m coordcheck ARGV -> its one line
 def test_a_typo_is_one_line_with_the_closest_valid_name(argv, message):
     with pytest.raises(CoordCheckError) as e:
         check_command_line(argv)
-    assert str(e.value) == message
+    if message.endswith("..."):
+        assert str(e.value).startswith(message[:-3]) and "\n" not in str(e.value)
+    else:
+        assert str(e.value) == message
 
 
 OTHER_COMMANDS = [  # the same checks, against each command's own config
