@@ -7,7 +7,8 @@ the resolvers the YAML files use (``coordcheck_dirname``, ``coordcheck_not_in_di
 schemas of the ``report.*`` knobs (:class:`Knobs`: generated from a rules dataclass, registered
 in Hydra's ConfigStore, and the source of the report CLIs' flags), the checks of group choices
 and of the run keys (``device``, ``precision``, ``compile``), and :func:`check_command_line`,
-which composes a command line once so that a bad override is one line and exit 2.
+which composes a command line once so that a bad override is one line and exit 2 (a typo names the closest
+valid name: ``coordcheck.overrides``).
 Nothing here imports torch at import time.
 """
 
@@ -499,7 +500,6 @@ def _sweeper_params(hydra: DictConfig | None) -> list[str]:
 def check_jobs(cfg: DictConfig, overrides: list) -> None:
     """The coordinate check's keys (:data:`JOB_CHECKS`), every value each takes in this command."""
     check_values(cfg, overrides, JOB_CHECKS)
-
 
 
 def check_command_line(argv: list[str], *, config_name: str = "config",
