@@ -45,7 +45,7 @@ __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config"
            "positive_number", "safe_dirname", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
            "TransferOptions", "report_options", "transfer_options", "rules_of", "knob_error", "options",
            "check_choices", "compose_config", "check_command_line", "check_values", "check_targets", "locate",
-           "JOB_CHECKS", "one_value", "check_jobs", "is_remote"]
+           "JOB_CHECKS", "one_value", "check_jobs", "is_remote", "check_typos", "hydra_context"]
 
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
