@@ -7,7 +7,8 @@ the resolvers the YAML files use (``coordcheck_dirname``, ``coordcheck_not_in_di
 schemas of the ``report.*`` knobs (:class:`Knobs`: generated from a rules dataclass, registered
 in Hydra's ConfigStore, and the source of the report CLIs' flags), the checks of group choices
 and of the run keys (``device``, ``precision``, ``compile``), and :func:`check_command_line`,
-which composes a command line once so that a bad override is one line and exit 2.
+which composes a command line once so that a bad override is one line and exit 2 (a typo names the closest
+valid name: ``coordcheck.overrides``).
 Nothing here imports torch at import time.
 """
 
@@ -16,7 +17,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from pathlib import Path
@@ -35,6 +37,7 @@ from coordcheck.errors import (
     resolve_seeds,
 )
 from coordcheck.frame import digest
+from coordcheck.overrides import check_groups, check_keys, did_you_mean, hydra_flag, is_group, unknown_option
 from coordcheck.transfer.fit import TransferRules
 from coordcheck.verdict import Rules
 
@@ -42,7 +45,7 @@ __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config"
            "positive_number", "safe_dirname", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
            "TransferOptions", "report_options", "transfer_options", "rules_of", "knob_error", "options",
            "check_choices", "compose_config", "check_command_line", "check_values", "check_targets", "locate",
-           "JOB_CHECKS", "one_value", "check_jobs", "is_remote"]
+           "JOB_CHECKS", "one_value", "check_jobs", "is_remote", "check_typos", "hydra_context"]
 
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
@@ -194,7 +197,8 @@ class Knobs:
         """One line for a bad knob, named as the user wrote it (``report.tol`` in a sweep, ``--tol`` in a report
         CLI)."""
         if key not in self.kinds:
-            return f"{flag(key)}: unknown knob: choose one of {', '.join(self.kinds)}"
+            hint = did_you_mean(key, self.kinds, prefix=flag("")) if key else ""
+            return f"{flag(key)}: unknown knob{hint}: choose one of {', '.join(self.kinds)}"
         return f"{flag(key)}: must be {self.expected(key)} (got {value!r})"
 
     def values(self, node: Mapping | None = None, flag: Callable[[str], str] = "report.{}".format) -> dict[str, Any]:
@@ -324,18 +328,29 @@ def check_choices(argv: list[str], groups: tuple[str, ...] = GROUPS) -> None:
         known = options(group)
         for choice in value.split(","):
             if choice and choice not in known:
-                raise CoordCheckError(f"unknown {group} {choice!r}: choose one of {', '.join(known)} (conf/{group}/)")
+                raise unknown_option(group, choice, known)
 
 
 def compose_config(overrides: list[str], config_name: str = "config", *, hydra: bool = False) -> DictConfig:
     """``conf/<config_name>.yaml`` composed with ``overrides`` (no sweeps), as ``python -m coordcheck`` composes it.
     ``hydra``: with Hydra's own node (``hydra.mode``, ``hydra.sweeper.params``; not resolvable outside a run)."""
-    from hydra import compose, initialize_config_dir, initialize_config_module
+    from hydra import compose
+
+    with hydra_context():
+        return compose(config_name, overrides=overrides, return_hydra_config=hydra)
+
+
+@contextmanager
+def hydra_context() -> Iterator[Any]:
+    """Hydra initialised on ``conf/`` (the checkout's or the wheel's) for ``hydra.compose``; yields its config loader
+    (the groups of the search path and their options)."""
+    from hydra import initialize_config_dir, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
 
     init = (initialize_config_module(CONF_DIR.removeprefix("pkg://"), version_base="1.3")
             if CONF_DIR.startswith("pkg://") else initialize_config_dir(CONF_DIR, version_base="1.3"))
     with init:
-        return compose(config_name, overrides=overrides, return_hydra_config=hydra)
+        yield GlobalHydra.instance().config_loader()
 
 
 def _one_line(e: BaseException) -> str:
@@ -348,8 +363,8 @@ def _is_report(key: str) -> bool:
     return key == "report" or key.startswith("report.")
 
 
-_FLAGS = {"-m": 0, "--multirun": 0, "-r": 0, "--run": 0, "--resolve": 0, "-c": 1, "--cfg": 1, "-p": 1,
-          "--package": 1}  # Hydra's flags that keep the usual config, and how many values each takes
+_FLAGS = {"--multirun": 0, "--run": 0, "--resolve": 0, "--cfg": 1, "--package": 1}  # Hydra's flags (long forms:
+# overrides.hydra_flag) that keep the usual config, and how many values each takes
 
 
 def _swept(override: Any) -> list | None:
@@ -506,16 +521,15 @@ def check_jobs(cfg: DictConfig, overrides: list) -> None:
     check_values(cfg, overrides, JOB_CHECKS)
 
 
-_MULTIRUN = ("-m", "--multirun")
-
-
 def check_command_line(argv: list[str], *, config_name: str = "config",
                        check: Callable[[DictConfig, list], None] | None = check_jobs,
                        knobs: Knobs | None = REPORT) -> None:
     """Compose the config of ``python -m coordcheck ARGV`` once, so that a mistake is one line before any job runs,
     not a traceback or a failed job after the good ones have trained.
 
-    Raises :class:`CoordCheckError` for an override Hydra cannot compose; a sweep without ``--multirun``
+    Raises :class:`CoordCheckError` for a typo: a flag, config group, group option or key (set, swept, added with
+    ``+``/``++`` or deleted with ``~``) that is not there, named with the closest valid one (:func:`check_typos`,
+    ``coordcheck.overrides``); an override Hydra cannot compose; a sweep without ``--multirun``
     (``width=256,512`` would be Hydra's "Ambiguous value"); a sweep over a report knob (a sweep has one report) or
     over ``device``; a report knob of the wrong type, out of its range or unknown (``knobs``: :data:`REPORT`, or
     :data:`TRANSFER_REPORT`); a bad run key (:func:`check_run`); a mandatory value (``???``) left unset; a bad value
@@ -529,26 +543,34 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
     ``config_name``: another experiment's config (``transfer``). What only a job can tell (a width that the model's
     heads do not divide, data that does not fit the model) is the job's to check.
     """
-    args, values = [], 0  # values: how many of the next arguments are the last flag's value
-    for a in argv:
+    args, at, values, flag, shows = [], [], 0, None, False  # at: where each override is; values: how many of the
+    for i, a in enumerate(argv):  # next arguments are the last flag's value; flag: where --multirun (-m, --multi) is;
+        # shows: --cfg, which prints the config and runs nothing
         if values:
             values -= 1
         elif not a.startswith("-"):
             args.append(a)
-        elif a.split("=")[0] in _FLAGS:
-            values = 0 if "=" in a else _FLAGS[a]
+            at.append(i)
+        elif a == "--":  # argparse's end of the flags
+            continue
+        elif (flag_of := hydra_flag(a))[0] in _FLAGS:  # an unknown flag is one line: "did you mean --multirun?"
+            name, attached = flag_of
+            values = 0 if attached else _FLAGS[name]
+            flag = i if name == "--multirun" else flag
+            shows = shows or name == "--cfg"
         else:
             return
-    multirun = any(a in _MULTIRUN for a in argv)
-    flag = next((a for a in argv if a in _MULTIRUN), None)
-    if flag and args and argv.index(args[0]) < argv.index(flag) < len(argv) - 1 - argv[::-1].index(args[-1]):
-        raise CoordCheckError(f"{flag} goes before or after all the overrides, not between them (Hydra's argparse): "
-                              f"{' '.join(args)} {flag}")
+    multirun = flag is not None
+    if multirun and at and at[0] < flag < at[-1]:
+        raise CoordCheckError(f"{argv[flag]} goes before or after all the overrides, not between them (Hydra's "
+                              f"argparse): {' '.join(args)} {argv[flag]}")
     parse = OverridesParser.create().parse_overrides
     try:
         overrides = parse(args)
     except HydraException as e:
         raise CoordCheckError(_one_line(e)) from None
+    skip = _is_report if knobs is not None else lambda key: False  # the report knobs: checked against their schema
+    check_typos(overrides, config_name, skip)
     fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
     try:
         cfg = compose_config(fixed, config_name, hydra=True)
@@ -556,7 +578,8 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
         cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else e
         key = str(getattr(cause, "full_key", "") or "")
         if not _is_report(key) or knobs is None:
-            raise CoordCheckError(_one_line(e)) from None
+            check_typos(overrides, config_name, skip, hydra=True, always=True)  # a key Hydra could not set: the
+            raise CoordCheckError(_one_line(e)) from None  # closest one (hydra.* too); else Hydra's line
         typed = {o.key_or_group: o.get_value_string() for o in overrides if "=" in (o.input_line or "")}
         value = typed.get(key, getattr(cause, "value", None))
         raise CoordCheckError(knobs.error(key.removeprefix("report."), value)) from None
@@ -579,7 +602,7 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
     if knobs is not None:
         knobs.values(cfg.get("report"))
     check_run(cfg, overrides)
-    if any(a.split("=")[0] in ("-c", "--cfg") for a in argv):  # it prints the config, runs nothing: a ??? may be
+    if shows:  # it prints the config, runs nothing: a ??? may be
         return  # what the user wants to see
     for variant in [cfg, *_group_variants(overrides, config_name)]:
         _check_missing(variant, overrides)
@@ -587,6 +610,45 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
             check(variant, overrides)
         if not is_remote(overrides):  # jobs that may run elsewhere import their targets there
             check_targets(variant, overrides)
+
+
+_MAX_VARIANTS = 16  # combinations of swept config groups whose keys are checked (each is one composition)
+
+
+def check_typos(overrides: list, config_name: str = "config", skip: Callable[[str], bool] = _is_report, *,
+                hydra: bool = False, always: bool = False) -> None:
+    """A typo in ``overrides`` (parsed) is one line with the closest valid name (``coordcheck.overrides``): a config
+    group or option (``model=mpl``, ``hydra/launcher=joblb``), or a key, set, swept, added or deleted, against the
+    config composed with the command line's group choices alone — once per combination of the swept groups' options
+    (``model=gpt,mlp model.depth=3`` names the option without ``depth``). ``skip(key)``: keys checked elsewhere
+    (``report.*``, against its schema). ``hydra``: Hydra's own keys too (``hydra.sweep.dir``; composing its node
+    doubles the time).
+
+    Keys are checked only where composing the whole command line would not say it (a sweep, a ``+``/``++`` key, a
+    swept group) unless ``always``: a set key Hydra cannot find fails that composition, which calls this again."""
+    from itertools import islice, product
+
+    from hydra import compose
+
+    from coordcheck.overrides import group_choices
+
+    with hydra_context() as loader:
+        check_groups(loader, overrides)
+        groups = [o for o in overrides if is_group(loader, o.key_or_group) and not o.is_delete()]
+        chosen = [o.input_line for o in groups if not o.is_sweep_override()]
+        swept = [[f"{o.input_line.split('=', 1)[0]}={c}" for c in group_choices(loader, o)]
+                 for o in groups if o.is_sweep_override()]
+        values = [o for o in overrides if o not in groups and not o.is_delete()]
+        if not (always or (swept and values) or any(o.is_sweep_override() or o.is_add() or o.is_force_add()
+                                                      for o in values)):
+            return
+        combos = list(islice(product(*swept), _MAX_VARIANTS + 1))  # [()] when no group is swept
+        for combo in combos if len(combos) <= _MAX_VARIANTS else []:  # too many: each job's composition checks its own
+            try:
+                cfg = compose(config_name, overrides=[*chosen, *combo], return_hydra_config=hydra)
+            except (HydraException, OmegaConfBaseException):
+                continue  # composing the whole command line says why
+            check_keys(cfg, overrides, loader=loader, context=f" with {' '.join(combo)}" if combo else "", skip=skip)
 
 
 def _group_variants(overrides: list, config_name: str) -> list[DictConfig]:

@@ -58,7 +58,7 @@ def test_the_transfer_report_knobs_are_the_fields_of_transfer_rules():
     ({"tol": 0}, "report.tol: must be a number > 0 (got 0.0)"),
     ({"n": 1}, "report.n: must be an integer >= 2 (got 1)"),
     ({"n": "x"}, "report.n: must be an integer >= 2 (got 'x')"),
-    ({"tols": 1}, "report.tols: unknown knob: choose one of tol, n, name, strict, size"),
+    ({"tols": 1}, "report.tols: unknown knob (did you mean report.tol?): choose one of tol, n, name, strict, size"),
     ({"size": "huge"}, "report.size: must be one of paper, slides (got 'huge')"),
     ({"strict": "maybe"}, "report.strict: must be true or false (got 'maybe')"),
     (3, "report: must hold the knobs tol, n, name, strict, size (got 3)"),
@@ -244,7 +244,7 @@ def test_check_choices_names_each_unknown_option_of_a_group():
 
 @pytest.mark.parametrize("argv, message", [
     (["width=["], "cannot parse 'width=[': "),
-    (["nokey=1"], "Could not override 'nokey'. To append to your config use +nokey=1"),
+    (["nokey=1"], "nokey=1: no key 'nokey' in the config: the config has model, data, "),
 ])
 def test_an_override_hydra_cannot_compose_is_one_line(argv, message):
     with pytest.raises(CoordCheckError) as e:
