@@ -130,9 +130,8 @@ def emit(trackers: list[Tracker], run: RunInfo, content: Content) -> list[str]:
                 errors.append(line)
             else:
                 log.warning("%s (the frames and report are written regardless)", line)
-            if doing != "start":
-                try:
-                    tracker.finish(True)
-                except Exception:  # already broken: the line above says so
-                    pass
+            try:  # after a failed start too: what it set up is undone (finish is a no-op when nothing started)
+                tracker.finish(True)
+            except Exception:  # already broken: the line above says so
+                pass
     return errors

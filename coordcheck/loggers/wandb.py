@@ -35,13 +35,15 @@ class WandbTracker(Tracker):
         self.mode, self.project, self.entity, self.save_dir = mode, project, entity, save_dir
         self.run = None
         self.step = 0
+        self.unset: list[str] = []  # WANDB_* variables this tracker set for its run
 
     def start(self, run: RunInfo) -> None:
         wandb = require("wandb", "wandb")
         root = Path(self.save_dir) if self.save_dir else run.root / "wandb"
         root.mkdir(parents=True, exist_ok=True)
-        os.environ.setdefault("WANDB_CACHE_DIR", str(root.resolve() / ".cache"))
-        os.environ.setdefault("WANDB_DATA_DIR", str(root.resolve() / ".data"))
+        self.unset = [name for name in ("WANDB_CACHE_DIR", "WANDB_DATA_DIR") if name not in os.environ]
+        for name in self.unset:  # the run's own, until finish(): the process's environment is left as it was
+            os.environ[name] = str(root.resolve() / f".{name.split('_')[1].lower()}")
         settings = wandb.Settings(silent=True, console="off", disable_git=True, save_code=False, x_disable_stats=True)
         self.run = wandb.init(mode=os.environ.get("WANDB_MODE") or self.mode, dir=str(root), project=self.project,
                               entity=self.entity, group=run.group, name=run.name, job_type=run.role, tags=[run.kind],
@@ -69,6 +71,11 @@ class WandbTracker(Tracker):
         self.run.log({key: wandb.Image(str(path))}, step=self.step)
 
     def finish(self, failed: bool = False) -> None:
-        if self.run is not None:
-            run, self.run = self.run, None
-            run.finish(exit_code=1 if failed else 0)
+        try:
+            if self.run is not None:
+                run, self.run = self.run, None
+                run.finish(exit_code=1 if failed else 0)
+        finally:
+            for name in self.unset:
+                os.environ.pop(name, None)
+            self.unset = []
