@@ -140,7 +140,8 @@ def sweep_content(kind: str, report_dir: Path) -> Content:
             continue
         if len(table):
             tables[keys.TABLE.format(name=name)] = table
-    images = {keys.FIGURE.format(name=Path(rel).stem): report_dir / rel for rel in (payload.get("figures") or {}).values()
+    figures = (payload.get("figures") or {}).values()  # {"coord_check (png)": "coord_check.png", ...}
+    images = {keys.FIGURE.format(name=Path(rel).stem): report_dir / rel for rel in figures
               if str(rel).endswith(".png") and (report_dir / rel).exists()}
     return Content(params=params, scalars=[(0, {keys.VERDICT_PASSED: float(status == spec["passed"])})], texts=texts,
                    tables=tables, images=images)

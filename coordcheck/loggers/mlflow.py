@@ -42,7 +42,8 @@ class MLflowTracker(Tracker):
     def __init__(self, tracking_uri: str | None = None, artifact_location: str | None = None,
                  experiment_name: str | None = None, *, strict: bool = False) -> None:
         super().__init__(strict=strict)
-        self.tracking_uri, self.artifact_location, self.experiment_name = tracking_uri, artifact_location, experiment_name
+        self.tracking_uri, self.artifact_location = tracking_uri, artifact_location
+        self.experiment_name = experiment_name
         self.client = self.run_id = None
 
     def start(self, run: RunInfo) -> None:

@@ -131,7 +131,8 @@ def test_a_tracker_that_cannot_start_loses_nothing_and_strict_fails_the_command(
     code, out = _run(monkeypatch, tmp_path, "--multirun", *TINY, *bad, f"hydra.sweep.dir={sweep}")
     assert code == 0, out[-3000:]
     warnings = [line for line in out.splitlines() if "tracker mlflow" in line]
-    assert len(warnings) == 4 and all("could not start run" in w and "written regardless" in w for w in warnings)  # 3 jobs, end
+    assert len(warnings) == 4  # 3 jobs and the end of the sweep, one line each
+    assert all("could not start run" in w and "written regardless" in w for w in warnings)
     assert sorted(p.parent.name for p in sweep.glob("*/frame.parquet")) == [
         "model=mlp,seeds=1,steps=1,width=128", "model=mlp,seeds=1,steps=1,width=32",
         "model=mlp,seeds=1,steps=1,width=64"]  # the trackers' settings do not name the job directories

@@ -50,7 +50,7 @@ def jobs(sweep: Path) -> list[str]:
     return sorted(p.parent.name for p in sweep.glob("*/job.json"))
 
 
-# -- TensorBoard --------------------------------------------------------------------------------------------------------
+# -- TensorBoard -------------------------------------------------------------------------------------------------------
 
 def events(run_dir: Path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -93,7 +93,7 @@ def test_tensorboard_has_the_loss_per_step_per_job_and_the_verdict_figures_and_t
     assert keys.CAUSES + "/text_summary" in acc.Tags()["tensors"]
 
 
-# -- MLflow -------------------------------------------------------------------------------------------------------------
+# -- MLflow ------------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("which", ["coord", "transfer"])
 def test_mlflow_local_store_in_the_sweep_has_a_run_per_job_and_the_report_run(which, request):
