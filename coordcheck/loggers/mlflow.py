@@ -4,17 +4,19 @@ Stage: logging. Input: what :func:`coordcheck.loggers.base.emit` passes. Output:
 tracking store — by default a local one in the sweep directory, ``sqlite:///SWEEP_DIR/mlflow/mlflow.db``
 with artifacts in ``SWEEP_DIR/mlflow/artifacts`` (MLflow 3 refuses its ``./mlruns`` file store
 unless ``MLFLOW_ALLOW_FILE_STORE=true``; ``tracking_uri=file:...`` still reaches it then), or any
-``tracking_uri`` (a server, Databricks). Runs are tagged :data:`~coordcheck.loggers.keys.TAG_SWEEP`
-with the sweep directory. Params and scalars as MLflow params and metrics; texts as ``<key>.md``
-artifacts, tables as ``<key>.csv``, figures as ``figure/<name>.png``.
+``tracking_uri`` (a server, Databricks). Jobs running at once create the local store under a file
+lock. Runs are tagged :data:`~coordcheck.loggers.keys.TAG_SWEEP` with the sweep directory. Params
+and scalars as MLflow params and metrics; texts as ``<key>.md`` artifacts, tables as ``<key>.csv``
+(``table/slopes.csv``), figures as ``figure/<name>.png``.
 View: ``mlflow ui --backend-store-uri sqlite:///SWEEP_DIR/mlflow/mlflow.db``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -31,6 +33,26 @@ MAX_PARAM = 6000  # characters of a param value MLflow stores (longer ones are c
 def local_uri(root: Path) -> str:
     """The default tracking URI of a sweep directory: its own SQLite store."""
     return f"sqlite:///{(root / 'mlflow' / 'mlflow.db').resolve()}"
+
+
+@contextlib.contextmanager
+def _locked(path: Path | None) -> Iterator[None]:
+    """An exclusive lock on ``path`` (none for None, or without ``fcntl``): jobs running at once (joblib, submitit)
+    must not create the same SQLite store together — its migrations race ("table _alembic_tmp_experiments already
+    exists")."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        fcntl = None
+    if path is None or fcntl is None:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 class MLflowTracker(Tracker):
@@ -53,24 +75,25 @@ class MLflowTracker(Tracker):
 
         for name in ("mlflow", "alembic"):  # "Creating initial MLflow database tables..." and the like
             logging.getLogger(name).setLevel(logging.WARNING)
-        uri, artifacts = self.tracking_uri, self.artifact_location
+        uri, artifacts, lock = self.tracking_uri, self.artifact_location, None
         if uri is None:
             (run.root / "mlflow").mkdir(parents=True, exist_ok=True)
-            uri = local_uri(run.root)
+            uri, lock = local_uri(run.root), run.root / "mlflow" / ".lock"
             artifacts = artifacts or (run.root / "mlflow" / "artifacts").resolve().as_uri()
-        self.client = client = MlflowClient(tracking_uri=uri)
         name = self.experiment_name or EXPERIMENTS[run.kind]
-        experiment = client.get_experiment_by_name(name)
-        if experiment is None:
-            try:
-                experiment_id = client.create_experiment(name, artifact_location=artifacts)
-            except MlflowException:  # another job created it meanwhile
-                experiment = client.get_experiment_by_name(name)
-                if experiment is None:
-                    raise
+        with _locked(lock):  # the client creates a new store's tables
+            self.client = client = MlflowClient(tracking_uri=uri)
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                try:
+                    experiment_id = client.create_experiment(name, artifact_location=artifacts)
+                except MlflowException:  # another job created it meanwhile (a server's store)
+                    experiment = client.get_experiment_by_name(name)
+                    if experiment is None:
+                        raise
+                    experiment_id = experiment.experiment_id
+            else:
                 experiment_id = experiment.experiment_id
-        else:
-            experiment_id = experiment.experiment_id
         tags = {keys.TAG_SWEEP: str(run.root.resolve()), keys.TAG_KIND: run.kind, keys.TAG_ROLE: run.role}
         self.run_id = client.create_run(experiment_id, run_name=run.name, tags=tags).info.run_id
 

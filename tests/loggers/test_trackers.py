@@ -4,6 +4,7 @@ own reader: TensorBoard's EventAccumulator, the MLflow client, and ``wandb leet 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,8 +130,6 @@ def test_mlflow_local_store_in_the_sweep_has_a_run_per_job_and_the_report_run(wh
 
 def inspect(run_file: Path, env_root: Path) -> dict:
     """The offline run's state, config and summary, as wandb's own transaction-log reader prints them."""
-    import os
-
     env = {**os.environ, **{n: str(env_root / "wandb-home" / n.lower()) for n in
                             ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR")}}
     r = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--summary", "--json", str(run_file)],
@@ -156,3 +155,24 @@ def test_wandb_is_offline_in_the_sweep_directory_and_its_runs_read_back(coord):
     home = sweep.parent / "wandb-home"
     outside = [p for p in sweep.parent.iterdir() if p.name not in ("sweep", "wandb-home")]
     assert outside == [] and home.exists()  # everything wandb wrote is in the sweep or the test's wandb home
+
+
+def test_mlflow_jobs_starting_at_once_share_one_new_local_store(tmp_path):
+    """Jobs of a parallel launcher (joblib) create the SQLite store together: without the lock its migrations race
+    ("table _alembic_tmp_experiments already exists") and jobs lose their runs."""
+    code = ("import sys; from pathlib import Path; from coordcheck.loggers import Content, RunInfo, emit, keys; "
+            "from coordcheck.loggers.mlflow import MLflowTracker; "
+            "run = RunInfo(sys.argv[1], Path(sys.argv[2])); "
+            "sys.exit(len(emit([MLflowTracker(strict=True)], run, Content(scalars=[(0, {keys.LOSS: 1.0})]))))")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    procs = [subprocess.Popen([sys.executable, "-c", code, f"width={w}", str(tmp_path)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for w in (32, 64, 128)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    from mlflow.tracking import MlflowClient
+
+    from coordcheck.loggers.mlflow import local_uri
+
+    client = MlflowClient(tracking_uri=local_uri(tmp_path))
+    runs = client.search_runs([client.get_experiment_by_name("coordcheck").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["width=128", "width=32", "width=64"]
