@@ -19,6 +19,10 @@ line is composed, before any job runs: a bad knob is one line and exit 2. At the
 multirun, an exception while making the report is recorded (one line, ``report/error.txt``)
 and exits 1 — Hydra alone would make it a warning and exit 0; with ``report.strict=true`` the
 verdict sets the exit status (0 pass, 1 fail, 2 inconclusive). See :class:`Outcome`.
+
+With ``logger=...`` (``conf/logger/``, :mod:`coordcheck.loggers`) each job, once its ``job.json`` is written, and
+the sweep's end, once its report is written, are logged to experiment trackers; a tracker that fails is one line,
+and with its ``strict: true`` the command exits 1.
 """
 
 from __future__ import annotations

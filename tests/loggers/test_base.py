@@ -96,6 +96,14 @@ def test_several_trackers_at_once_and_none_changes_what_a_job_is():
     assert compose_config(["logger=tensorboard"], "transfer").logger.tensorboard._target_.endswith("TensorBoardTracker")
 
 
+def test_an_unknown_tracker_option_is_one_line_before_any_job_runs():
+    from coordcheck.config import check_choices
+    from coordcheck.errors import CoordCheckError
+
+    with pytest.raises(CoordCheckError, match=r"^unknown logger 'tensorbord': choose one of mlflow, tensorboard"):
+        check_choices(["logger=tensorbord"])
+
+
 def test_loss_per_step_is_the_mean_over_seeds_with_each_seed_beside_it(tmp_path):
     from coordcheck.frame import LOSS_MODULE
 
