@@ -251,11 +251,15 @@ def log_job(cfg: DictConfig, hc: Any, output_dir: Path, kind: str, record: dict)
 
     root = Path(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else output_dir
     try:
-        config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    except Exception:  # noqa: BLE001  (the job ran with it; an interpolation only Hydra resolves is no reason to stop)
-        config = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
-    config = {k: v for k, v in config.items() if k != "logger"}
-    errors = to_trackers(OmegaConf.to_container(loggers, resolve=True), kind, output_dir, root, config)
+        try:
+            config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        except Exception:  # noqa: BLE001  (the job ran with it: an interpolation only Hydra resolves is no reason)
+            config = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+        config = {k: v for k, v in config.items() if k != "logger"}
+        errors = to_trackers(OmegaConf.to_container(loggers, resolve=True), kind, output_dir, root, config)
+    except Exception as e:  # noqa: BLE001  (the job is done and recorded: the trackers must not undo that)
+        log.warning("trackers: job %s not logged: %s: %s", output_dir.name, type(e).__name__, e)
+        return
     if errors:
         write_json(output_dir / JOB_NAME, {**record, "tracker_errors": errors})
         OUTCOME.trackers.extend(e for e in errors if e not in OUTCOME.trackers)
@@ -362,6 +366,7 @@ class SweepCallback(Callback):
                             steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.started = time.time()  # the trackers' errors of this sweep's jobs, not of a resumed one's (log_sweep)
         try:
             self.knobs.values(config.get("report"))
         except CoordCheckError as e:  # an exception would only be a warning here: stop before any job runs
@@ -399,10 +404,16 @@ class SweepCallback(Callback):
             return
         from coordcheck.loggers import log_sweep
 
-        errors = log_sweep(OmegaConf.to_container(loggers, resolve=True), self.kind, sweep_dir, report_dir)
+        try:
+            errors = log_sweep(OmegaConf.to_container(loggers, resolve=True), self.kind, sweep_dir, report_dir)
+        except Exception as e:  # noqa: BLE001  (the report is written: the trackers must not undo that)
+            log.warning("trackers: the sweep's end not logged: %s: %s", type(e).__name__, e)
+            errors = []
         for path in sorted(sweep_dir.glob(f"*/{JOB_NAME}")):  # jobs that ran in other processes (joblib, submitit)
             try:
-                errors += json.loads(path.read_text()).get("tracker_errors", [])
+                meta = json.loads(path.read_text())
             except (OSError, ValueError):
-                pass
+                continue
+            if meta.get("started", 0) >= getattr(self, "started", 0):  # this sweep's, not a finished job resumed
+                errors += meta.get("tracker_errors", [])
         OUTCOME.trackers.extend(e for e in errors if e not in OUTCOME.trackers)
