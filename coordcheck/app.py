@@ -19,6 +19,10 @@ line is composed, before any job runs: a bad knob is one line and exit 2. At the
 multirun, an exception while making the report is recorded (one line, ``report/error.txt``)
 and exits 1 — Hydra alone would make it a warning and exit 0; with ``report.strict=true`` the
 verdict sets the exit status (0 pass, 1 fail, 2 inconclusive). See :class:`Outcome`.
+
+With ``logger=...`` (``conf/logger/``, :mod:`coordcheck.loggers`) each job, once its ``job.json`` is written, and
+the sweep's end, once its report is written, are logged to experiment trackers; a tracker that fails is one line,
+and with its ``strict: true`` the command exits 1.
 """
 
 from __future__ import annotations
@@ -187,12 +191,13 @@ def main(cfg: DictConfig) -> None:
 
 
 def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Callable[[DictConfig], str],
-            hint: str = "") -> None:
+            hint: str = "", kind: str = "coordcheck") -> None:
     """One Hydra job of any sweep: resume it if done, else ``run(cfg, output_dir)`` and record ``job.json``.
 
     ``run`` returns facts about the job (with ``rows``, the frame's length, for resume) after writing its frame;
     ``label(cfg)`` names the job in the log (``width=256``); ``hint`` is logged after a single (non-multirun) job.
-    Failures are recorded, never lost (module docstring).
+    Failures are recorded, never lost (module docstring). Then the trackers of ``cfg.logger`` get the job (its
+    ``kind``'s frame, :func:`log_job`).
     """
     hc = HydraConfig.get()
     output_dir = Path(hc.runtime.output_dir)
@@ -210,17 +215,20 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
     try:
         job["threads"] = set_threads(cfg, hc)
         facts = run(cfg, output_dir)
-        write_json(output_dir / JOB_NAME, {**job, "status": "ok", **facts})
+        write_json(output_dir / JOB_NAME, record := {**job, "status": "ok", **facts})
+        log_job(cfg, hc, output_dir, kind, record)
         if hc.mode == RunMode.RUN and hint:
             log.info(hint)
     except (Exception, KeyboardInterrupt) as e:
         user = isinstance(e, CoordCheckError)
         error = str(e) if user else f"{type(e).__name__}: {e}"
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-        write_json(output_dir / JOB_NAME, {
+        write_json(output_dir / JOB_NAME, record := {
             **job, "status": status, "error": error,
             **({} if user or status == "interrupted" else {"traceback": traceback.format_exc()}),
         })
+        if status != "interrupted":
+            log_job(cfg, hc, output_dir, kind, record)
         if hc.mode == RunMode.RUN and user and not isinstance(e, KeyboardInterrupt):
             _log_to_file(logging.ERROR, "%s %s: %s", label(cfg), status, error)  # the console: one line, below
             print(f"coordcheck: error: {error}", file=sys.stderr)
@@ -232,6 +240,30 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
     finally:
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
+
+
+def log_job(cfg: DictConfig, hc: Any, output_dir: Path, kind: str, record: dict) -> None:
+    """The job to the trackers of ``cfg.logger`` (:mod:`coordcheck.loggers`), after its ``job.json``: a failing
+    tracker is one line, and a strict one's error goes into ``job.json`` (``tracker_errors``) and the exit status."""
+    loggers = cfg.get("logger")
+    if not loggers:
+        return
+    from coordcheck.loggers import log_job as to_trackers
+
+    root = Path(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else output_dir
+    try:
+        try:
+            config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        except Exception:  # noqa: BLE001  (the job ran with it: an interpolation only Hydra resolves is no reason)
+            config = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+        config = {k: v for k, v in config.items() if k != "logger"}
+        errors = to_trackers(OmegaConf.to_container(loggers, resolve=True), kind, output_dir, root, config)
+    except Exception as e:  # noqa: BLE001  (the job is done and recorded: the trackers must not undo that)
+        log.warning("trackers: job %s not logged: %s: %s", output_dir.name, type(e).__name__, e)
+        return
+    if errors:
+        write_json(output_dir / JOB_NAME, {**record, "tracker_errors": errors})
+        OUTCOME.trackers.extend(e for e in errors if e not in OUTCOME.trackers)
 
 
 def _log_to_file(level: int, msg: str, *args: Any) -> None:
@@ -255,13 +287,15 @@ class Outcome:
     strict: bool = False  # report.strict: the verdict decides the exit status
     error: str | None = None  # why the sweep has no report
     user_error: bool = False  # ... a user mistake (a report knob)
+    trackers: list[str] = field(default_factory=list)  # errors of strict trackers (logger.*.strict=true)
 
     @property
     def exit_code(self) -> int:
-        """2 for a user mistake; 1 for a failed job or no report; with ``strict``, the verdict's (``errors.EXIT``)."""
+        """2 for a user mistake; 1 for a failed job, no report or a strict tracker's error; with ``strict``, the
+        verdict's (``errors.EXIT``)."""
         if self.error is not None and self.user_error:
             return 2
-        if self.failed or self.error is not None:
+        if self.failed or self.error is not None or self.trackers:
             return 1
         return EXIT[self.status] if self.strict and self.status else 0
 
@@ -288,6 +322,9 @@ def run_command(task: Callable[[DictConfig], None], *, config_name: str = "confi
     hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)(task)()
     if outcome.failed:
         print(f"coordcheck: {len(outcome.failed)} job(s) failed (see job.json in their directories)", file=sys.stderr)
+    elif outcome.trackers:
+        print(f"coordcheck: {len(outcome.trackers)} tracker error(s) with strict: true, first: {outcome.trackers[0]}",
+              file=sys.stderr)
     elif outcome.strict and outcome.exit_code and outcome.error is None:
         print(f"coordcheck: report.strict=true: {outcome.status.upper()} exits {outcome.exit_code}", file=sys.stderr)
     sys.exit(outcome.exit_code)
@@ -320,6 +357,7 @@ class SweepCallback(Callback):
     callback is this one with its own)."""
 
     knobs: Knobs = REPORT
+    kind = "coordcheck"  # the trackers' name for the experiment (coordcheck.loggers.content.KINDS)
 
     def report(self, sweep_dir: Path, opts: dict[str, Any]) -> tuple[Any, Path]:
         """Write the report of ``sweep_dir`` with the checked knobs ``opts``; return it and its path."""
@@ -329,6 +367,7 @@ class SweepCallback(Callback):
                             steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.started = time.time()  # the trackers' errors of this sweep's jobs, not of a resumed one's (log_sweep)
         try:
             self.knobs.values(config.get("report"))
         except CoordCheckError as e:  # an exception would only be a warning here: stop before any job runs
@@ -356,3 +395,26 @@ class SweepCallback(Callback):
         OUTCOME.status = report.status
         OUTCOME.failed.extend(p.error for p in report.problems if p.error not in OUTCOME.failed)
         print(*summary, sep="\n")
+        self.log_sweep(config, sweep_dir, path.parent)
+
+    def log_sweep(self, config: DictConfig, sweep_dir: Path, report_dir: Path) -> None:
+        """The sweep's end to the trackers of ``config.logger``, after the report is written; strict trackers' errors
+        (this one's and the jobs', from their ``job.json``) set the exit status."""
+        loggers = config.get("logger")
+        if not loggers:
+            return
+        from coordcheck.loggers import log_sweep
+
+        try:
+            errors = log_sweep(OmegaConf.to_container(loggers, resolve=True), self.kind, sweep_dir, report_dir)
+        except Exception as e:  # noqa: BLE001  (the report is written: the trackers must not undo that)
+            log.warning("trackers: the sweep's end not logged: %s: %s", type(e).__name__, e)
+            errors = []
+        for path in sorted(sweep_dir.glob(f"*/{JOB_NAME}")):  # jobs that ran in other processes (joblib, submitit)
+            try:
+                meta = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if meta.get("started", 0) >= getattr(self, "started", 0):  # this sweep's, not a finished job resumed
+                errors += meta.get("tracker_errors", [])
+        OUTCOME.trackers.extend(e for e in errors if e not in OUTCOME.trackers)

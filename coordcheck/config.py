@@ -49,7 +49,7 @@ __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config"
 
 REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
-NOT_IN_JOB = ("progress", "report", "threads")  # keys that do not change a job's frame
+NOT_IN_JOB = ("progress", "report", "threads", "logger")  # keys that do not change a job's frame
 NOT_IN_ID = ("width", "device", *NOT_IN_JOB)  # ... nor what a configuration is (a width on another device is
 # the same configuration; its precision is not)
 
@@ -182,7 +182,8 @@ class Knobs:
     def not_in_dirname(self) -> list[str]:
         """``hydra.job.config.override_dirname.exclude_keys`` (its resolver): what does not change a job's frame does
         not name its directory, so a re-run with other report knobs finds (and resumes) the same jobs."""
-        return [*(k for k in NOT_IN_JOB if k != "report"), "device", *(f"report.{k}" for k in self.kinds)]
+        return [*(k for k in NOT_IN_JOB if k != "report"), "device", *(f"report.{k}" for k in self.kinds),
+                *logger_keys()]
 
     def expected(self, key: str) -> str:
         """What a knob takes, in words: ``a number > 0``, ``one of paper, slides``, ``true or false``."""
@@ -305,7 +306,7 @@ for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_
 
 # -- the command line: checked once before Hydra runs anything -------------------------------------------------------
 
-GROUPS = ("model", "data", "parametrization", "optimizer", "init")
+GROUPS = ("model", "data", "parametrization", "optimizer", "init", "logger")
 
 
 def options(group: str) -> list[str]:
@@ -316,6 +317,22 @@ def options(group: str) -> list[str]:
         folder = resources.files("coordcheck.conf").joinpath(group)
         return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
     return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+
+
+def logger_keys() -> list[str]:
+    """``logger.<tracker>.<key>`` for every setting of every tracker in ``conf/logger/``: like ``logger`` itself,
+    they do not change a job's frame, so they do not name its directory."""
+    out = []
+    for name in options("logger"):
+        if CONF_DIR.startswith("pkg://"):
+            from importlib import resources
+
+            text = resources.files("coordcheck.conf").joinpath("logger", f"{name}.yaml").read_text()
+        else:
+            text = (Path(CONF_DIR) / "logger" / f"{name}.yaml").read_text()
+        for tracker, node in OmegaConf.create(text).items():
+            out += [f"logger.{tracker}.{key}" for key in node]
+    return out
 
 
 def check_choices(argv: list[str], groups: tuple[str, ...] = GROUPS) -> None:

@@ -88,7 +88,8 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
 def main(cfg: DictConfig) -> None:
     """Hydra task function (registered in ``coordcheck.transfer.__main__``)."""
     app.execute(cfg, run_transfer_job, lambda c: f"width={c.get('width')} lr={c.get('lr')}",
-                hint="one (width, lr) only: sweep the grid for a verdict, python -m coordcheck.transfer --multirun")
+                hint="one (width, lr) only: sweep the grid for a verdict, python -m coordcheck.transfer --multirun",
+                kind="transfer")
 
 
 def grid_size(config: DictConfig) -> int | None:
@@ -111,6 +112,7 @@ class TransferCallback(app.SweepCallback):
     """The sweep's callback with the μTransfer report, and a bar over the grid when the jobs run in this process."""
 
     knobs = TRANSFER_REPORT
+    kind = "transfer"
     bar = None
 
     def report(self, sweep_dir: Path, opts: dict[str, Any]) -> tuple[Any, Path]:
