@@ -60,6 +60,18 @@ def test_own_report_dir_refused(coordcheck):
 '''
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _warm(tmp_path_factory):
+    """Import here what the inner sessions' runs import lazily (torch's compiler stack, mup, pyarrow): pytester
+    drops the modules a test imported when it ends, and torch refuses to register its operators twice."""
+    from coordcheck.models import mlp
+    from coordcheck.testing import assert_mup
+
+    assert_mup(mlp, seeds=1, report_dir=tmp_path_factory.mktemp("warm"))
+    with pytest.raises(AssertionError):
+        assert_mup(mlp, seeds=1, parametrization="sp", report_dir=tmp_path_factory.mktemp("warm"))
+
+
 def test_importing_the_plugin_imports_neither_torch_nor_pandas():
     code = ("import sys, coordcheck.testing.pytest_plugin; "
             "print(sorted(m for m in ('torch', 'pandas', 'numpy', 'coordcheck.api') if m in sys.modules))")
@@ -162,3 +174,36 @@ def test_wheel_declares_the_pytest11_entry_point(tmp_path):
         eps.read_string(whl.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode())
     assert dict(eps["pytest11"]) == {"coordcheck": "coordcheck.testing.pytest_plugin"}
     assert "coordcheck/testing/pytest_plugin.py" in names and "coordcheck/testing/gate.py" in names
+
+
+MY_PKG = '''
+from coordcheck.testing.public_models import GPT, configure_optimizers, gpt_builder
+
+
+def build(width: int, base_width: int, **kw) -> GPT:
+    return gpt_builder(width, base_width=base_width, **kw)
+
+
+def make_optimizer(model: GPT, lr: float):
+    return configure_optimizers(model, lr)
+'''
+
+
+def docs_example() -> str:
+    """The ``tests/test_mup.py`` shown in docs/pytest.md: the python fence that starts with that comment."""
+    text = (ROOT / "docs" / "pytest.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    return next(b for b in blocks if b.startswith("# tests/test_mup.py"))
+
+
+@pytest.mark.slow
+def test_the_docs_example_test_file_passes(pytester):
+    """docs/pytest.md's model-repository test file, run as written against a nanoGPT-mup ``my_pkg``: the muP model
+    passes, the control (no output multiplier) is caught."""
+    pytester.mkpydir("my_pkg")
+    (pytester.path / "my_pkg" / "mup_gpt.py").write_text(MY_PKG)
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_mup.py").write_text("import torch\ntorch.set_num_threads(1)\n" + docs_example())
+    pytester.syspathinsert()
+    r = pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", "tests/test_mup.py")
+    r.assert_outcomes(passed=2)
