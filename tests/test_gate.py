@@ -123,3 +123,10 @@ def test_planted_gpt(fault, named):
     # (tests/test_pytest_plugin.py runs it)
     msg = raised(pl.planted_builder, **pl.RUN, data="tokens", **pl.FAULTS[fault])
     assert msg.splitlines()[1].startswith(named), msg
+
+
+def test_a_mistake_in_the_call_is_an_error_not_a_failed_check():
+    from coordcheck import CoordCheckError
+
+    with pytest.raises(CoordCheckError, match="no default data for this builder"):
+        assert_mup(km.build, parametrization="none", optimizer=km.make_optimizer)

@@ -52,7 +52,8 @@ def assert_mup(
     failure always raises. The report goes to ``report_dir`` (created; default: a new temporary directory,
     ``coordcheck-*`` under the system's temp dir) and its path ends the message; ``figures=True`` adds the
     figures (about 10 s). Every other keyword (``parametrization``, ``optimizer``, ``lr``, ``data``, ``base_width``,
-    ``rules``, the builder's own keywords, ...) goes to ``coord_check`` as it is. Returns the result.
+    ``rules``, the builder's own keywords, ...) goes to ``coord_check`` as it is, and so do its errors
+    (:class:`coordcheck.CoordCheckError` for a mistake in the call: an error, not a failed check). Returns the result.
     """
     __tracebackhide__ = True  # pytest shows the test's line, not this function's
     result = coord_check(build, widths, steps=steps, seeds=seeds, tensors=tensors, progress=progress,
