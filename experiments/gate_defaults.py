@@ -2,8 +2,8 @@
 
 The built-in models (mup and the SP control), the hand-written muP MLP and its two planted bugs, the nanoGPT-mup
 GPT of ``coordcheck.testing.planted`` correct and with each planted fault; widths 128-512, 5 steps, 3 seeds, the
-causes' tensors (``coordcheck.testing.gate``). One line per case: ``name: status seconds first line of the
-message`` (pass: none). ``--threads N`` (default 1).
+causes' tensors (``coordcheck.testing.gate``). One line per case: ``name: status, wall and CPU seconds, the
+message's first cause`` (pass: none). ``--threads N`` (default 1).
 """
 
 from __future__ import annotations
@@ -38,14 +38,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for name, (build, kw) in CASES.items():
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         try:
             assert_mup(build, **kw)
             status, first = "pass", ""
         except AssertionError as e:
             lines = str(e).splitlines()
             status, first = "raised", lines[1] if len(lines) > 2 else lines[0]
-        print(f"{name}: {status} {time.perf_counter() - t:.1f} s {first[:140]}", flush=True)
+        print(f"{name}: {status} {time.perf_counter() - t:.1f} s wall {time.process_time() - cpu:.1f} s cpu "
+              f"{first[:120]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ with ``figures=True``).
 
 The defaults decide on the built-in and the known-answer models (:mod:`coordcheck.models`' ``gpt`` and ``mlp``,
 :mod:`coordcheck.testing.known_models`, :mod:`coordcheck.testing.planted`) in seconds on one thread: widths
-128-512, 5 steps, 3 seeds, with the tensors the causes need (:data:`coordcheck.CAUSE_TENSORS`). Measured on 2 shared
-cores, one thread: the built-in GPT 4.6 s (mup: pass; sp: fail), its MLP 0.5 s, the planted nanoGPT-mup GPT 4-5 s
-per fault (each named). The figures would add about 10 s per call, so they are off unless asked for.
+128-512, 5 steps, 3 seeds, with the tensors the causes need (:data:`coordcheck.CAUSE_TENSORS`). Measured with
+``python experiments/gate_defaults.py`` (one thread, 2 busy cores), CPU seconds per call: the built-in GPT 3.8-5.4
+(mup: pass; sp: fail), the MLPs under 1, the planted nanoGPT-mup GPT 3.2-3.8 per case (each fault named). The
+figures would add about 10 s per call, so they are off unless asked for.
 """
 
 from __future__ import annotations
