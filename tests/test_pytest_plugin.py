@@ -99,6 +99,7 @@ def test_fixture_asserts_and_reports_under_tmp_path(pytester):
     assert "coordcheck: reports in" not in out
 
 
+@pytest.mark.slow
 def test_report_option_keeps_one_directory_per_test(pytester):
     pytester.makepyfile(test_user=USER_TESTS)
     stale = pytester.path / "keep" / "test_user.py_test_sp" / "stale.txt"
