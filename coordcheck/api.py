@@ -29,7 +29,7 @@ from coordcheck.models import check_width
 from coordcheck.init import resolve_init
 from coordcheck.optim import OPTIMIZERS, with_mu
 from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
-from coordcheck.report import Report, build_report, environments
+from coordcheck.report import Report, build_report, environments, write_report
 from coordcheck.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
 from coordcheck.verdict import Rules, Verdict
 
@@ -47,8 +47,8 @@ class CoordCheckResult:
     """What ``coord_check`` returns: the tidy frame, per-width facts, and the verdict on demand.
 
     ``.slopes`` (tidy slopes table), ``.verdict`` (:class:`coordcheck.verdict.Verdict`),
-    ``.passed``, ``.audit`` (the parameter audit, :mod:`coordcheck.audit`), ``.report()`` (markdown text) and
-    ``.plot(path)`` are computed lazily with
+    ``.passed``, ``.audit`` (the parameter audit, :mod:`coordcheck.audit`), ``.report()`` (markdown text),
+    ``.write(dir)`` (every report file) and ``.plot(path)`` are computed lazily with
     ``rules`` (default :class:`coordcheck.verdict.Rules`).
     """
 
@@ -84,6 +84,12 @@ class CoordCheckResult:
     def report(self) -> str:
         """The compliance report as markdown (verdict first)."""
         return self._report.markdown()
+
+    def write(self, out_dir: str | Path, *, figures: bool = True, size: str = "paper",
+              layout: Literal["grid", "guide"] = "grid") -> Path:
+        """Write report.md, report.json, the tables and (``figures``) the figures into ``out_dir``, as a sweep's
+        ``report/`` holds them (:func:`coordcheck.report.write_report`); return the path of report.md."""
+        return write_report(self._report, out_dir, figures=figures, size=size, layout=layout)
 
     def plot(self, path: str | Path | None = None, *, kind: PlotKind = "coords",
              layout: Literal["grid", "guide"] = "grid", **kwargs: object):

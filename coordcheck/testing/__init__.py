@@ -1,4 +1,4 @@
-"""Models whose muP answer is known, shared by the tests and ``experiments/``.
+"""Models whose muP answer is known, shared by the tests and ``experiments/``; the gate for other people's tests.
 
 ``coordcheck.testing.public_models``: muP models written the way public repositories write
 them (config objects, ``(logits, loss)`` outputs, fused and functional attention, stages,
@@ -11,4 +11,23 @@ with each of the two switched off as a planted bug.
 ``coordcheck.testing.planted``: issue 17's known causes — the nanoGPT-mup GPT above with one planted fault each,
 one keyword away (a hidden matrix at an unscaled learning rate, the embedding at the hidden learning rate, one layer
 at a constant init std, no output multiplier, attention 1/sqrt(d)); ``FAULTS`` names each fault's keywords.
+
+``coordcheck.testing.gate``: ``assert_mup(build, widths=...)``, the gate for model libraries' test suites (re-exported
+here: ``from coordcheck.testing import assert_mup``); ``coordcheck.testing.pytest_plugin``, its pytest plugin (the
+``coordcheck`` fixture, ``--coordcheck-report DIR``). Nothing here imports torch until it is used: the plugin is
+loaded in every pytest session of anyone who installs coordcheck.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+
+__all__ = ["assert_mup"]
+
+_LAZY = {"assert_mup": "coordcheck.testing.gate"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'coordcheck.testing' has no attribute {name!r}")
