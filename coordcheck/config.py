@@ -3,7 +3,8 @@
 Stage: configuration, shared by every command line (the coordinate check, the gradient-flow
 probe, the μTransfer sweep). Input: ``conf/*.yaml`` and the command line. Output: a composed,
 typed, range-checked config, and the objects its groups name (``instantiate_node``). Here live
-the resolvers the YAML files use (``coordcheck_dirname``, ``coordcheck_not_in_dirname``), the
+the resolvers the YAML files use (``coordcheck_dirname``, ``coordcheck_not_in_dirname``; ``cc.ratio`` and
+``cc.head_dim`` for width-dependent model fields), the
 schemas of the ``report.*`` knobs (:class:`Knobs`: generated from a rules dataclass, registered
 in Hydra's ConfigStore, and the source of the report CLIs' flags), the checks of group choices
 and of the run keys (``device``, ``precision``, ``compile``), and :func:`check_command_line`,
@@ -292,8 +293,30 @@ def rules_of(options: Mapping[str, Any]) -> Rules:
     return REPORT.rules_of(options)
 
 
+def width_ratio(power: float = 1, *, _root_: DictConfig) -> float:
+    """``${cc.ratio:}``: the job's width / base_width (muP's width multiplier); ``${cc.ratio:-1}`` its inverse, any
+    power alike. For width-dependent fields written in YAML (``logits_scaling: ${cc.ratio:}``)."""
+    return float((check_width(_root_.width) / check_width(_root_.base_width, key="base_width")) ** power)
+
+
+def head_dim(power: float = 1, *, _root_: DictConfig) -> float:
+    """``${cc.head_dim:}``: the attention head dimension at the job's width, ``${cc.head_dim:-1}`` = 1/head_dim (muP's
+    attention scale), ``${cc.head_dim:-0.5}`` = 1/sqrt(head_dim) (the standard one). From ``model.grows``:
+    ``head_dim`` (the default: ``model.n_head`` heads, width / n_head) or ``heads`` (``model.head_dim`` fixed)."""
+    model = _root_.get("model") or {}
+    if model.get("grows", "head_dim") == "heads":
+        dim = model.get("head_dim")
+    else:
+        n_head = model.get("n_head")
+        dim = check_width(_root_.width) / n_head if n_head else None
+    if not dim or dim <= 0:
+        raise CoordCheckError("${cc.head_dim:} needs model.n_head (or model.grows=heads and model.head_dim)")
+    return float(dim ** power)
+
+
 for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_in_dirname", REPORT.not_in_dirname),
-                         ("coordcheck_not_in_transfer_dirname", TRANSFER_REPORT.not_in_dirname)):
+                         ("coordcheck_not_in_transfer_dirname", TRANSFER_REPORT.not_in_dirname),
+                         ("cc.ratio", width_ratio), ("cc.head_dim", head_dim)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _resolver)
 
@@ -428,6 +451,8 @@ def locate(path: str, key: str) -> Any:
                 raise CoordCheckError(f"{key}={path}: {parent!r} has no attribute {part!r}: check the name") from None
             raise CoordCheckError(f"{key}={path}: module {name!r} not found: check the spelling, or install the "
                                   "package (or put its directory on PYTHONPATH)") from None
+        except CoordCheckError:  # the module says what to do (coordcheck.hf: what to install)
+            raise
         except Exception as e:  # the module's own code failed as it was imported
             first = (str(e).strip().splitlines() or [""])[0]
             raise CoordCheckError(f"{key}={path}: importing {name!r} failed ({type(e).__name__}: {first}): "
