@@ -57,7 +57,16 @@ RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False}  # at t
 
 
 def resolved_config(cfg: DictConfig, without: tuple[str, ...]) -> dict:
-    """The resolved config as plain values without the keys ``without`` (and the run keys at their defaults)."""
+    """The resolved config as plain values without the keys ``without`` (and the run keys at their defaults).
+
+    Without ``width`` (a configuration's identity, the same at every width), the values that follow the width
+    (``${cc.ratio:}``, ``${cc.head_dim:-1}``, ``${width}``) are resolved at ``base_width``, so that they do not
+    make each width a configuration of its own."""
+    base = cfg.get("base_width") if "width" in without and "width" in cfg else None
+    if isinstance(base, int) and not isinstance(base, bool):
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            cfg.width = base
     resolved = OmegaConf.to_container(cfg, resolve=True)
     return {k: v for k, v in resolved.items()
             if k not in without and not (k in RUN_DEFAULTS and v == RUN_DEFAULTS[k])}

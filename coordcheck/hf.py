@@ -11,7 +11,9 @@ fields that follow it: the MLP's inner size (``intermediate_size``, GPT-2's ``n_
 the heads, by ``grows``: ``head_dim`` (``n_head`` heads at every width, so the head dimension grows, as muP's
 1/head_dim attention assumes) or ``heads`` (``head_dim`` fixed, ``width / head_dim`` heads). Key/value heads follow
 the heads (no grouped-query attention) unless ``config_kwargs`` sets ``num_key_value_heads``. A field that the width
-sets, or one that the config class does not have, is one line naming it.
+sets, or one that the config class does not have, is one line naming it. Dropout probabilities (``*dropout``,
+``*_pdrop``: GPT-2's default 0.1) are 0 unless ``config_kwargs`` sets them: the batch is the same at every step, and
+dropout would only add noise between steps and widths.
 
 Width-dependent fields are written in YAML with the resolvers of ``coordcheck.config`` (``${cc.ratio:}`` =
 width / base_width, ``${cc.head_dim:-1}`` = 1/head_dim), as ``conf/experiment/granite_mup.yaml`` does. The model's
@@ -24,6 +26,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -35,6 +38,7 @@ INSTALL = 'model=hf needs Hugging Face transformers: pip install -e ".[hf]"'
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # never fetch anything
 WIDTH_FIELDS = ("hidden_size", "num_attention_heads", "head_dim")  # set from the width (and n_head / head_dim)
 INNER_FIELDS = ("intermediate_size", "n_inner", "ffn_dim", "d_ff")  # the MLP's inner size, as configs name it
+DROPOUT = re.compile(r"(dropout|pdrop)$")  # dropout probabilities (GPT-2's attn_pdrop, resid_pdrop, embd_pdrop): 0
 
 os.environ.update(OFFLINE)  # before transformers is imported: huggingface_hub reads them once, at import
 try:
@@ -112,6 +116,10 @@ def hf_config(width: int, config: str | type = "granite", *, grows: Literal["hea
     inner = next((f for f in INNER_FIELDS if f in known), None)
     if inner is not None and not any(_canonical(cls, n) == inner for n in given):
         fields[inner] = int(round(mlp_ratio * width))
+    given_names = {_canonical(cls, n) for n in given}
+    for name in known - given_names:  # a fixed batch at every step: dropout would only add noise between steps
+        if DROPOUT.search(name) and isinstance(getattr(cls, name, None) or vars(cls()).get(name), float):
+            fields[name] = 0.0
     kwargs = {_canonical(cls, k): v for k, v in {**given, **fields}.items()}
     return cls(**kwargs)
 

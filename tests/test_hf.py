@@ -103,3 +103,17 @@ def test_without_transformers_one_line_says_what_to_install():
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [f"coordcheck: error: {INSTALL}"]
     assert 'pip install -e ".[hf]"' in done.stderr
+
+
+def test_width_dependent_fields_keep_one_configuration_across_widths():
+    from coordcheck.app import config_id, job_hash
+
+    narrow, wide = (compose_config(["model=hf", f"width={w}", "+model.config_kwargs.logits_scaling=${cc.ratio:}"])
+                    for w in (128, 512))
+    assert config_id(narrow) == config_id(wide)  # one configuration: its slopes are fitted over both widths
+    assert job_hash(narrow) != job_hash(wide) and wide.model.config_kwargs.logits_scaling == 4.0
+
+
+def test_gpt2_dropout_is_off_unless_set():
+    assert (hf_config(128, "gpt2").resid_pdrop, hf_config(128, "gpt2", config_kwargs={"attn_pdrop": 0.1}).attn_pdrop
+            ) == (0.0, 0.1)
