@@ -26,10 +26,11 @@ from coordcheck.device import check_compile, check_precision, resolve_device
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import DEFAULT_TENSORS, STATS, concat_frames, digest
 from coordcheck.models import check_width
-from coordcheck.optim import OPTIMIZERS
+from coordcheck.init import resolve_init
+from coordcheck.optim import OPTIMIZERS, with_mu
 from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
 from coordcheck.report import Report, build_report, environments
-from coordcheck.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
+from coordcheck.train import Init, LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
 from coordcheck.verdict import Rules, Verdict
 
 __all__ = ["coord_check", "CoordCheckResult", "PlotKind"]
@@ -138,13 +139,18 @@ def coord_check(
     stats: Sequence[str] = STATS,
     progress: bool = True,
     rules: Rules | None = None,
+    init: str | Init | None = None,
     **build_kwargs: object,
 ) -> CoordCheckResult:
     """Train ``build(width, **build_kwargs)`` at each width for ``steps`` updates and probe it.
 
     ``parametrization``: ``"mup"`` (mup package, Mu* optimizers), ``"sp"`` (standard, torch
     optimizers) or ``"none"`` (model and optimizer as given). ``optimizer``: ``"adam"``,
-    ``"adamw"``, ``"sgd"`` or a factory ``factory(model, lr) -> Optimizer``. ``data``: a
+    ``"adamw"``, ``"sgd"``, ``"muon"``, ``"mup_groups"`` (muP's learning rates on a plain torch AdamW, the growing
+    dimensions found from the builder at two widths: :func:`coordcheck.optim.mup_groups`) or a factory
+    ``factory(model, lr) -> Optimizer``. ``init``: ``None`` / ``"none"`` (the model's own), ``"mup"`` (hidden
+    matrices at std ∝ fan_in^-1/2 from the model's std at ``base_width``: :func:`coordcheck.init.mup_init`) or a
+    callable ``init(model, **context)``. ``data``: a
     name (``"tokens"``, ``"text"``, ``"gaussian"``), a ``Batch`` or an ``(inputs, targets)``
     pair; default: the built-in model's own. ``loss(output, targets)``: default
     cross-entropy over the last dimension; ``"model"`` uses the loss the model returns (a
@@ -177,7 +183,7 @@ def coord_check(
         if optimizer not in OPTIMIZERS:
             raise CoordCheckError(f"unknown optimizer {optimizer!r}: use one of {sorted(OPTIMIZERS)} or a factory")
         opt_name = optimizer
-        factory = functools.partial(OPTIMIZERS[optimizer], mu=parametrization.mu_optimizer)
+        factory = with_mu(OPTIMIZERS[optimizer], parametrization.mu_optimizer)
     else:
         opt_name, factory = short_name(qualified_name(optimizer), "coordcheck.optim"), optimizer
 
@@ -199,6 +205,9 @@ def coord_check(
         key += [output, loss if loss == "model" else qualified_name(loss) if loss else None, forward_targets, grad_clip]
     if precision != "fp32":
         key += [precision]
+    init_fn = resolve_init(init)
+    if init_fn is not None:
+        key += ["init", init if isinstance(init, str) else qualified_name(init)]
     identity = RunIdentity(
         config_id=digest(key), model=model_name,
         parametrization=parametrization.name, optimizer=opt_name, lr=float(lr), data=batch.name,
@@ -215,7 +224,7 @@ def coord_check(
                 base_width=base_width,
                 loss_fn=loss or cross_entropy, tensors=tensors, stats=stats, progress=bar,
                 output=output, forward_targets=forward_targets, grad_clip=grad_clip, device=device,
-                precision=precision,
+                precision=precision, init=init_fn,
             )
             frames.append(frame)
             facts.append(fact)

@@ -83,6 +83,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     build = instantiate_node(cfg.model, "model")
     parametrization = instantiate_node(cfg.parametrization, "parametrization")
     optimizer = instantiate_node(cfg.optimizer, "optimizer")
+    init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
     batch = as_batch(instantiate_node(cfg.data, "data"),
                      name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.data"))
     identity = RunIdentity(
@@ -105,7 +106,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
         batch=batch, steps=cfg.steps, identity=identity, base_width=cfg.base_width,
         tensors=tuple(cfg.tensors), stats=tuple(cfg.stats), progress=bool(cfg.progress),
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
-        grad_clip=cfg.get("grad_clip"), device=device, precision=precision,
+        grad_clip=cfg.get("grad_clip"), device=device, precision=precision, init=init,
     )
     write_frame(frame, output_dir / FRAME_NAME)
     log.info(

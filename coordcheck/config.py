@@ -52,8 +52,9 @@ NOT_IN_ID = ("width", "device", *NOT_IN_JOB)  # ... nor what a configuration is 
 # the same configuration; its precision is not)
 
 
-RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False}  # at these values a key is left out of the
-# hashes, so that sweeps made before the keys existed keep their config_id and resume
+RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False,
+                "init": {"_target_": "coordcheck.init.as_built", "_partial_": True}}  # at these values a key is left
+# out of the hashes, so that sweeps made before the keys existed keep their config_id and resume (init: conf/init/none)
 
 
 def resolved_config(cfg: DictConfig, without: tuple[str, ...]) -> dict:
@@ -332,7 +333,7 @@ for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_
 
 # -- the command line: checked once before Hydra runs anything -------------------------------------------------------
 
-GROUPS = ("model", "data", "parametrization", "optimizer")
+GROUPS = ("model", "data", "parametrization", "optimizer", "init")
 
 
 def options(group: str) -> list[str]:

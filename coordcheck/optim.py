@@ -6,7 +6,12 @@ learning rate. Output: an optimizer. The built-in factories pick the mup variant
 when ``mu=True`` — the optimizer configs set it from ``parametrization.mu_optimizer`` — and
 the plain torch optimizer otherwise. Any callable with the signature
 ``factory(model, lr)`` can replace them (``optimizer=factory optimizer._target_=pkg.make``),
-for models that implement muP by hand.
+for models that implement muP by hand. A factory whose signature also names ``build``, ``width`` or
+``base_width`` gets them as keywords (``coordcheck.parametrization.named_keywords``).
+
+``mup_groups`` is muP by hand without writing a factory: a plain torch AdamW / Adam / SGD whose
+parameter groups get the learning rates mup's MuAdamW / MuAdam / MuSGD would give, the growing
+dimensions found from the builder at two widths (:func:`mup_groups`).
 
 ``muon`` is two optimizers stepped as one (:class:`MuonWithAdamW`), as Muon is used in practice:
 ``torch.optim.Muon`` on the hidden matrices (2-D, both dimensions growing with width: mup's
@@ -20,17 +25,22 @@ under muP; ``"match_rms_adamw"`` grows it like width^0.5 and fails a coordinate 
 from __future__ import annotations
 
 import fnmatch
+import functools
+import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import mup
 import torch
+from mup.infshape import InfShape
 from torch import nn
 
 from coordcheck.errors import CoordCheckError
+from coordcheck.parametrization import width_infshapes
 
 __all__ = ["adam", "adamw", "sgd", "muon", "MuonWithAdamW", "hidden_matrices", "muon_lr_factor", "MUON_ADJUST_LR",
-           "MUON_WIDTH_INVARIANT", "OPTIMIZERS"]
+           "MUON_WIDTH_INVARIANT", "mup_groups", "mup_param_groups", "GROUP_KINDS", "OPTIMIZERS", "with_mu"]
 
 
 def _float_lr(lr: float) -> float:
@@ -161,4 +171,77 @@ def muon(
                                         weight_decay=weight_decay))
 
 
-OPTIMIZERS = {"adam": adam, "adamw": adamw, "sgd": sgd, "muon": muon}
+# --- muP by hand: width-scaled parameter groups on a plain torch optimizer -------------------------------------------
+
+GroupKind = Literal["adamw", "adam", "sgd"]
+GROUP_KINDS: dict[str, type[torch.optim.Optimizer]] = {
+    "adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+
+
+def mup_param_groups(model: nn.Module, infshapes: Mapping[str, InfShape], lr: float, weight_decay: float,
+                     kind: GroupKind) -> list[dict]:
+    """The parameter groups mup's optimizers make (mup 1.0.0, ``mup/optim.py``), from ``infshapes``
+    (:func:`coordcheck.parametrization.width_infshapes`) instead of ``p.infshape``; one group per multiplier.
+
+    Adam family (MuAdam, MuAdamW): a matrix with two dimensions that grow (``ninf() == 2``, "hidden") gets
+    ``lr / width_mult`` and ``weight_decay * width_mult`` (``width_mult`` = fan_in / base fan_in, i.e. width /
+    base_width when the fan-in is proportional to width; for AdamW the per-step shrink lr·λ stays constant); every
+    other parameter keeps ``lr`` and ``weight_decay``. SGD (MuSGD): a parameter with one growing dimension
+    (``ninf() == 1``: input weights, biases, norm gains, the readout weight) gets ``lr * width_mult`` and
+    ``weight_decay / width_mult``; a hidden matrix ``lr / r`` and ``weight_decay * r`` with ``r`` = fan_in's
+    width_mult / fan_out's (1 when both grow alike); one with none keeps both.
+    """
+    groups: dict[tuple[str, float], dict] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        shape = infshapes[name]
+        if kind == "sgd" and shape.ninf() == 1:  # as MuSGD computes them, so that the floats match
+            key = ("vector", shape.width_mult())
+            group_lr, group_wd = lr * shape.width_mult(), weight_decay / shape.width_mult()
+        elif kind == "sgd" and shape.ninf() == 2:
+            key = ("matrix", shape.fanin_fanout_mult_ratio())
+            group_lr, group_wd = lr / shape.fanin_fanout_mult_ratio(), weight_decay * shape.fanin_fanout_mult_ratio()
+        elif shape.ninf() == 2:  # as MuAdam
+            key = ("matrix", shape.width_mult())
+            group_lr, group_wd = lr / shape.width_mult(), weight_decay * shape.width_mult()
+        else:
+            key, group_lr, group_wd = ("fixed", 1.0), lr, weight_decay
+        groups.setdefault(key, {"params": [], "lr": group_lr, "weight_decay": group_wd})["params"].append(p)
+    return list(groups.values())
+
+
+def mup_groups(
+    model: nn.Module, lr: float, *, build: Callable[..., nn.Module], width: int, base_width: int,
+    kind: GroupKind = "adamw", betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01,
+    momentum: float = 0.0,
+) -> torch.optim.Optimizer:
+    """muP without the mup package: a plain ``torch.optim`` AdamW / Adam / SGD (``kind``) whose parameter groups
+    carry the learning rates (and weight decays) mup's MuAdamW / MuAdam / MuSGD would give (:func:`mup_param_groups`).
+
+    Which dimensions grow with width is found as mup's base shapes find it: the builder at ``base_width`` and
+    ``2 * base_width`` on the meta device (:func:`coordcheck.parametrization.width_infshapes`); the harness passes
+    ``build``, ``width`` and ``base_width`` because this factory's signature names them. Nothing is set on the model,
+    so it works under ``parametrization=none`` for models whose forward carries the muP multipliers (an output
+    multiplier such as Granite's ``logits_scaling``), and gives MuAdamW's learning rates under ``mup``. ``betas``
+    and ``eps``: the Adam family's; ``momentum``: SGD's.
+    """
+    if kind not in GROUP_KINDS:
+        raise CoordCheckError(f"optimizer.kind must be one of {', '.join(GROUP_KINDS)}, got {kind!r}")
+    if kind != "sgd" and momentum:
+        raise CoordCheckError(f"optimizer.momentum={momentum} is SGD's: set optimizer.kind=sgd, or leave it at 0 "
+                              f"(Adam's momentum is optimizer.betas)")
+    groups = mup_param_groups(model, width_infshapes(model, build, base_width, who="optimizer=mup_groups"),
+                              _float_lr(lr), float(weight_decay), kind)
+    if kind == "sgd":
+        return torch.optim.SGD(groups, lr=_float_lr(lr), momentum=momentum, weight_decay=weight_decay)
+    return GROUP_KINDS[kind](groups, lr=_float_lr(lr), betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+
+
+OPTIMIZERS = {"adam": adam, "adamw": adamw, "sgd": sgd, "muon": muon, "mup_groups": mup_groups}
+
+
+def with_mu(factory: Callable[..., torch.optim.Optimizer], mu: bool) -> Callable[..., torch.optim.Optimizer]:
+    """A built-in factory with ``mu`` bound (the Mu* variant under mup), as the optimizer configs bind it; one that
+    takes no ``mu`` (``mup_groups``) as it is."""
+    return functools.partial(factory, mu=mu) if "mu" in inspect.signature(factory).parameters else factory

@@ -27,11 +27,14 @@ from dataclasses import dataclass
 
 import torch
 from mup import MuReadout, make_base_shapes, set_base_shapes
+from mup.infshape import InfShape
+from mup.shape import zip_infshapes
 from torch import nn
 
 from coordcheck.errors import CoordCheckError, check_width
 
-__all__ = ["Parametrization", "Mup", "Standard", "AsGiven", "build_model", "check_builder", "PARAMETRIZATIONS"]
+__all__ = ["Parametrization", "Mup", "Standard", "AsGiven", "build_model", "check_builder", "PARAMETRIZATIONS",
+           "base_shapes", "width_infshapes", "named_keywords"]
 
 Builder = Callable[..., nn.Module]
 
@@ -42,11 +45,8 @@ def call_builder(build: Builder, width: int, base_width: int | None = None) -> n
     A builder whose signature names ``base_width`` also gets it (models that implement muP by
     hand need it for their multipliers), so it is set once, in the config.
     """
-    sig = check_builder(build)
-    kwargs = {"width": width}
-    if base_width is not None and sig is not None and "base_width" in sig.parameters and not (
-            isinstance(build, functools.partial) and "base_width" in build.keywords):
-        kwargs["base_width"] = base_width
+    check_builder(build)
+    kwargs = {"width": width, **named_keywords(build, base_width=base_width)}
     try:
         model = build(**kwargs)
     except TypeError as e:
@@ -59,6 +59,20 @@ def call_builder(build: Builder, width: int, base_width: int | None = None) -> n
         raise CoordCheckError(
             f"model builder {qualified_name(build)} returned {type(model).__name__}, not an nn.Module")
     return model
+
+
+def named_keywords(fn: Callable[..., object], **available: object) -> dict[str, object]:
+    """Those of ``available`` (not None) that ``fn``'s signature names and a ``functools.partial`` has not bound
+    already: how the harness hands a builder ``base_width``, and an optimizer factory or an init ``build``,
+    ``width``, ``base_width``, ``seed`` — only to the ones that ask (``**kwargs`` asks for none)."""
+    try:
+        params = inspect.signature(getattr(fn, "func", fn)).parameters
+    except (TypeError, ValueError):
+        return {}
+    bound = fn.keywords if isinstance(fn, functools.partial) else {}
+    return {k: v for k, v in available.items()
+            if v is not None and k in params and k not in bound
+            and params[k].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
 
 
 def check_builder(build: Callable[..., object]) -> inspect.Signature | None:
@@ -174,6 +188,31 @@ def base_shapes(build: Builder, base_width: int) -> dict:
         base = call_builder(build, base_width, base_width)
         delta = call_builder(build, 2 * base_width, base_width)
     return make_base_shapes(base, delta)
+
+
+def width_infshapes(model: nn.Module, build: Builder, base_width: int, *, who: str) -> dict[str, InfShape]:
+    """mup's ``InfShape`` of each of ``model``'s parameters against the builder's :func:`base_shapes`, computed
+    without touching the model (no ``infshape`` attribute set: ``parametrization=none`` keeps it as given, ``sp``
+    keeps its own): ``ninf()`` counts the dimensions that grow with width, ``width_mult()`` is the main one's
+    ``dim / base_dim`` (fan-in for a matrix), as ``mup.set_base_shapes`` would make them. ``who`` names the caller in
+    the one-line error for a model in which nothing grows with width or whose parameters change with width."""
+    base = base_shapes(build, base_width)
+    if not any(d.isinf() for shape in base.values() for d in shape):
+        raise CoordCheckError(
+            f"{who}: no parameter of the model changes shape between width {base_width} and {2 * base_width}, so "
+            f"none can be scaled with width: make build(width=...) set the layer sizes")
+    shapes = {name: p.shape for name, p in model.named_parameters()}
+    if set(base) != set(shapes):
+        extra = sorted(set(shapes) ^ set(base))[:3]
+        raise CoordCheckError(
+            f"{who}: the model's parameters differ between widths ({', '.join(extra)}, ...): the builder must "
+            f"make the same parameters at every width, only their sizes may change")
+    infshapes = zip_infshapes(base, shapes)
+    many = [name for name, s in infshapes.items() if s.ninf() > 2]
+    if many:
+        raise CoordCheckError(f"{who}: parameter {many[0]} has more than two dimensions that grow with width "
+                              f"(mup has no rule for it): keep at most fan-in and fan-out width-sized")
+    return infshapes
 
 
 PARAMETRIZATIONS: dict[str, type[Parametrization]] = {"mup": Mup, "sp": Standard, "none": AsGiven}

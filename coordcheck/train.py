@@ -31,7 +31,7 @@ from coordcheck.data import Batch
 from coordcheck.device import autocast, environment, grad_scaler
 from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.frame import COLUMNS, DEFAULT_TENSORS, LOSS_MODULE, ROOT_MODULE, STATS, conform
-from coordcheck.parametrization import Builder, Parametrization, build_model
+from coordcheck.parametrization import Builder, Parametrization, build_model, named_keywords
 from coordcheck import probes as probes_module
 from coordcheck.moments import stats_from_moments
 from coordcheck.errors import resolve_seeds  # noqa: F401  (re-exported: its home was here)
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 LossFn = Callable[[object, torch.Tensor], torch.Tensor]
 OptimizerFactory = Callable[[nn.Module, float], torch.optim.Optimizer]
+Init = Callable[..., None]  # init(model, **the context its signature names): coordcheck.init
 
 
 @dataclass(frozen=True)
@@ -181,11 +182,18 @@ def update(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tenso
 
 
 def build_on(device: torch.device | str, build: Builder, width: int, seed: int, parametrization: Parametrization,
-             base_width: int, optimizer: OptimizerFactory, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """The seeded, parametrized model built directly on ``device``, and its optimizer (checked)."""
+             base_width: int, optimizer: OptimizerFactory, lr: float,
+             init: Init | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The seeded, parametrized model built directly on ``device``, re-initialised by ``init``
+    (:mod:`coordcheck.init`), and its optimizer (checked). ``init`` and the optimizer factory also get those of
+    ``build``, ``width``, ``base_width`` (and, for ``init``, ``seed``, ``parametrization``) that their signatures
+    name (``coordcheck.optim.mup_groups``, ``coordcheck.init.mup_init``)."""
+    context = dict(build=build, width=width, base_width=base_width)
     with torch.device(device):
         model = build_model(build, width, seed, parametrization, base_width)
-    opt = optimizer(model, lr)
+        if init is not None:
+            init(model, **named_keywords(init, **context, seed=seed, parametrization=parametrization))
+    opt = optimizer(model, lr, **named_keywords(optimizer, **context))
     if not isinstance(opt, torch.optim.Optimizer):
         raise CoordCheckError(f"the optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
     return model, opt
@@ -302,11 +310,13 @@ def run_width(
     grad_clip: float | None = None,
     device: torch.device | str = "cpu",
     precision: str = "fp32",
+    init: Init | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """Train every seed at one width; return the job's tidy frame and facts about the run.
 
     ``device``: where the model is built (directly, under a ``torch.device`` context) and trained;
-    ``precision``: ``fp32`` / ``bf16`` / ``fp16`` (see :mod:`coordcheck.device`)."""
+    ``precision``: ``fp32`` / ``bf16`` / ``fp16`` (see :mod:`coordcheck.device`); ``init``: re-initialises the
+    built model (:mod:`coordcheck.init`; None: as built)."""
     if grad_clip is not None and (isinstance(grad_clip, bool) or not grad_clip > 0):
         raise CoordCheckError(
             f"grad_clip must be a positive number (a global gradient norm) or null, got {grad_clip!r}")
@@ -320,7 +330,7 @@ def run_width(
                          **environment(device, precision)}
     try:
         for seed in seeds:
-            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr)
+            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init)
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.shapes)
             facts["n_params"] = n_params(facts["shapes"])
             facts.setdefault("audit", param_facts(model, opt, parametrization.name))  # coordcheck.audit (first seed)

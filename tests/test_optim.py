@@ -1,5 +1,7 @@
 """Optimizer factories (``coordcheck.optim``): the mup variant scales per-layer learning rates, torch's does not."""
 
+import inspect
+
 import pytest
 import torch
 from hydra.utils import instantiate
@@ -69,7 +71,9 @@ def test_hyperparameters_reach_the_optimizer(wide):
 @pytest.mark.parametrize("parametrization, mu", [("mup", True), ("sp", False)])
 def test_each_optimizer_config_is_its_factory_with_mu_from_the_parametrization(wide, parametrization, mu):
     assert set(OPTIMIZERS) <= set(options("optimizer"))
-    for name, factory in OPTIMIZERS.items():
+    with_mu = {name: f for name, f in OPTIMIZERS.items() if "mu" in inspect.signature(f).parameters}
+    assert set(with_mu) == {"adam", "adamw", "sgd", "muon"}  # mup_groups: tests/test_mup_groups.py
+    for name, factory in with_mu.items():
         node = compose_config([f"optimizer={name}", f"parametrization={parametrization}"]).optimizer
         assert node._target_ == f"coordcheck.optim.{name}" and node.mu is mu
         opt = instantiate(node)(wide, LR)  # _partial_: called later as factory(model, lr)

@@ -12,7 +12,7 @@ from coordcheck.config import JOB_CHECKS, TRANSFER_REPORT, check_values, one_val
 from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.transfer import app as transfer_app
 
-GROUPS = ("model", "parametrization", "optimizer")
+GROUPS = ("model", "parametrization", "optimizer", "init")
 
 
 def _diverge(value: Any) -> float:

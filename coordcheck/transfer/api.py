@@ -21,7 +21,8 @@ from coordcheck import data as data_mod
 from coordcheck.errors import CoordCheckError
 from coordcheck.frame import digest
 from coordcheck.models import check_width
-from coordcheck.optim import OPTIMIZERS
+from coordcheck.init import resolve_init
+from coordcheck.optim import OPTIMIZERS, with_mu
 from coordcheck.parametrization import (
     PARAMETRIZATIONS,
     Parametrization,
@@ -29,7 +30,7 @@ from coordcheck.parametrization import (
     short_name,
 )
 from coordcheck.report import environments
-from coordcheck.train import LossFn, OptimizerFactory, cross_entropy, resolve_seeds
+from coordcheck.train import Init, LossFn, OptimizerFactory, cross_entropy, resolve_seeds
 from coordcheck.transfer.fit import TransferRules, TransferVerdict
 from coordcheck.transfer.frame import TransferIdentity, concat_frames
 from coordcheck.transfer.report import (
@@ -143,6 +144,7 @@ def transfer(
     diverge: float = DIVERGE,
     progress: bool = True,
     rules: TransferRules | None = None,
+    init: str | Init | None = None,
     **build_kwargs: object,
 ) -> TransferResult:
     """Train ``build(width, **build_kwargs)`` at every (width, lr) for ``steps`` updates on fresh batches.
@@ -157,7 +159,7 @@ def transfer(
     ``"cuda"``, ``"cuda:N"``; ``precision``: ``"fp32"``, ``"bf16"`` (autocast) or ``"fp16"`` (and a gradient
     scaler). ``diverge``: a run whose training loss rises above this many times its first
     loss stops and is recorded as diverged. ``loss``, ``output``, ``forward_targets``, ``grad_clip``,
-    ``base_width``: as in :func:`coordcheck.coord_check`. ``rules``: the verdict's numbers
+    ``base_width``, ``init``: as in :func:`coordcheck.coord_check`. ``rules``: the verdict's numbers
     (:class:`coordcheck.transfer.fit.TransferRules`).
     """
     from coordcheck.device import check_precision, resolve_device
@@ -181,6 +183,7 @@ def transfer(
         raise CoordCheckError(f"unknown optimizer {optimizer!r}: use one of {sorted(OPTIMIZERS)} or a factory")
     if loss is not None and loss != "model" and not callable(loss):
         raise CoordCheckError(f"loss must be a callable loss(output, targets), 'model' or None, got {loss!r}")
+    init_fn = resolve_init(init)
     opt_name = optimizer if isinstance(optimizer, str) else short_name(qualified_name(optimizer), "coordcheck.optim")
     model_name = short_name(qualified_name(build), "coordcheck.models")
     bar = tqdm(total=len(pars) * len(widths) * len(lrs) * len(seeds) * steps, desc="μTransfer grid",
@@ -188,12 +191,12 @@ def transfer(
     frames, facts = [], []
     try:
         for par in pars:
-            factory = (functools.partial(OPTIMIZERS[optimizer], mu=par.mu_optimizer) if isinstance(optimizer, str)
-                       else optimizer)
+            factory = with_mu(OPTIMIZERS[optimizer], par.mu_optimizer) if isinstance(optimizer, str) else optimizer
             key = [model_name, repr(sorted(build_kwargs.items())), par.name, opt_name, data_name, steps, seeds,
                    eval_batches, base_width, diverge, output, forward_targets, grad_clip,
                    loss if loss in (None, "model") else qualified_name(loss),
-                   *([precision] if precision != "fp32" else [])]
+                   *([precision] if precision != "fp32" else []),
+                   *(["init", init if isinstance(init, str) else qualified_name(init)] if init_fn else [])]
             identity = TransferIdentity(config_id=digest(key), model=model_name, parametrization=par.name,
                                         optimizer=opt_name, data=data_name)
             par.prepare(builder, base_width)
@@ -205,7 +208,7 @@ def transfer(
                         steps=steps, eval_batches=eval_batches, identity=identity, base_width=base_width,
                         loss_fn=loss or cross_entropy, output=output, forward_targets=forward_targets,
                         grad_clip=grad_clip, diverge=diverge, device=device, precision=precision, progress=bar,
-                        prepared=True)
+                        prepared=True, init=init_fn)
                     frames.append(frame)
                     facts.append({"parametrization": par.name, **fact})
     finally:

@@ -56,6 +56,7 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     build = instantiate_node(cfg.model, "model")
     parametrization = instantiate_node(cfg.parametrization, "parametrization")
     optimizer = instantiate_node(cfg.optimizer, "optimizer")
+    init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
     data = check_data_source(instantiate_node(cfg.data, "data"))
     loss = check_loss(cfg.get("loss"))
     identity = TransferIdentity(
@@ -73,6 +74,7 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
         grad_clip=cfg.get("grad_clip"), diverge=diverge, device=device, precision=precision,
         progress=bool(cfg.progress) and TransferCallback.bar is None,  # under the grid's bar: no bar per job
+        init=init,
     )
     write_frame(frame, output_dir / FRAME_NAME)
     held = frame[frame["split"] == "heldout"]["loss"]

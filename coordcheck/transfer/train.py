@@ -34,7 +34,7 @@ from coordcheck.device import autocast, environment, grad_scaler
 from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.parametrization import Builder, Parametrization
 from coordcheck.shapes import n_params, param_shapes
-from coordcheck.train import LossFn, OptimizerFactory, build_on, cross_entropy, forward_loss, update
+from coordcheck.train import Init, LossFn, OptimizerFactory, build_on, cross_entropy, forward_loss, update
 from coordcheck.transfer.frame import DIVERGED, OK, TransferIdentity, conform
 
 __all__ = ["DataSource", "run_cell", "train_once", "check_data_source", "DIVERGE"]
@@ -153,10 +153,12 @@ def run_cell(
     precision: str = "fp32",
     progress: bool | tqdm = True,
     prepared: bool = False,
+    init: Init | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """Train every seed at one (width, lr); return the job's loss frame and facts about it.
 
-    ``prepared``: ``parametrization.prepare`` already ran for this builder (the API prepares once per grid).
+    ``prepared``: ``parametrization.prepare`` already ran for this builder (the API prepares once per grid);
+    ``init``: re-initialises the built model (:mod:`coordcheck.init`; None: as built).
     """
     check_count(steps, "steps")
     check_count(eval_batches, "eval_batches")
@@ -173,7 +175,7 @@ def run_cell(
                        "diverged": [], **environment(torch.device(device), precision)}
     try:
         for seed in seeds:
-            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr)
+            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init)
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.shapes)
             facts["n_params"] = n_params(facts["shapes"])
             losses, heldout, diverged = train_once(
