@@ -30,6 +30,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from omegaconf import OmegaConf
+
 from coordcheck.errors import CoordCheckError, check_width
 
 __all__ = ["build", "config_class", "hf_config", "INSTALL", "OFFLINE", "WIDTH_FIELDS", "INNER_FIELDS"]
@@ -72,9 +74,9 @@ def config_class(config: str | type) -> type:
     return CONFIG_MAPPING[config]
 
 
-def _fields(cls: type) -> set[str]:
-    """The fields a config class has: its default instance's attributes and the names its attribute_map maps."""
-    return {k for k in vars(cls()) if not k.startswith("_")} | set(getattr(cls, "attribute_map", {}))
+def _defaults(cls: type) -> dict[str, Any]:
+    """The fields of a config class at their defaults (its default instance's public attributes)."""
+    return {k: v for k, v in vars(cls()).items() if not k.startswith("_")}
 
 
 def _canonical(cls: type, name: str) -> str:
@@ -88,8 +90,10 @@ def hf_config(width: int, config: str | type = "granite", *, grows: Literal["hea
     (module docstring). Nothing is built."""
     width = check_width(width)
     cls = config_class(config)
-    known = _fields(cls)
-    given = dict(config_kwargs or {})
+    defaults = _defaults(cls)
+    known = set(defaults) | set(getattr(cls, "attribute_map", {}))
+    given = dict(OmegaConf.to_container(config_kwargs, resolve=True) if OmegaConf.is_config(config_kwargs)
+                 else config_kwargs or {})  # plain values: a config's nested fields (rope_parameters) as dicts
     for name in given:
         if _canonical(cls, name) in {_canonical(cls, f) for f in WIDTH_FIELDS}:
             raise CoordCheckError(f"model.config_kwargs.{name}: set by the width (width=..., with model.grows, "
@@ -118,7 +122,7 @@ def hf_config(width: int, config: str | type = "granite", *, grows: Literal["hea
         fields[inner] = int(round(mlp_ratio * width))
     given_names = {_canonical(cls, n) for n in given}
     for name in known - given_names:  # a fixed batch at every step: dropout would only add noise between steps
-        if DROPOUT.search(name) and isinstance(getattr(cls, name, None) or vars(cls()).get(name), float):
+        if DROPOUT.search(name) and isinstance(defaults.get(name), float):
             fields[name] = 0.0
     kwargs = {_canonical(cls, k): v for k, v in {**given, **fields}.items()}
     return cls(**kwargs)
