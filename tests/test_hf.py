@@ -146,8 +146,8 @@ def test_granite_made_mup_by_its_config_knobs_passes(monkeypatch, capsys, tmp_pa
 
 @pytest.mark.slow
 def test_granite_with_standard_attention_fails_naming_the_attention(monkeypatch, capsys, tmp_path):
-    report = _granite_verdict(monkeypatch, capsys, tmp_path, "model.config_kwargs.attention_multiplier=${cc.head_dim:-0.5}",
-                              steps=2)
+    sqrt = "model.config_kwargs.attention_multiplier=${cc.head_dim:-0.5}"  # 1/sqrt(head_dim)
+    report = _granite_verdict(monkeypatch, capsys, tmp_path, sqrt, steps=2)
     assert report["status"] == "fail"
     first = report["causes"][0]
     assert first["kind"] == "attention_scale" and "1/sqrt(d_head) instead of 1/d_head" in first["line"], first
