@@ -473,7 +473,9 @@ def locate(path: str, key: str) -> Any:
 def check_targets(cfg: DictConfig, overrides: list) -> None:
     """Every ``_target_`` of the config's top-level nodes (``model``, ``data``, ``parametrization``,
     ``optimizer``), each swept value included, can be imported (:func:`locate`), and the model's builder can take a
-    width (``parametrization.check_builder``, from its signature: nothing is built)."""
+    width (``parametrization.check_builder``, from its signature: nothing is built). A builder with a
+    ``check_node(node, width)`` attribute (``coordcheck.hf.build``) checks its config node at every width the command
+    takes, without building anything (a misspelt config class or field is one line before any job runs)."""
     swept = _swept_values(overrides)
     for group, node in cfg.items():
         if not isinstance(node, DictConfig) or "_target_" not in node:
@@ -485,6 +487,10 @@ def check_targets(cfg: DictConfig, overrides: list) -> None:
                 from coordcheck.parametrization import check_builder
 
                 check_builder(found)
+                check_node = getattr(found, "check_node", None)
+                if callable(check_node) and target == node.get("_target_"):
+                    for width in swept.get("width") or [cfg.get("width")]:
+                        check_node(node, width)
 
 
 def _check_missing(cfg: DictConfig, overrides: list) -> None:

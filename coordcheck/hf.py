@@ -34,7 +34,7 @@ from omegaconf import OmegaConf
 
 from coordcheck.errors import CoordCheckError, check_width
 
-__all__ = ["build", "config_class", "hf_config", "INSTALL", "OFFLINE", "WIDTH_FIELDS", "INNER_FIELDS"]
+__all__ = ["build", "check_node", "config_class", "hf_config", "INSTALL", "OFFLINE", "WIDTH_FIELDS", "INNER_FIELDS"]
 
 INSTALL = 'model=hf needs Hugging Face transformers: pip install -e ".[hf]"'
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # never fetch anything
@@ -175,3 +175,21 @@ def build(width: int, config: str | type = "granite", *, grows: Literal["head_di
                               ) from None
     model.register_forward_pre_hook(_next_token_labels, with_kwargs=True)
     return model
+
+
+def check_node(node: Mapping[str, Any], width: Any) -> None:
+    """The ``model`` config node of ``model=hf`` checked at ``width`` as :func:`build` will use it, nothing built:
+    the command line calls it (``coordcheck.config.check_targets``), so a bad class or field is one line and exit 2
+    before any job runs."""
+    kwargs = dict(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node)
+    kwargs = {k: v for k, v in kwargs.items() if not k.startswith("_")}
+    attn = kwargs.pop("attn_implementation", "sdpa")
+    if attn not in ("sdpa", "eager"):
+        raise CoordCheckError(f"model.attn_implementation must be sdpa or eager, got {attn!r}")
+    try:
+        hf_config(width, **kwargs)
+    except TypeError as e:  # a key the builder does not take
+        raise CoordCheckError(f"model: {e}".replace("hf_config()", "coordcheck.hf.build()")) from None
+
+
+build.check_node = check_node  # type: ignore[attr-defined]

@@ -159,3 +159,18 @@ def test_granite_without_the_output_multiplier_fails_naming_the_output(monkeypat
     assert report["status"] == "fail"
     first = report["causes"][0]
     assert first["kind"] == "output_multiplier" and first["step"] == 0, first
+
+
+@pytest.mark.parametrize("override, words", [
+    ("model.config=lama", "did you mean llama"),
+    ("+model.config_kwargs.num_hiden_layers=3", "GraniteConfig has no field 'num_hiden_layers'"),
+    ("model.attn_implementation=flash", "must be sdpa or eager"),
+    ("width=64,130", "width=130 is not a multiple of 4"),
+])
+def test_a_bad_model_node_is_one_line_before_any_job_runs(monkeypatch, capsys, tmp_path, override, words):
+    from conftest import run_in_process
+
+    code = run_in_process(monkeypatch, "model=hf", override, "threads=1", f"hydra.sweep.dir={tmp_path}", "--multirun")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("coordcheck: error:") and words in err[0], err
+    assert not any(tmp_path.iterdir())  # no job ran
