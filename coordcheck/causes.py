@@ -12,8 +12,8 @@ after the transient rule (an ``inconclusive`` series never makes a cause):
 
 * **Initialisation** (step 0). A parameter-owning module whose ``own`` (its init gain) fails is a
   cause (``init``). Captured attention logits failing at step 0 with no init cause before them:
-  ``attention_scale``. The model's output failing at step 0 with no cause before it:
-  ``output_multiplier``.
+  ``attention_scale``. The model's output failing at step 0 with no cause at step 0 before it:
+  ``output_multiplier`` (a learning rate that fails after updates cannot explain the output at initialisation).
 * **Updates** (steps >= 1). A parameter-owning module whose ``own`` fails is a cause (``lr``: hidden,
   input or norm), unless its input explains it (its ``in`` leaves the band in the same direction,
   with a slope within ``tol`` of the own slope: SGD, whose update scales with the input). Attention
@@ -24,7 +24,8 @@ after the transient rule (an ``inconclusive`` series never makes a cause):
   with no cause before it: growing at step 0, or after updates while its logits at step 0 do not
   shrink either (no 1/width anywhere) -> ``output_multiplier``; growing after updates although the
   logits shrink at step 0, or shrinking -> ``readout_lr``.
-* A module is one cause at most; a failing initialisation comes first (fix it, then look again).
+* A module is one cause at most; a failing initialisation comes first (fix it, then look again): causes seen at
+  step 0 are listed before those seen after updates, each in call order.
 * Causes of one kind, direction and role are grouped ("all 14 hidden matrices"); the exponent
   shown for a group is its median member's (slope and interval), the step that member's worst.
 * Every other failing module inherits from the nearest cause before it in call order; with none
@@ -256,7 +257,8 @@ def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame,
         logits = [m for m in order.sort_values().index
                   if m not in set(own["module"]) and s.loc[s["module"] == m, "role"].iloc[0] == "attention"]
         found += _other_causes(s, fails, set(own["module"]), logits, order, found, (-shrink_tol, tol), gross)
-        rows, what_of = _grouped(sorted(found, key=lambda c: c["order"]), own, logits, tol)
+        at_init_first = sorted(found, key=lambda c: (int(c["row"]["step"]) > 0, c["order"]))  # fix these first
+        rows, what_of = _grouped(at_init_first, own, logits, tol)
         causes += [{"config_id": cid, "parametrization": str(s["parametrization"].iloc[0]), **r} for r in rows]
         outputs = s[s["role"] == "output"]
         readout = outputs.loc[outputs["call_order"].idxmax(), "module"] if len(outputs) else None
@@ -359,7 +361,8 @@ def _other_causes(s: pd.DataFrame, fails: pd.DataFrame, owners: set[str], logits
             init_out = s[(s["module"] == m) & (s["tensor"] == "out") & (s["step"] == 0)]
             init_out = init_out.iloc[0] if len(init_out) else None
             kind = "output_multiplier" if len(f0) else _output_kind(str(_worst(f1)["direction"]), init_out)
-        if len(f0) and not any(c["kind"] == "init" for c in before) and not (m == model_output and before):
+        at_init = [c for c in before if int(c["row"]["step"]) == 0]  # only these can explain a step-0 failure
+        if len(f0) and not any(c["kind"] == "init" for c in before) and not (m == model_output and at_init):
             extra.append(_cause(m, order, kind, _worst(f0), init_out, owner))
         elif len(f1) and not before:
             extra.append(_cause(m, order, kind, _worst(f1), init_out, owner))

@@ -3,7 +3,8 @@
 Stage: configuration, shared by every command line (the coordinate check, the gradient-flow
 probe, the μTransfer sweep). Input: ``conf/*.yaml`` and the command line. Output: a composed,
 typed, range-checked config, and the objects its groups name (``instantiate_node``). Here live
-the resolvers the YAML files use (``coordcheck_dirname``, ``coordcheck_not_in_dirname``), the
+the resolvers the YAML files use (``coordcheck_dirname``, ``coordcheck_not_in_dirname``; ``cc.ratio`` and
+``cc.head_dim`` for width-dependent model fields), the
 schemas of the ``report.*`` knobs (:class:`Knobs`: generated from a rules dataclass, registered
 in Hydra's ConfigStore, and the source of the report CLIs' flags), the checks of group choices
 and of the run keys (``device``, ``precision``, ``compile``), and :func:`check_command_line`,
@@ -60,7 +61,16 @@ RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False,
 
 
 def resolved_config(cfg: DictConfig, without: tuple[str, ...]) -> dict:
-    """The resolved config as plain values without the keys ``without`` (and the run keys at their defaults)."""
+    """The resolved config as plain values without the keys ``without`` (and the run keys at their defaults).
+
+    Without ``width`` (a configuration's identity, the same at every width), the values that follow the width
+    (``${cc.ratio:}``, ``${cc.head_dim:-1}``, ``${width}``) are resolved at ``base_width``, so that they do not
+    make each width a configuration of its own."""
+    base = cfg.get("base_width") if "width" in without and "width" in cfg else None
+    if isinstance(base, int) and not isinstance(base, bool):
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            cfg.width = base
     resolved = OmegaConf.to_container(cfg, resolve=True)
     return {k: v for k, v in resolved.items()
             if k not in without and not (k in RUN_DEFAULTS and v == RUN_DEFAULTS[k])}
@@ -298,8 +308,30 @@ def rules_of(options: Mapping[str, Any]) -> Rules:
     return REPORT.rules_of(options)
 
 
+def width_ratio(power: float = 1, *, _root_: DictConfig) -> float:
+    """``${cc.ratio:}``: the job's width / base_width (muP's width multiplier); ``${cc.ratio:-1}`` its inverse, any
+    power alike. For width-dependent fields written in YAML (``logits_scaling: ${cc.ratio:}``)."""
+    return float((check_width(_root_.width) / check_width(_root_.base_width, key="base_width")) ** power)
+
+
+def head_dim(power: float = 1, *, _root_: DictConfig) -> float:
+    """``${cc.head_dim:}``: the attention head dimension at the job's width, ``${cc.head_dim:-1}`` = 1/head_dim (muP's
+    attention scale), ``${cc.head_dim:-0.5}`` = 1/sqrt(head_dim) (the standard one). From ``model.grows``:
+    ``head_dim`` (the default: ``model.n_head`` heads, width / n_head) or ``heads`` (``model.head_dim`` fixed)."""
+    model = _root_.get("model") or {}
+    if model.get("grows", "head_dim") == "heads":
+        dim = model.get("head_dim")
+    else:
+        n_head = model.get("n_head")
+        dim = check_width(_root_.width) / n_head if n_head else None
+    if not dim or dim <= 0:
+        raise CoordCheckError("${cc.head_dim:} needs model.n_head (or model.grows=heads and model.head_dim)")
+    return float(dim ** power)
+
+
 for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_in_dirname", REPORT.not_in_dirname),
-                         ("coordcheck_not_in_transfer_dirname", TRANSFER_REPORT.not_in_dirname)):
+                         ("coordcheck_not_in_transfer_dirname", TRANSFER_REPORT.not_in_dirname),
+                         ("cc.ratio", width_ratio), ("cc.head_dim", head_dim)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _resolver)
 
@@ -461,6 +493,8 @@ def locate(path: str, key: str) -> Any:
                 raise CoordCheckError(f"{key}={path}: {parent!r} has no attribute {part!r}: check the name") from None
             raise CoordCheckError(f"{key}={path}: module {name!r} not found: check the spelling, or install the "
                                   "package (or put its directory on PYTHONPATH)") from None
+        except CoordCheckError:  # the module says what to do (coordcheck.hf: what to install)
+            raise
         except Exception as e:  # the module's own code failed as it was imported
             first = (str(e).strip().splitlines() or [""])[0]
             raise CoordCheckError(f"{key}={path}: importing {name!r} failed ({type(e).__name__}: {first}): "
@@ -471,7 +505,9 @@ def locate(path: str, key: str) -> Any:
 def check_targets(cfg: DictConfig, overrides: list) -> None:
     """Every ``_target_`` of the config's top-level nodes (``model``, ``data``, ``parametrization``,
     ``optimizer``), each swept value included, can be imported (:func:`locate`), and the model's builder can take a
-    width (``parametrization.check_builder``, from its signature: nothing is built)."""
+    width (``parametrization.check_builder``, from its signature: nothing is built). A builder with a
+    ``check_node(node, width)`` attribute (``coordcheck.hf.build``) checks its config node at every width the command
+    takes, without building anything (a misspelt config class or field is one line before any job runs)."""
     swept = _swept_values(overrides)
     for group, node in cfg.items():
         if not isinstance(node, DictConfig) or "_target_" not in node:
@@ -483,6 +519,10 @@ def check_targets(cfg: DictConfig, overrides: list) -> None:
                 from coordcheck.parametrization import check_builder
 
                 check_builder(found)
+                check_node = getattr(found, "check_node", None)
+                if callable(check_node) and target == node.get("_target_"):
+                    for width in swept.get("width") or [cfg.get("width")]:
+                        check_node(node, width)
             check_choice_keys(group, node, found, swept)
 
 

@@ -110,9 +110,14 @@ SCRATCH_MAX = 1 << 24  # per-hook probes: tensors up to this many elements (64 M
 
 
 def first_tensor(out: object) -> torch.Tensor | None:
-    """The first floating-point tensor in a (nested) tuple / list / dict output, else None."""
+    """The first floating-point tensor in a (nested) tuple / list / dict output, else None; the ``logits`` of an
+    output object that has them (a Hugging Face ``ModelOutput``, whose first value is the loss when labels are
+    given)."""
     if isinstance(out, torch.Tensor):
         return out if out.is_floating_point() else None
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor) and logits.is_floating_point():
+        return logits
     if isinstance(out, Mapping):
         out = list(out.values())
     if isinstance(out, (tuple, list)):

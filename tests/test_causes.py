@@ -132,6 +132,19 @@ def test_a_multiplier_missing_outside_any_module_is_the_models_output():
         in v.causes["fix"].iloc[0]
 
 
+def test_an_output_failing_at_init_is_its_own_cause_after_a_later_hidden_lr_fault():
+    """Measured on a Granite with logits_scaling=1: the output grows like width^+0.50 at step 0, and two hidden
+    matrices upstream fail after updates; a learning rate cannot explain the output at initialisation, and the
+    failing initialisation is listed first."""
+    series = gpt({("h0.proj", "own"): init_then(0.0, 1.0), ("h0.proj", "out"): init_then(0.0, 1.0),
+                  ("h0.proj", "delta"): 1.0, ("head", "own"): init_then(0.0, 0.0)})
+    series.update({("(root)", "output", "out"): 0.5, ("(root)", "output", "delta"): 0.0})
+    v = judge(make_frame(series))
+    assert list(v.causes["kind"]) == ["output_multiplier", "lr"], v.causes[["kind", "what", "step"]]
+    assert list(v.causes["what"]) == ["(root)", "h0.proj"] and v.causes["step"].iloc[0] == 0
+    assert v.reason.startswith("cause: (root): output grows like width^+0.50")
+
+
 def test_an_input_that_explains_the_own_update_is_no_cause():
     """SGD: the update scales with the input, so an inflated input inflates the own gain by as much."""
     changed = {**downstream_of("h1.fc", 1.0), ("h1.fc", "own"): init_then(0.0, 1.0), ("h1.fc", "in"): 0.9,

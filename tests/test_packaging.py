@@ -30,4 +30,4 @@ def test_wheel_runs_a_sweep_without_the_checkout(tmp_path):
     assert (tmp_path / "sweep" / "report" / "report.json").is_file()
     bad = subprocess.run([sys.executable, "-m", "coordcheck", "model=foo"], cwd=tmp_path, env=env,
                          capture_output=True, text=True)
-    assert bad.returncode == 2 and "choose one of custom, gpt, mlp" in bad.stderr
+    assert bad.returncode == 2 and "choose one of custom, gpt, hf, mlp" in bad.stderr

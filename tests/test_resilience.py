@@ -170,7 +170,7 @@ def test_sigterm_during_a_job_is_unwound(tmp_path):
 
 
 BAD_COMMAND_LINE = [  # caught when the command line is composed, before Hydra runs anything (issue 20)
-    (["model=foo"], "unknown model 'foo': choose one of custom, gpt, mlp"),
+    (["model=foo"], "unknown model 'foo': choose one of custom, gpt, hf, mlp"),
     (["report.tol=abc"], "report.tol: must be a number > 0 (got 'abc')"),
     (["width=0"], "width must be a positive integer, got 0"),
     (["width=abc"], "width must be a positive integer, got 'abc'"),

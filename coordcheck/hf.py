@@ -1,0 +1,195 @@
+"""Hugging Face ``transformers`` models from the command line: a builder for any config class.
+
+Stage: build (``model=hf``). Input: a config class (``transformers.GraniteConfig``) or a ``model_type`` name
+(``granite``, ``llama``, ``gpt2``), the width, and the config's fields (``model.config_kwargs.*``). Output: the
+causal LM ``AutoModelForCausalLM.from_config(config)`` at that width, built on the job's device (the harness builds
+inside ``torch.device(device)``), its weights from the library's own initialisation: nothing is downloaded (the
+Hugging Face offline switches are set before ``transformers`` is imported).
+
+``width`` sets ``hidden_size`` (GPT-2's ``n_embd``: the config's ``attribute_map`` translates every name) and the
+fields that follow it: the MLP's inner size (``intermediate_size``, GPT-2's ``n_inner``) = ``mlp_ratio * width``;
+the heads, by ``grows``: ``head_dim`` (``n_head`` heads at every width, so the head dimension grows, as muP's
+1/head_dim attention assumes) or ``heads`` (``head_dim`` fixed, ``width / head_dim`` heads). Key/value heads follow
+the heads (no grouped-query attention) unless ``config_kwargs`` sets ``num_key_value_heads``. A field that the width
+sets, or one that the config class does not have, is one line naming it. Dropout probabilities (``*dropout``,
+``*_pdrop``: GPT-2's default 0.1) are 0 unless ``config_kwargs`` sets them: the batch is the same at every step, and
+dropout would only add noise between steps and widths.
+
+Width-dependent fields are written in YAML with the resolvers of ``coordcheck.config`` (``${cc.ratio:}`` =
+width / base_width, ``${cc.head_dim:-1}`` = 1/head_dim), as ``conf/experiment/granite_mup.yaml`` does. The model's
+output (a ``ModelOutput``) is read as its ``.logits`` by the harness; ``labels`` given to it (``loss=model
+forward_targets=labels``) are the batch's next-token targets, which the model is told not to shift again.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from omegaconf import OmegaConf
+
+from coordcheck.errors import CoordCheckError, check_width
+
+__all__ = ["build", "check_node", "config_class", "hf_config", "INSTALL", "OFFLINE", "WIDTH_FIELDS", "INNER_FIELDS"]
+
+INSTALL = 'model=hf needs Hugging Face transformers: pip install -e ".[hf]"'
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # never fetch anything
+WIDTH_FIELDS = ("hidden_size", "num_attention_heads", "head_dim")  # set from the width (and n_head / head_dim)
+INNER_FIELDS = ("intermediate_size", "n_inner", "ffn_dim", "d_ff")  # the MLP's inner size, as configs name it
+DROPOUT = re.compile(r"(dropout|pdrop)$")  # dropout probabilities (GPT-2's attn_pdrop, resid_pdrop, embd_pdrop): 0
+
+os.environ.update(OFFLINE)  # before transformers is imported: huggingface_hub reads them once, at import
+try:
+    import transformers
+except ImportError:  # ModuleNotFoundError, or an import blocked (sys.modules["transformers"] = None)
+    raise CoordCheckError(INSTALL) from None
+
+
+
+def config_class(config: str | type) -> type:
+    """The config class a ``model.config`` value names: a class, a dotted path (``transformers.GraniteConfig``)
+    or a ``model_type`` (``granite``); one line with the closest names when it names none."""
+    if isinstance(config, type):
+        return config
+    if not isinstance(config, str) or not config:
+        raise CoordCheckError(f"model.config={config!r}: name a config class (transformers.GraniteConfig) or a "
+                              "model_type (granite, llama, gpt2)")
+    if "." in config:
+        from coordcheck.config import locate
+
+        cls = locate(config, "model.config")
+        if not (isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig)):
+            raise CoordCheckError(f"model.config={config}: not a transformers config class (a PretrainedConfig)")
+        return cls
+    from transformers import CONFIG_MAPPING
+
+    if config not in CONFIG_MAPPING:
+        close = difflib.get_close_matches(config, list(CONFIG_MAPPING.keys()), n=3)
+        hint = f": did you mean {', '.join(close)}?" if close else ""
+        raise CoordCheckError(f"model.config={config}: no transformers model_type of that name{hint}")
+    return CONFIG_MAPPING[config]
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """The fields of a config class at their defaults (its default instance's public attributes)."""
+    return {k: v for k, v in vars(cls()).items() if not k.startswith("_")}
+
+
+def _canonical(cls: type, name: str) -> str:
+    return getattr(cls, "attribute_map", {}).get(name, name)
+
+
+def hf_config(width: int, config: str | type = "granite", *, grows: Literal["head_dim", "heads"] = "head_dim",
+              n_head: int = 4, head_dim: int = 32, mlp_ratio: float = 4,
+              config_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """The config at ``width``: ``config_kwargs`` (checked against the class's fields) and the width's fields
+    (module docstring). Nothing is built."""
+    width = check_width(width)
+    cls = config_class(config)
+    defaults = _defaults(cls)
+    known = set(defaults) | set(getattr(cls, "attribute_map", {}))
+    given = dict(OmegaConf.to_container(config_kwargs, resolve=True) if OmegaConf.is_config(config_kwargs)
+                 else config_kwargs or {})  # plain values: a config's nested fields (rope_parameters) as dicts
+    for name in given:
+        if _canonical(cls, name) in {_canonical(cls, f) for f in WIDTH_FIELDS}:
+            raise CoordCheckError(f"model.config_kwargs.{name}: set by the width (width=..., with model.grows, "
+                                  "model.n_head, model.head_dim): remove it")
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f": did you mean {close[0]}?" if close else ""
+            raise CoordCheckError(f"model.config_kwargs.{name}: {cls.__name__} has no field {name!r}{hint}")
+    if grows == "head_dim":
+        heads = n_head
+    elif grows == "heads":
+        heads = width // head_dim if head_dim > 0 else 0
+    else:
+        raise CoordCheckError(f"model.grows must be head_dim (n_head fixed) or heads (head_dim fixed), got {grows!r}")
+    if heads < 1 or width % heads or (grows == "heads" and width % head_dim):
+        fixed = f"model.n_head={n_head}" if grows == "head_dim" else f"model.head_dim={head_dim}"
+        raise CoordCheckError(f"width={width} is not a multiple of {fixed.split('=')[1]} ({fixed}): choose widths "
+                              "it divides")
+    fields = {"hidden_size": width, "num_attention_heads": heads}
+    if "head_dim" in known:
+        fields["head_dim"] = width // heads
+    if "num_key_value_heads" in known and not any(_canonical(cls, n) == "num_key_value_heads" for n in given):
+        fields["num_key_value_heads"] = heads
+    inner = next((f for f in INNER_FIELDS if f in known), None)
+    if inner is not None and not any(_canonical(cls, n) == inner for n in given):
+        fields[inner] = int(round(mlp_ratio * width))
+    given_names = {_canonical(cls, n) for n in given}
+    for name in known - given_names:  # a fixed batch at every step: dropout would only add noise between steps
+        if DROPOUT.search(name) and isinstance(defaults.get(name), float):
+            fields[name] = 0.0
+    kwargs = {_canonical(cls, k): v for k, v in {**given, **fields}.items()}
+    return cls(**kwargs)
+
+
+def _takes_shift_labels() -> bool:
+    """Whether this transformers' causal-LM loss takes ``shift_labels`` (labels already shifted; 4.5x and 5.x)."""
+    try:
+        from transformers.loss.loss_utils import ForCausalLMLoss
+    except ImportError:
+        return False
+    return "shift_labels" in inspect.signature(ForCausalLMLoss).parameters
+
+
+def _next_token_labels(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """``labels`` from the harness are next-token targets already (``targets[t]`` follows ``inputs[t]``); the model
+    would shift them again. Passed as ``shift_labels`` too, its loss is the harness's cross-entropy exactly; where the
+    loss takes no ``shift_labels`` (older transformers) they are moved one position right (``-100`` first), which the
+    model's own shift undoes: the same loss without the last position."""
+    labels = kwargs.get("labels")
+    if labels is None or kwargs.get("shift_labels") is not None:
+        return None
+    if SHIFT_LABELS:
+        return args, {**kwargs, "shift_labels": labels}
+    return args, {**kwargs, "labels": labels.roll(1, dims=-1).index_fill(-1, labels.new_zeros(1), -100)}
+
+
+SHIFT_LABELS = _takes_shift_labels()
+
+
+def build(width: int, config: str | type = "granite", *, grows: Literal["head_dim", "heads"] = "head_dim",
+          n_head: int = 4, head_dim: int = 32, mlp_ratio: float = 4,
+          attn_implementation: Literal["sdpa", "eager"] = "sdpa",
+          config_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """``AutoModelForCausalLM.from_config`` at ``width`` (see :func:`hf_config`), with ``attn_implementation``
+    ``sdpa`` (``F.scaled_dot_product_attention``: the probes record ``<attn>.(sdpa)`` and its head dimension) or
+    ``eager`` (matmul and softmax: ``<attn>.(softmax)``), on the current default device."""
+    os.environ.update(OFFLINE)
+    if attn_implementation not in ("sdpa", "eager"):
+        raise CoordCheckError(f"model.attn_implementation must be sdpa or eager, got {attn_implementation!r}")
+    cfg = hf_config(width, config, grows=grows, n_head=n_head, head_dim=head_dim, mlp_ratio=mlp_ratio,
+                    config_kwargs=config_kwargs)
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation)
+    except ValueError as e:  # a config class with no causal LM, or a bad field value
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise CoordCheckError(f"model.config={type(cfg).__name__}: AutoModelForCausalLM cannot build it ({first})"
+                              ) from None
+    model.register_forward_pre_hook(_next_token_labels, with_kwargs=True)
+    return model
+
+
+def check_node(node: Mapping[str, Any], width: Any) -> None:
+    """The ``model`` config node of ``model=hf`` checked at ``width`` as :func:`build` will use it, nothing built:
+    the command line calls it (``coordcheck.config.check_targets``), so a bad class or field is one line and exit 2
+    before any job runs."""
+    kwargs = dict(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node)
+    kwargs = {k: v for k, v in kwargs.items() if not k.startswith("_")}
+    attn = kwargs.pop("attn_implementation", "sdpa")
+    if attn not in ("sdpa", "eager"):
+        raise CoordCheckError(f"model.attn_implementation must be sdpa or eager, got {attn!r}")
+    try:
+        hf_config(width, **kwargs)
+    except TypeError as e:  # a key the builder does not take
+        raise CoordCheckError(f"model: {e}".replace("hf_config()", "coordcheck.hf.build()")) from None
+
+
+build.check_node = check_node  # type: ignore[attr-defined]
