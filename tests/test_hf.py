@@ -163,7 +163,8 @@ def test_granite_without_the_output_multiplier_fails_naming_the_output(monkeypat
 
 @pytest.mark.parametrize("override, words", [
     ("model.config=lama", "did you mean llama"),
-    ("+model.config_kwargs.num_hiden_layers=3", "GraniteConfig has no field 'num_hiden_layers'"),
+    ("+model.config_kwargs.num_hiden_layers=3", "did you mean model.config_kwargs.num_hidden_layers?"),  # a typo
+    ("+model.config_kwargs.n_expert=3", "GraniteConfig has no field 'n_expert'"),  # near no key: the config's check
     ("model.attn_implementation=flash", "must be sdpa or eager"),
     ("width=64,130", "width=130 is not a multiple of 4"),
 ])
