@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-__all__ = ["KINDS", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS", "MUON_FIX", "NO_OWN_NOTE", "JUMP", "Causes", "find_causes",
-           "own_diagnosis"]
+__all__ = ["KINDS", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS", "MUON_FIX", "NO_OWN_NOTE", "NOT_MEASURED_HINT", "JUMP",
+           "Causes", "find_causes", "own_diagnosis"]
 
 KINDS = {
     "init": "a parameter's initialisation does not scale like muP's (init gain at step 0)",
@@ -67,6 +67,7 @@ MODULE_COLUMNS = ["cause", "inherited_from", "inherited_via"]
 MUON_FIX = ("the hidden matrices' Muon learning rate is not width-invariant (adjust_lr_fn=match_rms_adamw makes the "
             "update's spectral norm grow like sqrt(width)): set optimizer.adjust_lr_fn=original, which keeps it ~ "
             "sqrt(fan_out / fan_in) (flat in width), or give them lr * sqrt(base_width / width)")
+NOT_MEASURED_HINT = "'tensors=[out,delta,in,own]' tells whether a parameter causes it"  # an undecided symptom
 NO_OWN_NOTE = ("not measured: the causes (which parameter's init or learning rate is off) need the probes' in and own "
                "tensors — run with tensors=[out,delta,in,own] (Python: tensors=coordcheck.CAUSE_TENSORS); the reason "
                "names a likely cause from the symptoms only")
@@ -174,13 +175,17 @@ def _loss_jump(loss: pd.DataFrame) -> tuple[int, int, float, float, str] | None:
     return (*best, where)
 
 
-def _finding(judged: pd.DataFrame, loss: pd.DataFrame) -> str:
-    """What a configuration without a cause saw: its earliest symptom in call order, and the loss if it jumped."""
+def _finding(judged: pd.DataFrame, loss: pd.DataFrame, measured: bool = True) -> str:
+    """What a configuration without a cause saw: its earliest symptom in call order, and the loss if it jumped.
+
+    ``measured``: the frame has own updates, so "no parameter's ... violates muP" is a measurement; without them
+    (the default tensors) only the symptom is said, and how to find out whether a parameter causes it — never a
+    knob guessed from the symptom's role and direction (the verdict's symptom diagnosis), which may be right."""
     head = "no parameter's own update or initialisation violates muP"
     bad = judged[judged["status"].isin(["fail", "inconclusive"]) & judged["direction"].isin(["grows", "shrinks"])
                  & ~judged["tensor"].isin(["own", "in"])]
     if bad.empty:
-        return f"no cause found: {head}"
+        return f"no cause found: {head}" if measured else ""
     first = bad.assign(_later=bad["tensor"] != "out").sort_values(["call_order", "step", "_later"]).iloc[0]
     rows = bad[(bad["module"] == first["module"]) & (bad["direction"] == first["direction"])]
     w = _worst(rows)
@@ -190,9 +195,10 @@ def _finding(judged: pd.DataFrame, loss: pd.DataFrame) -> str:
     jump = _loss_jump(loss)
     if jump is not None and int(first["step"]) >= 1 and jump[0] <= int(rows["step"].max()):
         step, width, a, b, where = jump
-        return (f"{head}; {seen} while the loss jumps at step {step} ({where}; width {width}: {a:.3g} -> {b:.3g}): "
-                f"dynamics at the edge of stability — lower the learning rate")
-    return f"no cause found: {head}; {seen}"
+        jumps = (f"{seen} while the loss jumps at step {step} ({where}; width {width}: {a:.3g} -> {b:.3g}): "
+                 f"dynamics at the edge of stability — lower the learning rate")
+        return f"{head}; {jumps}" if measured else jumps
+    return f"no cause found: {head}; {seen}" if measured else seen
 
 
 def _output_kind(direction: str, init_out: pd.Series | None) -> str:
@@ -247,7 +253,8 @@ def find_causes(series: pd.DataFrame, modules: pd.DataFrame, loss: pd.DataFrame,
     mods = modules.assign(cause="", inherited_from="", inherited_via="")
     for cid, s in series.groupby("config_id", sort=False):
         own = s[s["tensor"] == "own"]
-        if own.empty:
+        if own.empty:  # no causes without own updates; what it saw, for an undecided verdict that names no knob
+            findings[cid] = _finding(s[s["in_window"]], loss[loss["config_id"] == cid], measured=False)
             continue
         measured.add(cid)
         order = s.groupby("module")["call_order"].min()

@@ -80,7 +80,7 @@ import numpy as np
 import pandas as pd
 
 from coordcheck.audit import audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
-from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, find_causes, own_diagnosis
+from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes, own_diagnosis
 from coordcheck.errors import check_knobs, knob
 from coordcheck.frame import EPS_TENSOR, NOT_ACTIVATIONS, QK_LOGITS, STATS
 from coordcheck.narrow import mark_narrow, narrow_reason
@@ -154,6 +154,9 @@ EXPECT = {
     ("input", "delta"): "flat", ("hidden", "delta"): "flat", ("norm", "delta"): "flat",
     ("output", "delta"): "flat", ("attention", "delta"): "no_growth",
 }
+
+
+UNDECIDED_PREFIX = "not decided; if confirmed: "  # an undecided series' diagnosis is what it would mean, not a cause
 
 
 def likely_cause(role: str, tensor: str, step: int, direction: str, parametrization: str = "mup") -> str:
@@ -395,6 +398,8 @@ def _judge_series(s: pd.DataFrame, rules: Rules, heads: pd.DataFrame | None = No
                                                    s["parametrization"], s["expect"], kind, exponent,
                                                    hd["dims"].fillna(""))
     ]
+    undecided = (s["status"] == "inconclusive") & (s["diagnosis"] != "")  # a guess from its role and direction
+    s.loc[undecided, "diagnosis"] = UNDECIDED_PREFIX + s.loc[undecided, "diagnosis"]
     return s
 
 
@@ -710,10 +715,12 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
                       f"{k['tensor'].iloc[0]} step {k['step'].iloc[0]}: "
                       f"{k['diagnosis'].iloc[0] or 'interval overlaps the band'})"
                       " — add seeds or widths")
-            if cid in walk.findings:  # name no knob the measurements cannot show wrong
+            measured = cid in walk.measured
+            guessed = str(k["diagnosis"].iloc[0]).startswith(UNDECIDED_PREFIX)  # a knob guessed from the symptom
+            if not narrow and (measured or guessed) and walk.findings.get(cid):  # name no knob not shown wrong
                 seen = walk.findings[cid]
-                reason = seen if seen.endswith("lower the learning rate") else f"{seen}, not decided — add seeds " \
-                                                                               f"or widths"
+                reason = seen if seen.endswith("lower the learning rate") else (
+                    f"{seen}, not decided — add seeds or widths" + ("" if measured else f"; {NOT_MEASURED_HINT}"))
         else:
             status, reason = "pass", f"every judged series is flat within tolerance over widths " \
                                      f"{int(cs['min_width'].min())}-{int(cs['max_width'].max())}"

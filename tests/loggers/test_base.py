@@ -100,7 +100,8 @@ def test_an_unknown_tracker_option_is_one_line_before_any_job_runs():
     from coordcheck.config import check_choices
     from coordcheck.errors import CoordCheckError
 
-    with pytest.raises(CoordCheckError, match=r"^unknown logger 'tensorbord' \(did you mean tensorboard\?\): choose one of mlflow, tensorboard, wandb"):
+    with pytest.raises(CoordCheckError, match=r"^unknown logger 'tensorbord' \(did you mean tensorboard\?\): choose "
+                                              r"one of mlflow, tensorboard, wandb"):
         check_choices(["logger=tensorbord"])
 
 
