@@ -1,5 +1,6 @@
 """Verdict rules on synthetic frames with known slopes."""
 
+import numpy as np
 import pytest
 from synthetic import make_frame
 
@@ -271,3 +272,18 @@ def test_only_the_configuration_whose_widths_built_the_same_model_fails():
 def test_facts_without_shapes_are_not_judged():
     old = [{"config_id": "cfg", "width": w, "n_params": 832} for w in (64, 128, 256, 512)]  # an older job.json
     assert judge(make_frame(HEALTHY), facts=old).status == "pass"
+
+
+def test_an_undecided_series_names_no_knob_it_cannot_show_wrong():
+    # issue 17 item 7: the correct Granite at its default multipliers (widths 128-1024) was told "the learning rate
+    # of hidden or output layers is scaled down too much" for an undecided shrink; undecided is not a cause
+    frame = make_frame(HEALTHY, widths=(64, 128, 256))
+    h1 = (frame["module"] == "h1") & (frame["step"] > 0)  # flat at init, shrinking after updates, seeds disagreeing
+    noise = np.random.default_rng(0).normal(0.0, 0.5, int(h1.sum()))
+    frame.loc[h1, "value"] = 2.0 * frame.loc[h1, "width"].astype(float) ** -0.4 * np.exp(noise)
+    v = judge(frame)
+    undecided = v.series[(v.series.module == "h1") & (v.series.status == "inconclusive")]
+    assert v.status == "inconclusive" and len(undecided), v.reason
+    assert "h1" in v.reason and "shrinks with width" in v.reason and "not decided" in v.reason, v.reason
+    assert "learning rate" not in v.reason and "tensors=[out,delta,in,own]" in v.reason, v.reason
+    assert undecided["diagnosis"].str.startswith("not decided; if confirmed: ").all()
