@@ -200,7 +200,7 @@ class OwnUpdate:
         scale = change is not None and x is not None and not _is_norm(module)
         with torch.no_grad(), torch._C.DisableTorchFunction():
             if x is not None and ("in" in p.tensors or scale):  # a float32 copy: the forward may change x in place
-                x = x.detach().reshape(-1).to(torch.float32, copy=True)
+                x = x.reshape(-1).to(torch.float32, copy=True)  # (grad is off: no detach needed)
                 if "in" in p.tensors:
                     self._ins.append((name, x))
             if change is not None:
@@ -240,15 +240,19 @@ class OwnUpdate:
             return [], [], None
         with torch.no_grad(), torch._C.DisableTorchFunction():
             if not self.probes.batched:  # the CPU: per-tensor moments (segment reductions are ~10x slower there)
-                flats = [f for _, f in ins]
+                buffer, terms = self.probes._buffer, []  # temporaries in the probes' reused scratch buffers
+                for _, f in ins:
+                    terms += moment_terms(f, which, *(buffer(0, f) or ()))
                 for _, f, x in owns:
                     if x is not None:
                         rms = x.square().mean().sqrt()
-                        f = f / torch.where(rms > 0, rms, 1.0)  # all-zero input: no scale, s = 1
-                    flats.append(f)
-                terms = [t for f in flats for t in moment_terms(f, which)]
+                        scaled = buffer(1, f)
+                        s = torch.where(rms > 0, rms, 1.0)  # all-zero input: no scale, s = 1
+                        f = f / s if scaled is None else torch.div(f, s, out=scaled[0])
+                    terms += moment_terms(f, which, *(buffer(0, f) or ()))
                 keys = [(name, "in") for name, _ in ins] + [(name, "own") for name, _, _ in owns]
-                return keys, [f.numel() for f in flats], torch.cat(terms).reshape(len(flats), -1)
+                counts = [f.numel() for _, f in ins] + [f.numel() for _, f, _ in owns]
+                return keys, counts, torch.cat(terms).reshape(len(counts), -1)
             lengths = [f.numel() for _, f, _ in owns]
             change = torch.cat([f for _, f, _ in owns]) if owns else torch.empty(0)
             xs = [x for _, _, x in owns if x is not None]  # the inputs to scale by (none for norms, integers)
