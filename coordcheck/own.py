@@ -39,10 +39,11 @@ job goes on. Modules whose output the probes do not record (aliases, identities)
 ``max_norm`` (its forward writes its weight) is left out.
 
 Cost per step and module: one call on the sampled rows (two for a module not linear in its parameters), one
-subtraction per own parameter (θ_t - θ_0, steps ≥ 1) and a float32 copy of the sampled input; per step, for all
-modules together (:meth:`OwnUpdate.flush`, called by the probes' ``end_step``): the input rms and the moments of
-every ``in`` and ``own``, in a fixed number of kernels, joined to the probes' one transfer to the host. Memory: one
-copy of the recorded modules' parameters (θ_0). ``experiments/own_update.py --cost`` counts operators and FLOPs.
+subtraction per own parameter (θ_t - θ_0, steps ≥ 1, written into one buffer that every module and step reuse)
+and a float32 copy of the sampled input; per step, for all modules together (:meth:`OwnUpdate.flush`, called by the
+probes' ``end_step``): the input rms and the moments of every ``in`` and ``own`` — in a fixed number of kernels on a
+GPU, per tensor in the probes' reused scratch buffers on the CPU — joined to the probes' one transfer to the host.
+Memory: one copy of the recorded modules' parameters (θ_0) and one buffer the size of the largest module's. ``experiments/own_update.py --cost`` counts operators and FLOPs.
 """
 
 from __future__ import annotations

@@ -13,7 +13,11 @@ scratch buffers that every hook and step reuse (grown to the largest tensor, up 
 ``SCRATCH_MAX`` elements): fresh ones per tensor can be mapped and page-faulted in on every call
 by the CPU allocator (measured: the moments of a 4 MiB tensor 10x slower). So a step allocates
 nothing per module but its moments, and each tensor costs its passes (a subtraction, a sum, a
-dot, an ``abs``, a sum, a max; one more subtraction for ``delta``) and a few tiny ops.
+dot, an ``abs``, a sum, a max; one more subtraction for ``delta``) and a few tiny ops. At small
+widths the cost is per op and per Python call, not per element, so the hooks make as few as they
+can: ``x`` is read in its own shape through a shaped view of the scratch buffer (no flat view of
+it), with grad off instead of a ``detach``, and the forward pre-hooks that keep the module stack
+(for the function probe, below) are registered only while the function probe runs.
 The statistics of the tidy frame come from the moments on the host (float64):
 ``mean``, ``std = sqrt(var * n / (n - 1))`` (unbiased, like ``torch.std``), ``rms =
 sqrt(var + mean^2)``, ``l1 = sum|x| / n`` (mean |x|), ``absmax``. The shift makes a constant
