@@ -338,12 +338,16 @@ class Probes:
             if x is not None and self._softmax_out is not None and x is self._softmax_out[0]:
                 self._ends_in_softmax(self._softmax_out[1])
                 return
+        elif isinstance(output, torch.Tensor):  # the common case, without first_tensor's walk
+            x = output if output.is_floating_point() else None
         else:
             x = first_tensor(output)
         if x is None or x.numel() == 0:
             return
-        if not declared and x is first_tensor(inputs):
-            return  # Identity, Dropout(p=0) or in eval, an empty shortcut: the output is the input
+        if not declared:
+            first = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
+            if x is (first if first is not None and first.is_floating_point() else first_tensor(inputs)):
+                return  # Identity, Dropout(p=0) or in eval, an empty shortcut: the output is the input
         if self.step == 0 and x is self._last_out and not leaf:
             self._alias.add(name)  # a container returning its last submodule's output
             return
