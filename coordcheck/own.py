@@ -167,6 +167,10 @@ class OwnUpdate:
         self._delta_views: dict = {}  # (module, parameter) -> its view of that buffer (made once)
         self._ins: list[tuple[str, torch.Tensor]] = []  # this step's (module, flat float32 input) records
         self._owns: list[tuple[str, torch.Tensor, torch.Tensor | None]] = []  # (module, flat change, input to scale by)
+        self._in_rows: list[tuple[str, int]] = []  # the CPU path: (module, elements) and the moment terms, this step
+        self._in_terms: list[torch.Tensor] = []
+        self._own_rows: list[tuple[str, int]] = []
+        self._own_terms: list[torch.Tensor] = []
         for name, module in probes.model.named_modules():
             if owns_parameters(module):
                 probes._handles.append(module.register_forward_hook(
@@ -175,9 +179,11 @@ class OwnUpdate:
     def begin_step(self) -> None:
         self._calls = Counter()
         self._ins, self._owns = [], []
+        self._in_rows, self._in_terms, self._own_rows, self._own_terms = [], [], [], []  # the CPU path (_reduce)
 
     def clear(self) -> None:
         self._theta0.clear()
+        self._in_rows, self._in_terms, self._own_rows, self._own_terms = [], [], [], []
         self._delta.clear()
         self._delta_views.clear()
         self._ins, self._owns = [], []
@@ -200,12 +206,37 @@ class OwnUpdate:
             return  # the extra call failed (warned): nothing for this module
         scale = change is not None and x is not None and not _is_norm(module)
         with torch.no_grad(), torch._C.DisableTorchFunction():
+            if not p.batched:  # the CPU: reduced now, in the probes' scratch buffers; nothing kept to the step's end
+                self._reduce(name, x if x is not None and ("in" in p.tensors or scale) else None, change, scale)
+                return
             if x is not None and ("in" in p.tensors or scale):  # a float32 copy: the forward may change x in place
                 x = x.reshape(-1).to(torch.float32, copy=True)  # (grad is off: no detach needed)
                 if "in" in p.tensors:
                     self._ins.append((name, x))
             if change is not None:
                 self._owns.append((name, change.reshape(-1), x if scale else None))
+
+    def _reduce(self, name: str, x: torch.Tensor | None, change: torch.Tensor | None, scale: bool) -> None:
+        """The CPU path: the moments of ``in`` and ``own`` now (per tensor: the CPU's faster path, and no copy of the
+        input is kept until :meth:`flush`), the same numbers as reducing their copies there."""
+        p = self.probes
+        buffer, which = p._buffer, p._which
+        if x is not None:
+            x = x.reshape(-1)  # flat and contiguous, as the copy the batched path keeps
+            if x.dtype != torch.float32:
+                x = x.float()
+            if "in" in p.tensors:
+                self._in_terms += moment_terms(x, which, *(buffer(0, x) or ()))
+                self._in_rows.append((name, x.numel()))
+        if change is not None:
+            f = change.reshape(-1)
+            if scale:
+                rms = x.square().mean().sqrt()
+                s = torch.where(rms > 0, rms, 1.0)  # all-zero input: no scale, s = 1
+                scaled = buffer(1, f)
+                f = f / s if scaled is None else torch.div(f, s, out=scaled[0])
+            self._own_terms += moment_terms(f, which, *(buffer(0, f) or ()))
+            self._own_rows.append((name, f.numel()))
 
     def _measure(self, name: str, module: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor | None | bool:
         """The unscaled ``own`` of this call (float32), None when there is none, False when the extra call failed."""
@@ -232,28 +263,23 @@ class OwnUpdate:
         return change if change is not None and change.numel() else None
 
     def flush(self, which: tuple[str, ...]) -> tuple[list[tuple[str, str]], list[int], torch.Tensor | None]:
-        """This step's ``in`` / ``own`` rows: their keys, element counts and device moments ``which`` (R, k), reduced
-        together in a fixed number of kernels (:func:`coordcheck.moments.batched_moments`); ``own`` divided by the
-        rms of its input here, also in one pass for all modules."""
+        """This step's ``in`` / ``own`` rows: their keys, element counts and device moments ``which`` (R, k), all
+        ``in`` rows before all ``own`` rows. Batched (the GPU): reduced here together in a fixed number of kernels
+        (:func:`coordcheck.moments.batched_moments`), ``own`` divided by the rms of its input here, also in one pass
+        for all modules; on the CPU reduced in the hooks already (:meth:`_reduce`) and only joined here."""
+        if not self.probes.batched:  # the CPU: reduced in the hooks (_reduce); here only joined, ins before owns
+            rows = self._in_rows + self._own_rows
+            keys = [(name, "in") for name, _ in self._in_rows] + [(name, "own") for name, _ in self._own_rows]
+            terms = self._in_terms + self._own_terms
+            self._in_rows, self._in_terms, self._own_rows, self._own_terms = [], [], [], []
+            if not rows:
+                return [], [], None
+            return keys, [n for _, n in rows], torch.cat(terms).reshape(len(rows), -1)
         ins, owns = self._ins, self._owns
         self._ins, self._owns = [], []
         if not ins and not owns:
             return [], [], None
         with torch.no_grad(), torch._C.DisableTorchFunction():
-            if not self.probes.batched:  # the CPU: per-tensor moments (segment reductions are ~10x slower there)
-                buffer, terms = self.probes._buffer, []  # temporaries in the probes' reused scratch buffers
-                for _, f in ins:
-                    terms += moment_terms(f, which, *(buffer(0, f) or ()))
-                for _, f, x in owns:
-                    if x is not None:
-                        rms = x.square().mean().sqrt()
-                        scaled = buffer(1, f)
-                        s = torch.where(rms > 0, rms, 1.0)  # all-zero input: no scale, s = 1
-                        f = f / s if scaled is None else torch.div(f, s, out=scaled[0])
-                    terms += moment_terms(f, which, *(buffer(0, f) or ()))
-                keys = [(name, "in") for name, _ in ins] + [(name, "own") for name, _, _ in owns]
-                counts = [f.numel() for _, f in ins] + [f.numel() for _, f, _ in owns]
-                return keys, counts, torch.cat(terms).reshape(len(counts), -1)
             lengths = [f.numel() for _, f, _ in owns]
             change = torch.cat([f for _, f, _ in owns]) if owns else torch.empty(0)
             xs = [x for _, _, x in owns if x is not None]  # the inputs to scale by (none for norms, integers)
