@@ -167,6 +167,7 @@ class OwnUpdate:
         self._delta_views: dict = {}  # (module, parameter) -> its view of that buffer (made once)
         self._ins: list[tuple[str, torch.Tensor]] = []  # this step's (module, flat float32 input) records
         self._owns: list[tuple[str, torch.Tensor, torch.Tensor | None]] = []  # (module, flat change, input to scale by)
+        self._ones: dict = {}  # (dtype, device) -> a 0-d 1.0 (_one)
         self._in_rows: list[tuple[str, int]] = []  # the CPU path: (module, elements) and the moment terms, this step
         self._in_terms: list[torch.Tensor] = []
         self._own_rows: list[tuple[str, int]] = []
@@ -229,14 +230,21 @@ class OwnUpdate:
                 self._in_terms += moment_terms(x, which, *(buffer(0, x) or ()))
                 self._in_rows.append((name, x.numel()))
         if change is not None:
-            f = change.reshape(-1)
+            f = change
             if scale:
                 rms = x.square().mean().sqrt()
-                s = torch.where(rms > 0, rms, 1.0)  # all-zero input: no scale, s = 1
-                scaled = buffer(1, f)
-                f = f / s if scaled is None else torch.div(f, s, out=scaled[0])
+                s = torch.where(rms > 0, rms, self._one(rms))  # all-zero input: no scale, s = 1
+                scaled = buffer(1, f)  # (flat, shaped like f): divided into it, in f's own shape (no flat view)
+                f = f.reshape(-1) / s if scaled is None else (torch.div(f, s, out=scaled[1]), scaled[0])[1]
             self._own_terms += moment_terms(f, which, *(buffer(0, f) or ()))
             self._own_rows.append((name, f.numel()))
+
+    def _one(self, like: torch.Tensor) -> torch.Tensor:
+        """A 0-d 1.0 like ``like`` (dtype, device), made once: ``torch.where``'s scalar otherwise costs an op per call."""
+        one = self._ones.get((like.dtype, like.device))
+        if one is None:
+            one = self._ones[like.dtype, like.device] = torch.ones((), dtype=like.dtype, device=like.device)
+        return one
 
     def _measure(self, name: str, module: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor | None | bool:
         """The unscaled ``own`` of this call (float32), None when there is none, False when the extra call failed."""
