@@ -70,7 +70,8 @@ def moment_terms(x: torch.Tensor, which: Sequence[str] = MOMENTS, scratch: torch
     as it is and the shift read with ``torch.take``, so that no flat view of ``x`` is made (at small widths the
     probes' cost is per op: this is one op fewer per tensor; the values are the same, element for element).
     """
-    if shaped is not None and scratch is not None and x.dtype == torch.float32 and shaped.shape == x.shape:
+    if (shaped is not None and scratch is not None and x.dtype == torch.float32 and shaped.shape == x.shape
+            and shaped.data_ptr() == scratch.data_ptr()):
         f, into = x, shaped  # read x in its own shape, write the flat scratch through its shaped view
         c = torch.take(x, _first_index(x.device)) if "shift" in which else None  # a copy, as narrow_copy's
     else:

@@ -89,7 +89,8 @@ def test_moment_terms_through_a_shaped_scratch_view_are_bit_identical_to_the_fla
         assert torch.equal(torch.cat(shaped), flat)
         assert torch.equal(flat, moments(x, which))
     x = torch.randn(8, 8, generator=g)
-    before = moment_terms(x, which, torch.empty(64), torch.empty(64).view(8, 8))
+    scratch = torch.empty(64)
+    before = moment_terms(x, which, scratch, scratch.view(8, 8))
     want = torch.cat(before).clone()
     x.zero_()  # no term is a view of x
     assert torch.equal(torch.cat(before), want)
