@@ -54,8 +54,8 @@ STAT_FUNCS = {
 }
 
 
-def moment_terms(x: torch.Tensor, which: Sequence[str] = MOMENTS, scratch: torch.Tensor | None = None
-                 ) -> list[torch.Tensor]:
+def moment_terms(x: torch.Tensor, which: Sequence[str] = MOMENTS, scratch: torch.Tensor | None = None,
+                 shaped: torch.Tensor | None = None) -> list[torch.Tensor]:
     """The device moments ``which`` of ``x`` (see ``MOMENTS``) as (1,) float32 tensors on its device; no host sync.
 
     Sums are taken of ``x - c`` with ``c`` its first element, so a constant tensor has variance
@@ -66,21 +66,40 @@ def moment_terms(x: torch.Tensor, which: Sequence[str] = MOMENTS, scratch: torch
     on the CPU; it must not hold ``x``. No term is a view of ``x`` (they may be concatenated later,
     after an in-place op changed ``x``), and all are (1,): ``torch.cat`` of many is ~3x faster than
     ``torch.stack`` of 0-d tensors. :func:`moment_rows` turns them into mean and variance on the host.
+    ``shaped``: ``scratch`` viewed in ``x``'s shape (a float32 ``x`` only); the temporaries are then written from ``x``
+    as it is and the shift read with ``torch.take``, so that no flat view of ``x`` is made (at small widths the
+    probes' cost is per op: this is one op fewer per tensor; the values are the same, element for element).
     """
-    f = x if x.ndim == 1 else x.reshape(-1)
-    if f.dtype != torch.float32:
-        f = f.float()
+    if (shaped is not None and scratch is not None and x.dtype == torch.float32 and shaped.shape == x.shape
+            and shaped.data_ptr() == scratch.data_ptr()):
+        f, into = x, shaped  # read x in its own shape, write the flat scratch through its shaped view
+        c = torch.take(x, _first_index(x.device)) if "shift" in which else None  # a copy, as narrow_copy's
+    else:
+        f = x if x.ndim == 1 else x.reshape(-1)
+        if f.dtype != torch.float32:
+            f = f.float()
+        into = scratch
+        c = f.narrow_copy(0, 0, 1) if "shift" in which else None  # a copy: x may change in place after the hook
     out = []
-    if "shift" in which:
-        c = f.narrow_copy(0, 0, 1)  # a copy: x may change in place after the hook
-        d = f - c if scratch is None else torch.sub(f, c, out=scratch)
+    if c is not None:
+        d = f - c if scratch is None else (torch.sub(f, c, out=into), scratch)[1]  # d: flat either way
         out += [c, d.sum(0, keepdim=True)] + ([torch.dot(d, d).view(1)] if "sumsq" in which else [])
     if "abssum" in which or "absmax" in which:
-        a = f.abs() if scratch is None else torch.abs(f, out=scratch)  # one |x| serves both
+        a = f.abs() if scratch is None else (torch.abs(f, out=into), scratch)[1]  # one |x| serves both
         out += [a.sum(0, keepdim=True)] if "abssum" in which else []
         # amax: up to ~3x faster than Tensor.max on the CPU, NaN propagated alike
         out += [torch.amax(a, 0, keepdim=True)] if "absmax" in which else []
     return out
+
+
+_FIRST: dict[torch.device, torch.Tensor] = {}  # device -> the index tensor [0] (torch.take of the first element)
+
+
+def _first_index(device: torch.device) -> torch.Tensor:
+    index = _FIRST.get(device)
+    if index is None:
+        index = _FIRST[device] = torch.zeros(1, dtype=torch.long, device=device)
+    return index
 
 
 def moments(x: torch.Tensor, which: Sequence[str] = MOMENTS) -> torch.Tensor:

@@ -39,10 +39,11 @@ job goes on. Modules whose output the probes do not record (aliases, identities)
 ``max_norm`` (its forward writes its weight) is left out.
 
 Cost per step and module: one call on the sampled rows (two for a module not linear in its parameters), one
-subtraction per own parameter (θ_t - θ_0, steps ≥ 1) and a float32 copy of the sampled input; per step, for all
-modules together (:meth:`OwnUpdate.flush`, called by the probes' ``end_step``): the input rms and the moments of
-every ``in`` and ``own``, in a fixed number of kernels, joined to the probes' one transfer to the host. Memory: one
-copy of the recorded modules' parameters (θ_0). ``experiments/own_update.py --cost`` counts operators and FLOPs.
+subtraction per own parameter (θ_t - θ_0, steps ≥ 1, written into one buffer that every module and step reuse)
+and a float32 copy of the sampled input; per step, for all modules together (:meth:`OwnUpdate.flush`, called by the
+probes' ``end_step``): the input rms and the moments of every ``in`` and ``own`` — in a fixed number of kernels on a
+GPU, per tensor in the probes' reused scratch buffers on the CPU — joined to the probes' one transfer to the host.
+Memory: one copy of the recorded modules' parameters (θ_0) and one buffer the size of the largest module's. ``experiments/own_update.py --cost`` counts operators and FLOPs.
 """
 
 from __future__ import annotations
@@ -162,8 +163,15 @@ class OwnUpdate:
         self._calls: Counter = Counter()
         self._failed: set[str] = set()
         self._busy = False
+        self._delta: dict = {}  # (dtype, device) -> one flat buffer that receives θ_t - θ_0 of one module at a time
+        self._delta_views: dict = {}  # (module, parameter) -> its view of that buffer (made once)
         self._ins: list[tuple[str, torch.Tensor]] = []  # this step's (module, flat float32 input) records
         self._owns: list[tuple[str, torch.Tensor, torch.Tensor | None]] = []  # (module, flat change, input to scale by)
+        self._ones: dict = {}  # (dtype, device) -> a 0-d 1.0 (_one)
+        self._in_rows: list[tuple[str, int]] = []  # the CPU path: (module, elements) and the moment terms, this step
+        self._in_terms: list[torch.Tensor] = []
+        self._own_rows: list[tuple[str, int]] = []
+        self._own_terms: list[torch.Tensor] = []
         for name, module in probes.model.named_modules():
             if owns_parameters(module):
                 probes._handles.append(module.register_forward_hook(
@@ -172,9 +180,13 @@ class OwnUpdate:
     def begin_step(self) -> None:
         self._calls = Counter()
         self._ins, self._owns = [], []
+        self._in_rows, self._in_terms, self._own_rows, self._own_terms = [], [], [], []  # the CPU path (_reduce)
 
     def clear(self) -> None:
         self._theta0.clear()
+        self._in_rows, self._in_terms, self._own_rows, self._own_terms = [], [], [], []
+        self._delta.clear()
+        self._delta_views.clear()
         self._ins, self._owns = [], []
 
     def _hook(self, name: str, module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
@@ -195,12 +207,44 @@ class OwnUpdate:
             return  # the extra call failed (warned): nothing for this module
         scale = change is not None and x is not None and not _is_norm(module)
         with torch.no_grad(), torch._C.DisableTorchFunction():
+            if not p.batched:  # the CPU: reduced now, in the probes' scratch buffers; nothing kept to the step's end
+                self._reduce(name, x if x is not None and ("in" in p.tensors or scale) else None, change, scale)
+                return
             if x is not None and ("in" in p.tensors or scale):  # a float32 copy: the forward may change x in place
-                x = x.detach().reshape(-1).to(torch.float32, copy=True)
+                x = x.reshape(-1).to(torch.float32, copy=True)  # (grad is off: no detach needed)
                 if "in" in p.tensors:
                     self._ins.append((name, x))
             if change is not None:
                 self._owns.append((name, change.reshape(-1), x if scale else None))
+
+    def _reduce(self, name: str, x: torch.Tensor | None, change: torch.Tensor | None, scale: bool) -> None:
+        """The CPU path: the moments of ``in`` and ``own`` now (per tensor: the CPU's faster path, and no copy of the
+        input is kept until :meth:`flush`), the same numbers as reducing their copies there."""
+        p = self.probes
+        buffer, which = p._buffer, p._which
+        if x is not None:
+            x = x.reshape(-1)  # flat and contiguous, as the copy the batched path keeps
+            if x.dtype != torch.float32:
+                x = x.float()
+            if "in" in p.tensors:
+                self._in_terms += moment_terms(x, which, *(buffer(0, x) or ()))
+                self._in_rows.append((name, x.numel()))
+        if change is not None:
+            f = change
+            if scale:
+                rms = x.square().mean().sqrt()
+                s = torch.where(rms > 0, rms, self._one(rms))  # all-zero input: no scale, s = 1
+                scaled = buffer(1, f)  # (flat, shaped like f): divided into it, in f's own shape (no flat view)
+                f = f.reshape(-1) / s if scaled is None else (torch.div(f, s, out=scaled[1]), scaled[0])[1]
+            self._own_terms += moment_terms(f, which, *(buffer(0, f) or ()))
+            self._own_rows.append((name, f.numel()))
+
+    def _one(self, like: torch.Tensor) -> torch.Tensor:
+        """A 0-d 1.0 like ``like`` (dtype, device), made once: ``torch.where``'s scalar otherwise costs an op per call."""
+        one = self._ones.get((like.dtype, like.device))
+        if one is None:
+            one = self._ones[like.dtype, like.device] = torch.ones((), dtype=like.dtype, device=like.device)
+        return one
 
     def _measure(self, name: str, module: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor | None | bool:
         """The unscaled ``own`` of this call (float32), None when there is none, False when the extra call failed."""
@@ -227,24 +271,23 @@ class OwnUpdate:
         return change if change is not None and change.numel() else None
 
     def flush(self, which: tuple[str, ...]) -> tuple[list[tuple[str, str]], list[int], torch.Tensor | None]:
-        """This step's ``in`` / ``own`` rows: their keys, element counts and device moments ``which`` (R, k), reduced
-        together in a fixed number of kernels (:func:`coordcheck.moments.batched_moments`); ``own`` divided by the
-        rms of its input here, also in one pass for all modules."""
+        """This step's ``in`` / ``own`` rows: their keys, element counts and device moments ``which`` (R, k), all
+        ``in`` rows before all ``own`` rows. Batched (the GPU): reduced here together in a fixed number of kernels
+        (:func:`coordcheck.moments.batched_moments`), ``own`` divided by the rms of its input here, also in one pass
+        for all modules; on the CPU reduced in the hooks already (:meth:`_reduce`) and only joined here."""
+        if not self.probes.batched:  # the CPU: reduced in the hooks (_reduce); here only joined, ins before owns
+            rows = self._in_rows + self._own_rows
+            keys = [(name, "in") for name, _ in self._in_rows] + [(name, "own") for name, _ in self._own_rows]
+            terms = self._in_terms + self._own_terms
+            self._in_rows, self._in_terms, self._own_rows, self._own_terms = [], [], [], []
+            if not rows:
+                return [], [], None
+            return keys, [n for _, n in rows], torch.cat(terms).reshape(len(rows), -1)
         ins, owns = self._ins, self._owns
         self._ins, self._owns = [], []
         if not ins and not owns:
             return [], [], None
         with torch.no_grad(), torch._C.DisableTorchFunction():
-            if not self.probes.batched:  # the CPU: per-tensor moments (segment reductions are ~10x slower there)
-                flats = [f for _, f in ins]
-                for _, f, x in owns:
-                    if x is not None:
-                        rms = x.square().mean().sqrt()
-                        f = f / torch.where(rms > 0, rms, 1.0)  # all-zero input: no scale, s = 1
-                    flats.append(f)
-                terms = [t for f in flats for t in moment_terms(f, which)]
-                keys = [(name, "in") for name, _ in ins] + [(name, "own") for name, _, _ in owns]
-                return keys, [f.numel() for f in flats], torch.cat(terms).reshape(len(flats), -1)
             lengths = [f.numel() for _, f, _ in owns]
             change = torch.cat([f for _, f, _ in owns]) if owns else torch.empty(0)
             xs = [x for _, _, x in owns if x is not None]  # the inputs to scale by (none for norms, integers)
@@ -264,6 +307,28 @@ class OwnUpdate:
         keys = [(name, "in") for name, _ in ins] + [(name, "own") for name, _, _ in owns]
         return keys, [f.numel() for f in flats], block
 
+    def _delta_view(self, name: str, key: str, like: torch.Tensor) -> torch.Tensor:
+        """Where ``θ_t - θ_0`` of parameter ``key`` of module ``name`` is written: a view (shaped like ``like``) of one
+        buffer per dtype and device, reused by every module and step — the extra call reads it and keeps no reference
+        to it, and a fresh tensor per parameter and step would be allocated (and on the CPU page-faulted in) every
+        time: 6.6 MiB per forward at GPT width 256. The buffer holds the largest module's parameters side by side."""
+        view = self._delta_views.get((name, key))
+        if view is not None and view.dtype == like.dtype and view.device == like.device and view.shape == like.shape:
+            return view
+        slot = (like.dtype, like.device)
+        need = lambda ps: sum(v.numel() for v in ps.values() if (v.dtype, v.device) == slot)  # noqa: E731
+        buf = self._delta.get(slot)
+        if buf is None or buf.numel() < need(self._theta0[name]):  # sized for the largest module snapshotted so far
+            n = max(need(ps) for ps in self._theta0.values())
+            buf = self._delta[slot] = torch.empty(n, dtype=like.dtype, device=like.device)
+            self._delta_views = {k: v for k, v in self._delta_views.items() if (v.dtype, v.device) != slot}
+        offset = 0
+        for k, v in self._theta0[name].items():  # this module's parameters side by side (one call reads them together)
+            if (v.dtype, v.device) == slot:
+                self._delta_views[name, k] = buf[offset : offset + v.numel()].view(v.shape)
+                offset += v.numel()
+        return self._delta_views[name, key]
+
     def _out(self, name: str, module: nn.Module, args: tuple, kwargs: dict,
              values: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor | None:
         with _parameters(module, values):
@@ -279,7 +344,8 @@ class OwnUpdate:
                 out = self._out(name, module, args, kwargs)
                 return None if out is None else out.float()
             if linear:
-                delta = {k: _plain(module._parameters[k] - v, v) for k, v in theta0.items()}
+                delta = {k: _plain(torch.sub(module._parameters[k], v, out=self._delta_view(name, k, v)), v)
+                         for k, v in theta0.items()}
                 out = self._out(name, module, args, kwargs, delta)
                 return None if out is None else out.float()
             now = self._out(name, module, args, kwargs)

@@ -333,7 +333,8 @@ def run_width(
             model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init)
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.shapes)
             facts["n_params"] = n_params(facts["shapes"])
-            facts.setdefault("audit", param_facts(model, opt, parametrization.name))  # coordcheck.audit (first seed)
+            if "audit" not in facts:  # coordcheck.audit, from the first seed (setdefault would build it every seed)
+                facts["audit"] = param_facts(model, opt, parametrization.name)
             eps = EpsProbe(model, opt) if EPS_TENSOR in tensors else None
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,

@@ -28,7 +28,7 @@ model, the per-job start-up cost, and the time to aggregate + fit + plot + repor
 
 ``--ops`` counts what does not depend on the machine: the aten ops (a ``TorchDispatchMode``) and the
 MiB of freshly allocated tensors in one probed forward and ``end_step`` at step 2 (after two
-updates: ``delta`` on, the function probe in its steady state), for a, b and c.
+updates: ``delta`` on, the function probe in its steady state), for a, b, c and f.
 """
 
 from __future__ import annotations
@@ -186,12 +186,13 @@ class Units:
 
 
 def op_counts(name: str, width: int) -> dict[str, tuple[int, float]]:
-    """Per variant (a, b, c): aten ops and MiB of fresh tensors in the step-2 forward (and ``end_step``)."""
+    """Per variant (a, b, c, f): aten ops and MiB of fresh tensors in the step-2 forward (and ``end_step``)."""
     import mup
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from coordcheck.data import gaussian, tokens
+    from coordcheck.frame import CAUSE_TENSORS
     from coordcheck.models import gpt, mlp
     from coordcheck.parametrization import Mup, build_model
     from coordcheck.probes import Probes
@@ -215,7 +216,7 @@ def op_counts(name: str, width: int) -> dict[str, tuple[int, float]]:
     build, batch = {"gpt": (gpt, tokens()), "mlp": (mlp, gaussian())}[name]
     par = Mup()
     par.prepare(build, 128)
-    kws = {"a": None, "b": {}, "c": {"tensors": ("out",), "stats": ("l1",)}}
+    kws = {"a": None, "b": {}, "c": {"tensors": ("out",), "stats": ("l1",)}, "f": {"tensors": CAUSE_TENSORS}}
     counts = {}
     for v, kw in kws.items():
         model = build_model(build, width, 0, par)
@@ -320,7 +321,7 @@ def main() -> None:
         for name in args.models:
             for width in args.widths:
                 counts = op_counts(name, width)
-                for v, label in (("a", "bare"), ("b", "default_probes"), ("c", "out_l1")):
+                for v, label in (("a", "bare"), ("b", "default_probes"), ("c", "out_l1"), ("f", "causes_probes")):
                     print(f"{name}_w{width}_{v}_{label}_aten_ops: {counts[v][0]}")
                     print(f"{name}_w{width}_{v}_{label}_fresh_mib: {counts[v][1]:.2f}")
         return

@@ -75,3 +75,22 @@ def test_moment_terms_in_a_scratch_buffer_equal_fresh_ones_and_own_their_values(
     scratch.fill_(7.0)  # the next tensor's temporaries
     assert all(t.shape == (1,) for t in terms)
     assert torch.equal(torch.cat(terms), fresh)
+
+
+@pytest.mark.parametrize("which", [MOMENTS, needed_moments(["l1"]), needed_moments(["std", "absmax"])])
+def test_moment_terms_through_a_shaped_scratch_view_are_bit_identical_to_the_flat_path(which):
+    g = torch.Generator().manual_seed(4)
+    for x in (torch.randn(3, 7, 5, generator=g) * 3 + 2, (torch.randn(6, 5, generator=g) - 1).t(),  # not contiguous
+              torch.randn(40, generator=g), torch.full((4, 4), 0.1)):
+        scratch = torch.full((x.numel(),), float("nan"))
+        flat = torch.cat(moment_terms(x, which, scratch))
+        shaped = moment_terms(x, which, scratch, scratch.view(x.shape))
+        assert all(t.shape == (1,) for t in shaped)
+        assert torch.equal(torch.cat(shaped), flat)
+        assert torch.equal(flat, moments(x, which))
+    x = torch.randn(8, 8, generator=g)
+    scratch = torch.empty(64)
+    before = moment_terms(x, which, scratch, scratch.view(8, 8))
+    want = torch.cat(before).clone()
+    x.zero_()  # no term is a view of x
+    assert torch.equal(torch.cat(before), want)

@@ -288,3 +288,41 @@ def test_sequence_first_inputs_are_sampled_in_time():
     counts = {k: rec.moments[i, N] for i, k in enumerate(rec.keys)}
     assert counts[("2", "own")] == sampled_rows(T) * B * 3 and counts[("2", "in")] == sampled_rows(T) * B * 6
     assert counts[("2", "out")] == T * B * 3
+
+
+
+def _own_records(steps: int = 3):
+    torch.manual_seed(0)
+    model, batch = Tiny(), _tiny_batch()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    probes = Probes(model, tensors=ALL)
+    records, ptrs = [], set()
+    for step in range(steps + 1):
+        probes.begin_step(step)
+        loss = F.cross_entropy(model(batch.inputs), batch.targets)
+        records.append(probes.end_step(loss))
+        ptrs |= {buf.data_ptr() for buf in probes._own._delta.values()}
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return probes, records, ptrs
+
+
+def test_the_parameter_change_is_written_into_one_reused_buffer(monkeypatch):
+    probes, records, ptrs = _own_records()
+    own = probes._own
+    assert len(ptrs) == 1  # one buffer (float32, CPU), made once, reused by every module and step
+    largest = max(sum(v.numel() for v in ps.values()) for ps in own._theta0.values())
+    assert next(iter(own._delta.values())).numel() == largest
+    weight, bias = own._delta_views["fc", "weight"], own._delta_views["fc", "bias"]  # side by side, not overlapping
+    assert weight.data_ptr() + weight.numel() * weight.element_size() == bias.data_ptr()
+    probes.remove()
+    assert not own._delta and not own._delta_views
+    # the same numbers as a fresh tensor per parameter and step (the code before the buffer)
+    from coordcheck.own import OwnUpdate
+
+    monkeypatch.setattr(OwnUpdate, "_delta_view", lambda self, name, key, like: torch.empty_like(like))
+    _, fresh, _ = _own_records()
+    assert [r.keys for r in fresh] == [r.keys for r in records]
+    assert all((r.moments == f.moments).all() for r, f in zip(records, fresh))
+    assert any(k[1] == "own" for k in records[-1].keys)

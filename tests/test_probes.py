@@ -528,3 +528,24 @@ def test_delta_of_a_bf16_model_is_taken_in_float32():
     got = _stats(rec, "0", "delta")
     assert got["std"] == pytest.approx(want.std().item(), rel=1e-5)
     assert got["absmax"] == pytest.approx(want.abs().max().item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("make,x,kept", [
+    (_tiny_gpt, torch.randint(0, 256, (2, 8)), False),  # nothing for the function probe: the stack is not kept
+    (lambda: nn.Sequential(FusedAttention(), nn.Linear(16, 4)), torch.randn(2, 5, 16), True),
+])
+def test_the_module_stack_pre_hooks_run_only_while_the_function_probe_does(make, x, kept):
+    model = make()
+    probes = Probes(model)
+    pre = lambda: sum(len(m._forward_pre_hooks) for m in model.modules())  # noqa: E731
+    n = len(list(model.modules()))
+    assert pre() == n  # step 0: the stack is kept for the function probe
+    for step in range(3):
+        probes.begin_step(step)
+        probes.end_step(model(x).float().square().mean())
+    assert pre() == (n if kept else 0)
+    probes.begin_step(0)  # a new step 0 sees the functions again
+    assert pre() == n
+    probes.end_step(model(x).float().square().mean())
+    probes.remove()
+    assert pre() == 0 and sum(len(m._forward_hooks) for m in model.modules()) == 0
