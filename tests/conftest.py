@@ -29,6 +29,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.path.parts[-2:] != ("transfer", "test_known_answers.py"))  # stable: else as is
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one thread for a module's trainings, the thread count restored after: the thread count is part of a
+    run (its last bits), and the known answers were measured at one thread. Use it as
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_close():
     random.seed(0)

@@ -11,7 +11,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from coordcheck.models import gpt, mlp
 from coordcheck.testing import assert_mup
@@ -19,15 +18,9 @@ from coordcheck.testing import known_models as km
 from coordcheck.testing import planted as pl
 from coordcheck.testing.gate import GATE_WIDTHS, failure_message
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (conftest)
+
 HAND = dict(parametrization="none", optimizer=km.make_optimizer, data="gaussian", base_width=64)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def raised(build, **kwargs) -> str:

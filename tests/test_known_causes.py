@@ -29,6 +29,8 @@ from coordcheck.testing import known_models as km
 from coordcheck.testing import planted as pl
 from coordcheck.testing import public_models as pm
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (conftest)
+
 coord_check = functools.partial(_coord_check, tensors=CAUSE_TENSORS)  # the causes need in / own (a setting)
 
 slow = pytest.mark.slow  # the verdict cases train real models
@@ -38,14 +40,6 @@ DATA = tokens(batch_size=4, seq_len=32)
 FAULT_RUN = dict(lr=1e-2, steps=4, seeds=2, data=DATA, progress=False)
 # kinds that name a parameter's (or a class of parameters') setting: what an undecided model must never be told
 KNOB_KINDS = {"init", "lr", "output_multiplier", "readout_lr", "attention_scale", "epsilon", "audit"}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def planted(fault: str, **run):

@@ -16,26 +16,17 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import torch
 
 import coordcheck
 from coordcheck import models
 from coordcheck.testing.public_models import configure_optimizers, gpt_builder
 from coordcheck.transfer.report import build_transfer_report
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # measured at one thread
 
 
 def octaves(lo: int, hi: int) -> list[float]:
     return [2.0 ** k for k in range(lo, hi + 1)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
