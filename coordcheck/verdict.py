@@ -704,10 +704,14 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
                           if len(mine) else f"{walk.findings[cid]}; {len(names)} module(s) violate muP ({listed})")
         elif n_widths < rules.min_widths:
             status, reason = "inconclusive", f"only {n_widths} width(s): at least {rules.min_widths} are needed"
-        elif len(updated) < rules.min_window:
+        elif len(updated) < rules.min_window and unstable_txt:
             status = "inconclusive"
             reason = (f"training unstable at this learning rate — lower it ({unstable_txt}); "
                       f"only {len(updated)} updated step(s) before the first instability")
+        elif len(updated) < rules.min_window:  # stable, but too short to judge updates (steps=1)
+            status = "inconclusive"
+            reason = (f"only {len(updated)} updated step(s): at least {rules.min_window} are needed to judge "
+                      f"updates (report.min_window) — run more steps")
         elif ((judged["status"] == "inconclusive") & judged["tensor"].isin(DECIDING)).any():
             k = judged[(judged["status"] == "inconclusive") & judged["tensor"].isin(DECIDING)]
             status, narrow = "inconclusive", narrow_reason(k)  # every undecided series narrow-width: say so

@@ -287,3 +287,10 @@ def test_an_undecided_series_names_no_knob_it_cannot_show_wrong():
     assert "h1" in v.reason and "shrinks with width" in v.reason and "not decided" in v.reason, v.reason
     assert "learning rate" not in v.reason and "tensors=[out,delta,in,own]" in v.reason, v.reason
     assert undecided["diagnosis"].str.startswith("not decided; if confirmed: ").all()
+
+
+def test_too_few_steps_without_instability_says_so_not_lower_the_learning_rate():
+    v = judge(make_frame(HEALTHY, steps=(0, 1)))  # steps=1: one updated step, a stable loss
+    assert v.status == "inconclusive", v.reason
+    assert "only 1 updated step(s): at least 2 are needed" in v.reason and "run more steps" in v.reason, v.reason
+    assert "unstable" not in v.reason and "()" not in v.reason, v.reason
