@@ -43,7 +43,8 @@ subtraction per own parameter (θ_t - θ_0, steps ≥ 1, written into one buffer
 and a float32 copy of the sampled input; per step, for all modules together (:meth:`OwnUpdate.flush`, called by the
 probes' ``end_step``): the input rms and the moments of every ``in`` and ``own`` — in a fixed number of kernels on a
 GPU, per tensor in the probes' reused scratch buffers on the CPU — joined to the probes' one transfer to the host.
-Memory: one copy of the recorded modules' parameters (θ_0) and one buffer the size of the largest module's. ``experiments/own_update.py --cost`` counts operators and FLOPs.
+Memory: one copy of the recorded modules' parameters (θ_0) and one buffer the size of the largest module's.
+``experiments/own_update.py --cost`` counts operators and FLOPs.
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ class OwnUpdate:
             self._own_rows.append((name, f.numel()))
 
     def _one(self, like: torch.Tensor) -> torch.Tensor:
-        """A 0-d 1.0 like ``like`` (dtype, device), made once: ``torch.where``'s scalar otherwise costs an op per call."""
+        """A 0-d 1.0 like ``like`` (dtype, device), made once: ``torch.where``'s scalar costs an op per call."""
         one = self._ones.get((like.dtype, like.device))
         if one is None:
             one = self._ones[like.dtype, like.device] = torch.ones((), dtype=like.dtype, device=like.device)
