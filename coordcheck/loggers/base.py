@@ -10,6 +10,7 @@ Nothing here imports a tracker library: each tracker imports its own in :meth:`T
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +66,7 @@ class Content:
     failed: bool = False
 
 
-class Tracker:
+class Tracker(ABC):
     """One experiment tracker, one run at a time: :meth:`start`, the ``log_*`` calls, :meth:`finish`.
 
     ``strict``: a failure of this tracker fails the command (exit 1) instead of being a warning; the frames and
@@ -76,23 +77,29 @@ class Tracker:
     def __init__(self, *, strict: bool = False) -> None:
         self.strict = bool(strict)
 
+    @abstractmethod
     def start(self, run: RunInfo) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def log_params(self, params: Mapping[str, str]) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def log_scalars(self, step: int, values: Mapping[str, float]) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def log_text(self, key: str, text: str) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def log_table(self, key: str, table: pd.DataFrame) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def log_image(self, key: str, path: Path) -> None:
-        raise NotImplementedError
+        ...
 
     def finish(self, failed: bool = False) -> None:
         raise NotImplementedError

@@ -41,6 +41,15 @@ class Broken(Tracker):
     def log_scalars(self, step, values):
         raise RuntimeError("disk full\nsecond line")
 
+    def log_text(self, key, text):
+        self.calls.append("text")
+
+    def log_table(self, key, table):
+        self.calls.append("table")
+
+    def log_image(self, key, path):
+        self.calls.append("image")
+
     def finish(self, failed=False):
         self.calls.append(f"finish failed={failed}")
 
