@@ -22,8 +22,9 @@ from tqdm.auto import tqdm
 from coordcheck import data as data_mod
 from coordcheck import models
 from coordcheck.data import Batch, as_batch
+from coordcheck.depth import DEPTH_SCALINGS, Depth, DepthScaling
 from coordcheck.device import check_compile, check_precision, resolve_device
-from coordcheck.errors import CoordCheckError
+from coordcheck.errors import CoordCheckError, check_depth
 from coordcheck.frame import DEFAULT_TENSORS, STATS, concat_frames, digest
 from coordcheck.models import check_width
 from coordcheck.init import resolve_init
@@ -125,8 +126,13 @@ def _default_data(build: Callable, build_kwargs: dict) -> Batch:
 
 def coord_check(
     build: Callable[..., nn.Module],
-    widths: Sequence[int],
+    widths: Sequence[int] | None = None,
     *,
+    width: int | None = None,
+    depths: Sequence[int] | None = None,
+    base_depth: int = 2,
+    depth_scaling: str | DepthScaling = "none",
+    depth_key: str = "auto",
     parametrization: str | Parametrization = "mup",
     optimizer: str | OptimizerFactory = "adam",
     lr: float = 1e-2,
@@ -171,13 +177,33 @@ def coord_check(
     (autocast and a gradient scaler); statistics are reduced in float32 either way. ``compile=True`` is
     refused with the reason (:mod:`coordcheck.device`).
     ``rules``: the verdict's numbers (:class:`coordcheck.verdict.Rules`).
+
+    Depth (:mod:`coordcheck.depth`): ``depths=[2, 4, 8, 16]`` with ``width=128`` sweeps the number of residual blocks
+    at one width (``widths=[...]`` and ``depths=[...]`` together: the grid). The builder gets each depth by
+    ``depth_key`` (``"auto"``: the first of ``depth``, ``n_layer``, ``n_layers``, ``num_layers``, ... that it takes),
+    and ``base_depth`` / ``depth_alpha`` when its signature names them. ``depth_scaling``: ``"none"``,
+    ``"depth_mup"`` (branches x (depth/base_depth)^-1/2), ``"completep"`` (^-1) or a
+    :class:`coordcheck.depth.DepthScaling`; under ``mup``/``sp`` the harness applies its optimizer side (Adam's lr
+    and ε of residual-block parameters).
     """
     device = resolve_device(device)
     precision = check_precision(precision)
     check_compile(compile)
-    if isinstance(widths, (int, str)) or not len(widths):
-        raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r}")
+    if widths is None and width is not None:
+        widths = [width]
+    elif width is not None:
+        raise CoordCheckError("pass widths=[...] or width=..., not both")
+    if widths is None or isinstance(widths, (int, str)) or not len(widths):
+        raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r} (or width=W "
+                              f"with depths=[...])")
     widths = sorted({check_width(w) for w in widths})
+    if depths is not None and (isinstance(depths, (int, str)) or not len(depths)):
+        raise CoordCheckError(f"depths must be a non-empty list of positive integers, got {depths!r}")
+    depth_list = sorted({check_depth(d) for d in depths}) if depths is not None else [None]
+    scaling = DEPTH_SCALINGS.get(depth_scaling) if isinstance(depth_scaling, str) else depth_scaling
+    if not isinstance(scaling, DepthScaling):
+        raise CoordCheckError(f"unknown depth_scaling {depth_scaling!r}: use one of {', '.join(DEPTH_SCALINGS)} or a "
+                              f"coordcheck.depth.DepthScaling")
     seeds = resolve_seeds(seeds)
     builder = functools.partial(build, **build_kwargs) if build_kwargs else build
 
@@ -214,16 +240,19 @@ def coord_check(
     init_fn = resolve_init(init)
     if init_fn is not None:
         key += ["init", init if isinstance(init, str) else qualified_name(init)]
-    identity = RunIdentity(
-        config_id=digest(key), model=model_name,
-        parametrization=parametrization.name, optimizer=opt_name, lr=float(lr), data=batch.name,
-        data_policy=batch.policy,
-    )
-    bar = tqdm(total=len(widths) * len(seeds) * (steps + 1), desc="coord check", disable=not progress)
+    if depths is not None or scaling.active:  # keeps earlier ids unchanged
+        key += ["depth", base_depth, scaling.name, scaling.alpha, depth_key]
+    jobs = [(w, d) for d in depth_list for w in widths]
+    bar = tqdm(total=len(jobs) * len(seeds) * (steps + 1), desc="coord check", disable=not progress)
     frames, facts = [], []
     try:
-        for width in widths:
-            bar.set_postfix(width=width)
+        for width, depth in jobs:
+            bar.set_postfix(width=width) if depth is None else bar.set_postfix(width=width, depth=depth)
+            identity = RunIdentity(
+                config_id=digest(key if depth is None else [*key, depth]), family_id=digest(key), model=model_name,
+                parametrization=parametrization.name, optimizer=opt_name, lr=float(lr), data=batch.name,
+                data_policy=batch.policy, depth=depth or 0,
+            )
             frame, fact = run_width(
                 builder, width, seeds=seeds, parametrization=parametrization, optimizer=factory, lr=lr,
                 batch=batch, steps=steps, identity=identity,
@@ -231,6 +260,7 @@ def coord_check(
                 loss_fn=loss or cross_entropy, tensors=tensors, stats=stats, progress=bar,
                 output=output, forward_targets=forward_targets, grad_clip=grad_clip, device=device,
                 precision=precision, init=init_fn,
+                depth=Depth(depth=depth, base_depth=base_depth, scaling=scaling, key=depth_key),
             )
             frames.append(frame)
             facts.append(fact)

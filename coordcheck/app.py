@@ -46,7 +46,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck.config import (  # noqa: F401  (CONF_DIR ... Layout: re-exported, users' scripts import them)
-    CONF_DIR, GROUPS, KNOBS, LAYOUTS, NOT_IN_ID, NOT_IN_JOB, REPO_CONF, REPORT, RUN_DEFAULTS, SIZES, Knobs, Layout,
+    CONF_DIR, GROUPS, KNOBS, LAYOUTS, NOT_IN_FAMILY, NOT_IN_ID, NOT_IN_JOB, REPO_CONF, REPORT, RUN_DEFAULTS, SIZES, Knobs, Layout,
     ReportOptions, Size, Stat, check_choices, check_command_line, check_jobs, check_run, compose_config,
     instantiate_node, knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
 )
@@ -56,15 +56,34 @@ from coordcheck.report import ERROR_NAME, REPORT_DIR
 from coordcheck.sweep import JOB_NAME
 from coordcheck.text import write_json
 
-__all__ = ["run_job", "config_id", "job_hash", "SweepCallback", "JOB_NAME", "CONF_DIR", "safe_dirname", "ReportOptions",
+__all__ = ["run_job", "config_id", "family_id", "job_depth", "job_hash", "SweepCallback", "JOB_NAME", "CONF_DIR",
+           "safe_dirname", "ReportOptions",
            "report_options", "rules_of", "check_command_line", "compose_config", "Outcome", "OUTCOME", "ERROR_NAME"]
 
 log = logging.getLogger("coordcheck")
 
 
 def config_id(cfg: DictConfig) -> str:
-    """Short hash of the resolved config without width: the same for every job of a sweep."""
+    """Short hash of the resolved config without width: the same for every job of a width sweep."""
     return digest(resolved_config(cfg, NOT_IN_ID))
+
+
+def family_id(cfg: DictConfig) -> str:
+    """Short hash of the resolved config without width and depth: the same for every job of a depth sweep (the
+    configurations that differ only in depth); ``config_id`` when no depth is set."""
+    if cfg.get("depth") is None:
+        return config_id(cfg)
+    return digest(resolved_config(cfg, NOT_IN_FAMILY))
+
+
+def job_depth(cfg: DictConfig):
+    """The job's :class:`coordcheck.depth.Depth` from ``depth``, ``base_depth``, ``depth_key`` and ``depth_scaling``."""
+    from coordcheck.depth import Depth, NO_DEPTH_SCALING
+
+    node = cfg.get("depth_scaling")
+    scaling = instantiate_node(node, "depth_scaling") if node is not None else NO_DEPTH_SCALING
+    return Depth(depth=cfg.get("depth"), base_depth=cfg.get("base_depth", 2), scaling=scaling,
+                 key=str(cfg.get("depth_key", "auto")))
 
 
 
@@ -90,8 +109,9 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
     batch = as_batch(instantiate_node(cfg.data, "data"),
                      name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.data"))
+    depth = job_depth(cfg)
     identity = RunIdentity(
-        config_id=config_id(cfg),
+        config_id=config_id(cfg), family_id=family_id(cfg), depth=depth.depth or 0,
         model=short_name(cfg.model._target_, "coordcheck.models"),
         parametrization=parametrization.name,
         optimizer=short_name(cfg.optimizer._target_, "coordcheck.optim"),
@@ -100,8 +120,8 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
         data_policy=batch.policy,
     )
     log.info(
-        "width=%d model=%s parametrization=%s optimizer=%s lr=%g steps=%s seeds=%s base_width=%s device=%s %s",
-        width, identity.model, identity.parametrization, identity.optimizer, identity.lr, cfg.steps, seeds,
+        "width=%d%s model=%s parametrization=%s optimizer=%s lr=%g steps=%s seeds=%s base_width=%s device=%s %s",
+        width, f" depth={depth.depth} ({depth.scaling.name})" if depth.depth else "", identity.model, identity.parametrization, identity.optimizer, identity.lr, cfg.steps, seeds,
         cfg.base_width, device, precision,
     )
     loss = check_loss(cfg.get("loss"))
@@ -110,7 +130,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
         batch=batch, steps=cfg.steps, identity=identity, base_width=cfg.base_width,
         tensors=tuple(cfg.tensors), stats=tuple(cfg.stats), progress=bool(cfg.progress),
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
-        grad_clip=cfg.get("grad_clip"), device=device, precision=precision, init=init,
+        grad_clip=cfg.get("grad_clip"), device=device, precision=precision, init=init, depth=depth,
     )
     write_frame(frame, output_dir / FRAME_NAME)
     log.info(

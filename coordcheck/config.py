@@ -34,8 +34,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from coordcheck.errors import (
-    CoordCheckError, check_count, check_loss, check_threads, check_width, expected, in_range, positive_number,
-    resolve_seeds,
+    CoordCheckError, check_count, check_depth, check_loss, check_threads, check_width, expected, in_range,
+    positive_number, resolve_seeds,
 )
 from coordcheck.frame import digest
 from coordcheck.overrides import check_groups, check_keys, did_you_mean, hydra_flag, is_group, unknown_option
@@ -43,7 +43,7 @@ from coordcheck.transfer.fit import TransferRules
 from coordcheck.verdict import Rules
 
 __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config", "instantiate_node", "check_run",
-           "positive_number", "safe_dirname", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
+           "positive_number", "safe_dirname", "NOT_IN_FAMILY", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
            "TransferOptions", "report_options", "transfer_options", "rules_of", "knob_error", "options",
            "check_choices", "compose_config", "check_command_line", "check_values", "check_targets", "locate",
            "JOB_CHECKS", "one_value", "check_jobs", "is_remote", "check_typos", "hydra_context"]
@@ -52,11 +52,15 @@ REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
 NOT_IN_JOB = ("progress", "report", "threads", "logger")  # keys that do not change a job's frame
 NOT_IN_ID = ("width", "device", *NOT_IN_JOB)  # ... nor what a configuration is (a width on another device is
-# the same configuration; its precision is not)
+# the same configuration; its precision is not). A depth is part of a configuration: each depth of a depth sweep is one
+# configuration of the width verdict, and the depths of one configuration share its family_id (NOT_IN_FAMILY).
+NOT_IN_FAMILY = ("depth", *NOT_IN_ID)
 
 
 RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False,
-                "init": {"_target_": "coordcheck.init.as_built", "_partial_": True}}  # at these values a key is left
+                "init": {"_target_": "coordcheck.init.as_built", "_partial_": True},
+                "depth": None, "base_depth": 2, "depth_key": "auto",
+                "depth_scaling": {"_target_": "coordcheck.depth.DepthScaling", "name": "none", "alpha": 0.0}}  # at these values a key is left
 # out of the hashes, so that sweeps made before the keys existed keep their config_id and resume (init: conf/init/none)
 
 
@@ -338,7 +342,7 @@ for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_
 
 # -- the command line: checked once before Hydra runs anything -------------------------------------------------------
 
-GROUPS = ("model", "data", "parametrization", "optimizer", "init", "logger")
+GROUPS = ("model", "data", "parametrization", "optimizer", "init", "depth_scaling", "logger")
 
 
 def options(group: str) -> list[str]:
@@ -458,6 +462,8 @@ def one_value(check: Callable[[Any], Any], key: str) -> Callable[[Any], Any]:
 JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job reads, checked as its job checks them
     "width": one_value(check_width, "width"),
     "base_width": one_value(lambda v: check_width(v, key="base_width"), "base_width"),
+    "depth": one_value(lambda v: check_depth(v, optional=True), "depth"),
+    "base_depth": one_value(lambda v: check_depth(v, "base_depth", optional=True), "base_depth"),
     "lr": one_value(lambda v: positive_number(v, "lr"), "lr"),
     "steps": one_value(lambda v: check_count(v, "steps"), "steps"),
     "seeds": lambda v: resolve_seeds(OmegaConf.to_object(v) if OmegaConf.is_config(v) else v),

@@ -76,6 +76,18 @@ def check_width(width: object, *, divisor: int = 1, divisor_name: str = "", key:
     return width
 
 
+def check_depth(depth: object, key: str = "depth", *, optional: bool = False) -> int | None:
+    """A depth (number of residual blocks) as an int >= 1, else one line; ``optional``: None too (the model's own)."""
+    if depth is None and optional:
+        return None
+    if isinstance(depth, float) and depth.is_integer():
+        depth = int(depth)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        what = "a positive integer (the number of residual blocks)" + (" or null (the model's own)" if optional else "")
+        raise CoordCheckError(f"{key} must be {what}, got {depth!r}")
+    return depth
+
+
 def resolve_seeds(seeds: int | Sequence[int]) -> list[int]:
     """``3`` -> [0, 1, 2]; a list is used as given."""
     if isinstance(seeds, bool):

@@ -17,7 +17,12 @@ column              dtype    meaning
 ``lr``              float64  base learning rate
 ``data``            str      data name (``tokens``, ``gaussian``, ``text``, ...)
 ``data_policy``     str      ``fixed`` (the same batch at every step)
+``family_id``       str      hash of the resolved configuration minus width, seed
+                             and depth: the depths of a depth sweep share it
+                             (= ``config_id`` when no depth is set)
 ``width``           int64    model width
+``depth``           int64    residual blocks, as set by ``depth`` (0: not set,
+                             the model's own)
 ``seed``            int64    ``torch.manual_seed`` value used before building
 ``step``            int64    0 = forward at initialisation; t = after t updates
 ``module``          str      dotted module name (``(root)`` for the root module,
@@ -146,7 +151,9 @@ COLUMNS: dict[str, str] = {
     "lr": "float64",
     "data": "str",
     "data_policy": "str",
+    "family_id": "str",
     "width": "int64",
+    "depth": "int64",
     "seed": "int64",
     "step": "int64",
     "module": "str",
@@ -159,7 +166,8 @@ COLUMNS: dict[str, str] = {
     "value": "float64",
 }
 # Columns added after the first release -> the value that fills them in a frame without them (0: not recorded).
-FILLED: dict[str, object] = {"head_dim": 0}
+FILLED: dict[str, object] = {"head_dim": 0, "depth": 0}
+FROM_CONFIG_ID = ("family_id",)  # added later too, filled from config_id (a frame without depth: one family a config)
 
 
 class FrameError(ValueError):
@@ -181,6 +189,8 @@ def conform(df: pd.DataFrame, source: str = "frame", columns: dict[str, str] = C
     Extra columns follow the schema's. ``columns`` and ``what``: another frame's schema (the loss frame).
     A column of ``FILLED`` that the schema has is filled with its default where missing or NaN."""
     fill = {c: v for c, v in FILLED.items() if c in columns and (c not in df.columns or df[c].isna().any())}
+    fill.update({c: df["config_id"] for c in FROM_CONFIG_ID if c in columns and "config_id" in df.columns
+                 and (c not in df.columns or df[c].isna().any())})
     if fill:
         df = df.assign(**{c: df[c].fillna(v) if c in df.columns else v for c, v in fill.items()})
     missing = [c for c in columns if c not in df.columns]

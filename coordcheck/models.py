@@ -73,22 +73,32 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+    """Pre-LN transformer block: x + m * attn(ln(x)), then x + m * mlp(ln(x)); m = the branch multiplier
+    (depth / base_depth)^-alpha under depth scaling (coordcheck.depth), else 1."""
 
-    def __init__(self, width: int, n_head: int, context: int, attn_mult: float, mlp_ratio: int):
+    def __init__(self, width: int, n_head: int, context: int, attn_mult: float, mlp_ratio: int,
+                 branch_mult: float = 1.0):
         super().__init__()
+        self.branch_mult = branch_mult
         self.ln_1 = nn.LayerNorm(width)
         self.attn = CausalSelfAttention(width, n_head, context, attn_mult)
         self.ln_2 = nn.LayerNorm(width)
         self.mlp = FeedForward(width, mlp_ratio)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.branch_mult * self.attn(self.ln_1(x))
+        return x + self.branch_mult * self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):
-    """Decoder-only transformer in muP: tokens (B, T) -> logits (B, T, vocab_size)."""
+    """Decoder-only transformer in muP: tokens (B, T) -> logits (B, T, vocab_size).
+
+    Depth: ``n_layer`` blocks. With ``depth_alpha`` > 0 (``depth_scaling=depth_mup`` 0.5, ``completep`` 1) each
+    residual branch is multiplied by (n_layer / base_depth)^-depth_alpha, and the output projections' init keeps
+    GPT-2's factor at ``base_depth`` (so the model at ``base_depth`` is the unscaled one), not at ``n_layer``: the
+    multiplier replaces it. ``residual_init``: ``gpt2`` (std (fan_in * 2 * L)^-1/2 on the output projections, GPT-2's
+    depth scaling by init) or ``fan_in`` (std fan_in^-1/2, no depth factor).
+    """
 
     def __init__(
         self,
@@ -101,16 +111,25 @@ class GPT(nn.Module):
         attn_mult: float = 1.0,
         output_mult: float = 1.0,
         emb_std: float = 1.0,
+        depth_alpha: float = 0.0,
+        base_depth: int | None = None,
+        residual_init: Literal["gpt2", "fan_in"] = "gpt2",
     ):
         super().__init__()
         width = check_width(width, divisor=n_head, divisor_name="n_head")
+        if residual_init not in ("gpt2", "fan_in"):
+            raise CoordCheckError(f"model.residual_init must be gpt2 or fan_in, got {residual_init!r}")
         self.n_layer = n_layer
+        base_depth = n_layer if base_depth is None else base_depth
+        self.branch_mult = (n_layer / base_depth) ** -depth_alpha if depth_alpha else 1.0
+        # GPT-2's 1/sqrt(2L) on the output projections, at the depth whose model is the unscaled one
+        self.init_depth = {"gpt2": base_depth if depth_alpha else n_layer, "fan_in": None}[residual_init]
         self.emb_std = emb_std
         self.context = context
         self.wte = nn.Embedding(vocab_size, width)
         self.wpe = nn.Embedding(context, width)
         self.blocks = nn.ModuleList(
-            Block(width, n_head, context, attn_mult, mlp_ratio) for _ in range(n_layer)
+            Block(width, n_head, context, attn_mult, mlp_ratio, self.branch_mult) for _ in range(n_layer)
         )
         self.ln_f = nn.LayerNorm(width)
         self.lm_head = MuReadout(width, vocab_size, bias=False, readout_zero_init=True, output_mult=output_mult)
@@ -124,7 +143,8 @@ class GPT(nn.Module):
             for lin in (block.attn.c_k, block.attn.c_v, block.mlp.c_fc):
                 nn.init.normal_(lin.weight, std=lin.in_features**-0.5)  # hidden: var 1/fan_in
             for lin in (block.attn.c_proj, block.mlp.c_proj):  # residual branches
-                nn.init.normal_(lin.weight, std=(lin.in_features * 2 * self.n_layer) ** -0.5)
+                depth_factor = 2 * self.init_depth if self.init_depth else 1
+                nn.init.normal_(lin.weight, std=(lin.in_features * depth_factor) ** -0.5)
             nn.init.zeros_(block.attn.c_q.weight)  # zero query: uniform attention at init
             block.ln_1.reset_parameters()
             block.ln_2.reset_parameters()
@@ -142,9 +162,10 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def gpt(width: int, **kwargs) -> GPT:
-    """Build the built-in muP GPT at ``width`` (d_model); see :class:`GPT` for kwargs."""
-    return GPT(width, **kwargs)
+def gpt(width: int, n_layer: int = 2, depth_alpha: float = 0.0, base_depth: int | None = None, **kwargs) -> GPT:
+    """Build the built-in muP GPT at ``width`` (d_model) with ``n_layer`` blocks; see :class:`GPT` for kwargs
+    (the depth keywords are named here so that the harness hands them over: ``coordcheck.depth``)."""
+    return GPT(width, n_layer=n_layer, depth_alpha=depth_alpha, base_depth=base_depth, **kwargs)
 
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
@@ -200,6 +221,6 @@ class MLP(nn.Module):
         return self.readout(x)
 
 
-def mlp(width: int, **kwargs) -> MLP:
-    """Build the built-in muP MLP at ``width``; see :class:`MLP` for kwargs."""
-    return MLP(width, **kwargs)
+def mlp(width: int, depth: int = 3, **kwargs) -> MLP:
+    """Build the built-in muP MLP at ``width`` with ``depth`` hidden layers; see :class:`MLP` for kwargs."""
+    return MLP(width, depth=depth, **kwargs)

@@ -28,6 +28,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from coordcheck.data import Batch
+from coordcheck.depth import Depth
 from coordcheck.device import autocast, environment, grad_scaler
 from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.frame import COLUMNS, DEFAULT_TENSORS, LOSS_MODULE, ROOT_MODULE, STATS, conform
@@ -52,7 +53,8 @@ Init = Callable[..., None]  # init(model, **the context its signature names): co
 
 @dataclass(frozen=True)
 class RunIdentity:
-    """The identity columns of a frame: what was run, apart from width and seed."""
+    """The identity columns of a frame: what was run, apart from width and seed. ``depth``: the depth the job set
+    (0: the model's own); ``family_id``: the configuration minus its depth (empty: ``config_id``)."""
 
     config_id: str
     model: str
@@ -61,6 +63,12 @@ class RunIdentity:
     lr: float
     data: str
     data_policy: str = "fixed"
+    depth: int = 0
+    family_id: str = ""
+
+    def columns(self, **more: object) -> dict[str, object]:
+        """The frame's constant columns of this identity, with ``more`` (``width``, ``seed``)."""
+        return {**self.__dict__, "family_id": self.family_id or self.config_id, **more}
 
 
 def cross_entropy(output: object, targets: torch.Tensor) -> torch.Tensor:
@@ -183,19 +191,25 @@ def update(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tenso
 
 def build_on(device: torch.device | str, build: Builder, width: int, seed: int, parametrization: Parametrization,
              base_width: int, optimizer: OptimizerFactory, lr: float,
-             init: Init | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
+             init: Init | None = None, depth: Depth | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The seeded, parametrized model built directly on ``device``, re-initialised by ``init``
     (:mod:`coordcheck.init`), and its optimizer (checked). ``init`` and the optimizer factory also get those of
-    ``build``, ``width``, ``base_width`` (and, for ``init``, ``seed``, ``parametrization``) that their signatures
-    name (``coordcheck.optim.mup_groups``, ``coordcheck.init.mup_init``)."""
+    ``build``, ``width``, ``base_width`` (and, for ``init``, ``seed``, ``parametrization``; for the factory
+    ``depth``, ``base_depth``, ``depth_alpha``) that their signatures name (``coordcheck.optim.mup_groups``,
+    ``coordcheck.init.mup_init``). ``depth``: the job's depth and its scaling (:mod:`coordcheck.depth`): the
+    builder gets its depth keywords, and under ``mup``/``sp`` the optimizer's depth factors are applied."""
+    depth = depth or Depth()
+    build = depth.builder(build)  # the builder with the job's depth keywords bound (the base shapes' too)
     context = dict(build=build, width=width, base_width=base_width)
     with torch.device(device):
         model = build_model(build, width, seed, parametrization, base_width)
         if init is not None:
             init(model, **named_keywords(init, **context, seed=seed, parametrization=parametrization))
-    opt = optimizer(model, lr, **named_keywords(optimizer, **context))
+    opt = optimizer(model, lr, **named_keywords(optimizer, **context, **depth.factory_keywords(model)))
     if not isinstance(opt, torch.optim.Optimizer):
         raise CoordCheckError(f"the optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
+    if parametrization.name != "none":  # muP by hand: the factory applies its own depth factors
+        depth.scale(opt, model)
     return model, opt
 
 
@@ -285,7 +299,7 @@ def to_frame(
         for col, loss_value in (("module", LOSS_MODULE), ("layer_index", -1), ("role", "loss"), ("call_order", -1),
                                 ("head_dim", 0), ("tensor", "loss"), ("stat", "value"), ("value", rec.loss)):
             cols[col].append(loss_value)
-    constant = {**identity.__dict__, "width": width, "seed": seed}
+    constant = identity.columns(width=width, seed=seed)
     return conform(pd.DataFrame({c: cols[c] if c in cols else constant[c] for c in COLUMNS}))
 
 
@@ -311,26 +325,29 @@ def run_width(
     device: torch.device | str = "cpu",
     precision: str = "fp32",
     init: Init | None = None,
+    depth: Depth | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """Train every seed at one width; return the job's tidy frame and facts about the run.
 
     ``device``: where the model is built (directly, under a ``torch.device`` context) and trained;
     ``precision``: ``fp32`` / ``bf16`` / ``fp16`` (see :mod:`coordcheck.device`); ``init``: re-initialises the
-    built model (:mod:`coordcheck.init`; None: as built)."""
+    built model (:mod:`coordcheck.init`; None: as built); ``depth``: the job's depth, ``base_depth`` and depth
+    scaling (:class:`coordcheck.depth.Depth`; None: the model's own, unscaled)."""
     if grad_clip is not None and (isinstance(grad_clip, bool) or not grad_clip > 0):
         raise CoordCheckError(
             f"grad_clip must be a positive number (a global gradient norm) or null, got {grad_clip!r}")
     t0 = time.perf_counter()
-    parametrization.prepare(build, base_width)
+    depth = depth or Depth()
+    parametrization.prepare(depth.builder(build), base_width)
     bar = progress if isinstance(progress, tqdm) else tqdm(
         total=len(seeds) * (steps + 1), desc=f"width {width}", disable=not progress, leave=False
     )
     device = torch.device(device)
     frames, facts = [], {"config_id": identity.config_id, "width": width, "seeds": list(seeds), "diverged": [],
-                         **environment(device, precision)}
+                         **depth.facts(), **environment(device, precision)}
     try:
         for seed in seeds:
-            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init)
+            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init, depth)
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.shapes)
             facts["n_params"] = n_params(facts["shapes"])
             if "audit" not in facts:  # coordcheck.audit, from the first seed (setdefault would build it every seed)
@@ -349,7 +366,7 @@ def run_width(
                 log.warning("width %d seed %d diverged at step %d (loss %s)", width, seed, last.step, last.loss)
             frames.append(to_frame(records, layout, identity, width=width, seed=seed, stats=stats))
             if eps:
-                frames.append(eps_frame(eps, layout, {**identity.__dict__, "width": width, "seed": seed}))
+                frames.append(eps_frame(eps, layout, identity.columns(width=width, seed=seed)))
     finally:
         if bar is not progress:
             bar.close()
