@@ -39,32 +39,35 @@ def t_quantile(df: np.ndarray) -> np.ndarray:
     return out
 
 
-def fit_slopes(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per-series slopes of log2|value| vs log2(width); loss rows are left out.
+def fit_slopes(frame: pd.DataFrame, axis: str = "width", keys: list[str] | None = None) -> pd.DataFrame:
+    """Per-series slopes of log2|value| vs log2(``axis``); loss rows are left out.
 
     Columns: the configuration columns, ``module, layer_index, role, tensor, stat, step``,
     then ``slope, stderr, ci_low, ci_high`` (NaN where undefined), ``n_widths``,
     ``n_points``, ``all_zero`` (exactly 0 at every point), ``any_zero`` (0 at some point,
     e.g. only at some widths), ``nonfinite`` (a NaN/inf value) and ``min_width``/``max_width``.
+
+    ``axis="depth"`` with ``keys`` (the series' columns: a depth sweep's places, ``coordcheck.places``) fits
+    against depth instead; the counts are then ``n_depths``, ``min_depth``, ``max_depth``.
     """
     df = frame[frame["tensor"] != "loss"]
-    keys = CONFIG_COLUMNS + SERIES_COLUMNS
+    keys = CONFIG_COLUMNS + SERIES_COLUMNS if keys is None else list(keys)
     v = df["value"].to_numpy(dtype=float)
     finite = np.isfinite(v)
     a = np.abs(v)
     good = finite & (a > 0)
-    x = np.log2(df["width"].to_numpy(dtype=float))
+    x = np.log2(df[axis].to_numpy(dtype=float))
     y = np.where(good, np.log2(np.where(good, a, 1.0)), 0.0)
     w = good.astype(float)  # points that enter the fit
     work = pd.DataFrame({
         "n": w, "sx": w * x, "sy": w * y, "sxx": w * x * x, "sxy": w * x * y, "syy": w * y * y,
-        "zero": (a == 0) & finite, "bad": ~finite, "width": df["width"].to_numpy(), "points": 1,
+        "zero": (a == 0) & finite, "bad": ~finite, "_axis": df[axis].to_numpy(), "points": 1,
     })
     work[keys] = df[keys].to_numpy()
     g = work.groupby(keys, sort=False, observed=True, dropna=False)
     s = g[["n", "sx", "sy", "sxx", "sxy", "syy", "points"]].sum()
     flags = g.agg(all_zero=("zero", "all"), any_zero=("zero", "any"), nonfinite=("bad", "any"),
-                  n_widths=("width", "nunique"), min_width=("width", "min"), max_width=("width", "max"))
+                  n_widths=("_axis", "nunique"), min_width=("_axis", "min"), max_width=("_axis", "max"))
     n = s["n"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
         sxx = s["sxx"] - s["sx"] ** 2 / n
@@ -87,4 +90,7 @@ def fit_slopes(frame: pd.DataFrame) -> pd.DataFrame:
         "nonfinite": flags["nonfinite"].to_numpy(),
         "min_width": flags["min_width"].to_numpy(), "max_width": flags["max_width"].to_numpy(),
     }, index=s.index).reset_index()
-    return out.astype({"layer_index": "int64", "call_order": "int64", "step": "int64", "lr": "float64"})
+    if axis != "width":
+        out = out.rename(columns={"n_widths": f"n_{axis}s", "min_width": f"min_{axis}", "max_width": f"max_{axis}"})
+    types = {"layer_index": "int64", "call_order": "int64", "step": "int64", "lr": "float64"}
+    return out.astype({c: t for c, t in types.items() if c in out.columns})
