@@ -25,6 +25,9 @@ model, the per-job start-up cost, and the time to aggregate + fit + plot + repor
     python experiments/bench_probes.py                 # everything
     python experiments/bench_probes.py --quick         # 2 repeats, widths 256 1024
     python experiments/bench_probes.py --ops           # no timing: aten ops and fresh MiB per forward (seconds)
+    python experiments/bench_probes.py --models gpt --widths 256 --depths 2 16 --ratios-only
+                                                       # the GPT at 2 and 16 blocks (model names gpt_L2, gpt_L16):
+                                                       # the probes' cost ratio must not grow with depth
 
 ``--ops`` counts what does not depend on the machine: the aten ops (a ``TorchDispatchMode``) and the
 MiB of freshly allocated tensors in one probed forward and ``end_step`` at step 2 (after two
@@ -115,7 +118,9 @@ def memory_child(variant: str, width: int, steps: int) -> dict[str, float]:
 class Units:
     """The four variants of one unit of work (one model, one width, every seed)."""
 
-    def __init__(self, steps: int, seeds: int):
+    def __init__(self, steps: int, seeds: int, depths: list[int] | None = None):
+        import functools
+
         import torch
 
         from coordcheck.data import gaussian, tokens
@@ -125,6 +130,9 @@ class Units:
         self.steps, self.seeds = steps, list(range(seeds))
         self.builders = {"gpt": gpt, "mlp": mlp}
         self.batches = {"gpt": tokens(), "mlp": gaussian()}
+        for depth in depths or []:  # the GPT at other depths: gpt_L<depth>
+            self.builders[f"gpt_L{depth}"] = functools.partial(gpt, n_layer=depth)
+            self.batches[f"gpt_L{depth}"] = self.batches["gpt"]
         self.frames = {}
 
     def _model(self, name: str, width: int, seed: int, par):
@@ -171,7 +179,7 @@ class Units:
                 self.frames[(name, width)] = frame
         else:  # the mup package's own coord check on the same models and batch
             par.prepare(self.builders[name], 128)
-            flat = name == "gpt"
+            flat = name.startswith("gpt")
             targets = batch.targets.reshape(-1) if flat else batch.targets
 
             def lazy():
@@ -299,6 +307,11 @@ def main() -> None:
     p.add_argument("--widths", type=int, nargs="+", default=[256, 512, 1024])
     p.add_argument("--models", nargs="+", default=["gpt", "mlp"])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--depths", type=int, nargs="+", default=None,
+                   help="also time the GPT at these numbers of blocks (models gpt_L<depth>; --models gpt alone then "
+                        "means just those)")
+    p.add_argument("--ratios-only", action="store_true",
+                   help="only the variants' times and ratios (no step, memory, start-up or report figures)")
     p.add_argument("--ops", action="store_true", help="count aten ops and fresh MiB per probed forward; no timing")
     p.add_argument("--_startup", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--_memory", default=None, help=argparse.SUPPRESS)
@@ -325,7 +338,9 @@ def main() -> None:
                     print(f"{name}_w{width}_{v}_{label}_aten_ops: {counts[v][0]}")
                     print(f"{name}_w{width}_{v}_{label}_fresh_mib: {counts[v][1]:.2f}")
         return
-    units = Units(args.steps, args.seeds)
+    units = Units(args.steps, args.seeds, args.depths)
+    if args.depths:
+        args.models = [m for m in args.models if m != "gpt"] + [f"gpt_L{d}" for d in args.depths]
     for name in args.models:  # warm-up: imports, allocator, first optimizer (torch._dynamo)
         for v in VARIANTS:
             units.run(name, min(args.widths), v, warm=True)
@@ -351,6 +366,9 @@ def main() -> None:
             print(f"{name}_w{width}_ratio_e_over_d_same_record: {e / d:.3f}")
             print(f"{name}_w{width}_f_causes_probes_s: {f:.3f}")
             print(f"{name}_w{width}_ratio_f_over_a: {f / a:.3f}")
+    if args.ratios_only:
+        print(f"bench_wall_s: {time.perf_counter() - T0:.0f}")
+        return
 
     st = step_time(1024, args.repeats * 2)
     print(f"gpt_w1024_step_mup_s: {st['mup']:.4f}")
