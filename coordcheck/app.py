@@ -46,7 +46,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck.config import (  # noqa: F401  (CONF_DIR ... Layout: re-exported, users' scripts import them)
-    CONF_DIR, GROUPS, KNOBS, LAYOUTS, NOT_IN_FAMILY, NOT_IN_ID, NOT_IN_JOB, REPO_CONF, REPORT, RUN_DEFAULTS, SIZES, Knobs, Layout,
+    CONF_DIR, GROUPS, KNOBS, LAYOUTS, NOT_IN_FAMILY, NOT_IN_ID, NOT_IN_JOB, job_depth, REPO_CONF, REPORT, RUN_DEFAULTS, SIZES, Knobs, Layout,
     ReportOptions, Size, Stat, check_choices, check_command_line, check_jobs, check_run, compose_config,
     instantiate_node, knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
 )
@@ -74,17 +74,6 @@ def family_id(cfg: DictConfig) -> str:
     if cfg.get("depth") is None:
         return config_id(cfg)
     return digest(resolved_config(cfg, NOT_IN_FAMILY))
-
-
-def job_depth(cfg: DictConfig):
-    """The job's :class:`coordcheck.depth.Depth` from ``depth``, ``base_depth``, ``depth_key`` and ``depth_scaling``."""
-    from coordcheck.depth import Depth, NO_DEPTH_SCALING
-
-    node = cfg.get("depth_scaling")
-    scaling = instantiate_node(node, "depth_scaling") if node is not None else NO_DEPTH_SCALING
-    return Depth(depth=cfg.get("depth"), base_depth=cfg.get("base_depth", 2), scaling=scaling,
-                 key=str(cfg.get("depth_key", "auto")))
-
 
 
 def run_job(cfg: DictConfig, output_dir: Path) -> dict:

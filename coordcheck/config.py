@@ -43,7 +43,7 @@ from coordcheck.transfer.fit import TransferRules
 from coordcheck.verdict import Rules
 
 __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config", "instantiate_node", "check_run",
-           "positive_number", "safe_dirname", "NOT_IN_FAMILY", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
+           "positive_number", "safe_dirname", "NOT_IN_FAMILY", "job_depth", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
            "TransferOptions", "report_options", "transfer_options", "rules_of", "knob_error", "options",
            "check_choices", "compose_config", "check_command_line", "check_values", "check_targets", "locate",
            "JOB_CHECKS", "one_value", "check_jobs", "is_remote", "check_typos", "hydra_context"]
@@ -131,6 +131,17 @@ def safe_dirname(name: str) -> str:
     if len(cleaned) > 200:
         cleaned = f"{cleaned[:183]}-{digest(str(name), length=16)}"
     return cleaned or "job"
+
+
+def job_depth(cfg: DictConfig) -> Any:
+    """The job's :class:`coordcheck.depth.Depth` from ``depth``, ``base_depth``, ``depth_key`` and ``depth_scaling``
+    (every experiment's job builds its model through it; torch is imported here, not with this module)."""
+    from coordcheck.depth import Depth, NO_DEPTH_SCALING
+
+    node = cfg.get("depth_scaling")
+    scaling = instantiate_node(node, "depth_scaling") if node is not None else NO_DEPTH_SCALING
+    return Depth(depth=cfg.get("depth"), base_depth=cfg.get("base_depth", 2), scaling=scaling,
+                 key=str(cfg.get("depth_key", "auto")))
 
 
 # -- the report knobs ------------------------------------------------------------------------------------------------

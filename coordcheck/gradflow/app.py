@@ -17,7 +17,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from coordcheck.config import (
-    CONF_DIR, JOB_CHECKS, check_choices, check_command_line, check_values, instantiate_node, one_value,
+    CONF_DIR, JOB_CHECKS, check_choices, check_command_line, check_values, instantiate_node, job_depth, one_value,
     positive_number,
 )
 from coordcheck.data import as_batch
@@ -50,11 +50,12 @@ def run(cfg: DictConfig, output_dir: Path) -> tuple[pd.DataFrame, list[Diagnosis
     data_name = short_name(cfg.data.get("_target_", "custom"), "coordcheck.data")
     batch = as_batch(instantiate_node(cfg.data, "data"), name=data_name)
     init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
-    parametrization.prepare(build, cfg.base_width)
+    depth = job_depth(cfg)
+    parametrization.prepare(depth.builder(build), cfg.base_width)
     model, optimizer = build_on(device, build, width, int(cfg.seed), parametrization, cfg.base_width, factory, lr,
-                                init)  # built where it is probed (the batch follows the model), as the sweep builds it
+                                init, depth)  # built where it is probed (the batch follows the model), as the sweep
     labels = {"model": short_name(cfg.model._target_, "coordcheck.models"), "parametrization": parametrization.name,
-              "width": width, "optimizer": short_name(cfg.optimizer._target_, "coordcheck.optim"),
+              "width": width, **({"depth": depth.depth} if depth.depth else {}), "optimizer": short_name(cfg.optimizer._target_, "coordcheck.optim"),
               "lr": lr, "seed": int(cfg.seed), "device": str(device)}
     frame = probe_training(model, batch, optimizer=optimizer, steps=cfg.steps, labels=labels)
     diagnoses = diagnose(frame, learning=bool(cfg.learning))
@@ -83,7 +84,8 @@ def main(cfg: DictConfig) -> None:
 def check_overrides(cfg: DictConfig, overrides: list) -> None:
     """The keys of ``conf/gradflow.yaml`` that can be checked before anything runs, every swept value included
     (the run keys and the targets are checked by ``config.check_command_line``)."""
-    check_values(cfg, overrides, {**{k: JOB_CHECKS[k] for k in ("width", "base_width", "lr", "steps")},
+    check_values(cfg, overrides, {**{k: JOB_CHECKS[k] for k in ("width", "base_width", "depth", "base_depth", "lr",
+                                                                 "steps")},
                                   "seed": one_value(lambda v: check_count(v, "seed", minimum=0), "seed"),
                                   "learning": lambda v: check_flag(v, "learning"),
                                   "figures": lambda v: check_flag(v, "figures")})
