@@ -53,9 +53,9 @@ if TYPE_CHECKING:
 
     from matplotlib.figure import Figure
 
-__all__ = ["plot_coords", "activation_kind", "guide_kinds", "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS", "HIGHLIGHT_WIDTH",
-           "NOT_JUDGED_FACE", "LAYER_CMAP", "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS", "MAX_MODULE_LEGEND",
-           "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS"]
+__all__ = ["plot_coords", "activation_kind", "guide_kinds", "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS",
+           "HIGHLIGHT_WIDTH", "NOT_JUDGED_FACE", "LAYER_CMAP", "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS",
+           "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS"]
 
 Layout = Literal["grid", "guide"]
 
