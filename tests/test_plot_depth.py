@@ -114,8 +114,10 @@ def test_plot_depth_draws_a_block_per_family_and_tensor_with_shared_y_per_kind()
     per_block = [len([k for k in DEPTH_KINDS if k != "hidden"]), len([k for k in DEPTH_KINDS if k != "hidden"]) - 1]
     assert len(axes) == 2 * sum(per_block)  # out (with loss) and delta (no loss) per family
     ylabels = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
-    assert any(lab.startswith("CompleteP, width 64\nstd of delta") for lab in ylabels)
-    assert any(lab.startswith("no depth scaling, width 64\nstd of out") for lab in ylabels)
+    assert [lab for lab in ylabels if "\n" in lab] == [
+        "CompleteP\nwidth 64 · std of out", "CompleteP\nwidth 64 · std of delta",
+        "no depth scaling\nwidth 64 · std of out", "no depth scaling\nwidth 64 · std of delta"]
+    assert ylabels.count("std of out") == ylabels.count("std of delta") == 2  # the wrapped lines
     residual = [ax for ax in axes if ax.get_title() == "residual stream"]
     assert len(residual) == 4 and len({ax.get_ylim() for ax in residual}) == 2  # shared within out, within delta
     delta_lines = [ax for ax in residual if len(ax.lines) == len(STEPS) - 1]  # no delta at step 0

@@ -224,6 +224,7 @@ def plot_depth(
     with figure_style(size):
         fig, axes = plt.subplots(len(lines), n_cols, figsize=(facet_w * n_cols, facet_h * len(lines)), squeeze=False)
         shared: dict[tuple[str, str], list] = {}
+        previous = None
         for (fam, w, ten, _), line_kinds, row in zip((b for b, _ in lines), (k for _, k in lines), axes):
             for kind, ax in zip(line_kinds, row):
                 label_log2(ax, depths)
@@ -242,8 +243,10 @@ def plot_depth(
             for ax in row[len(line_kinds):]:
                 ax.set_visible(False)
             what = f"{magnitude} of {ten}"
-            head = (names.get(fam, fam) + f", width {w}") if several else None
-            row[0].set_ylabel(f"{head}\n{what}" if head else what, fontsize="small" if head else None)
+            first = (fam, w, ten) != previous  # the block's first line names it; wrapped lines only the tensor
+            previous = (fam, w, ten)
+            head = f"{names.get(fam, fam)}\nwidth {w} · " if several and first else ""
+            row[0].set_ylabel(head + what, fontsize="small" if head else None)
         for group in shared.values():  # one y scale per kind and tensor: families side by side compare
             lims = [ax.get_ylim() for ax in group if ax.lines]
             if lims:
