@@ -36,7 +36,7 @@ from coordcheck.verdict import Rules, Verdict
 
 __all__ = ["coord_check", "CoordCheckResult", "PlotKind"]
 
-PlotKind = Literal["coords", "causes"]  # the figures of CoordCheckResult.plot
+PlotKind = Literal["coords", "causes", "depth", "grid"]  # the figures of CoordCheckResult.plot
 
 DATA: dict[str, Callable[..., Batch]] = {
     "tokens": data_mod.tokens, "text": data_mod.text, "gaussian": data_mod.gaussian,
@@ -100,12 +100,24 @@ class CoordCheckResult:
         (a panel per step, a line per module, the worst offenders highlighted) or ``"guide"`` (a panel per
         kind of activation, a line per step). ``kind="causes"``: which knob — each parameter's measured
         width exponents against the band muP allows, violators marked (``coordcheck.plot.plot_causes`` of
-        ``verdict.evidence``; ``layout`` does not apply). ``kwargs`` go to the plotting function.
+        ``verdict.evidence``; ``layout`` does not apply). ``kind="depth"`` (a depth sweep): each kind of activation
+        against depth, a line per step (``coordcheck.plot.plot_depth``); ``kind="grid"`` (a width x depth grid): the
+        width slope per depth beside the depth slope per width (``coordcheck.plot.plot_grid_slopes``); both name
+        their rows by the depth scaling when it differs. ``kwargs`` go to the plotting function.
         """
         if kind == "causes":
             from coordcheck.plot import plot_causes
 
             return plot_causes(self.verdict.evidence, path, **{"title": self.verdict.title, **kwargs})
+        if kind in ("depth", "grid"):
+            from coordcheck import plot
+
+            draw = plot.plot_depth if kind == "depth" else plot.plot_grid_slopes
+            defaults = {"title": self.verdict.title, "labels": plot.family_labels(self.frame, self.facts)}
+            try:
+                return draw(self.frame, path, **{**defaults, **kwargs})
+            except ValueError as e:  # not a depth sweep / not a grid: say so in one line
+                raise CoordCheckError(f"plot(kind={kind!r}): {e}") from None
         if kind != "coords":
             raise CoordCheckError(f"kind must be one of {', '.join(get_args(PlotKind))} (got {kind!r})")
         from coordcheck.plot import plot_coords

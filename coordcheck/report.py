@@ -403,6 +403,10 @@ def _write_figures(
     }
     if len(v.evidence):  # which knob: written only when the verdict measured causes
         jobs["causes"] = lambda: plot.plot_causes(v.evidence, out / "causes", size=size, title=v.title)
+    if plot.has_depths(frame):  # a depth sweep: the check against depth; a width x depth grid: both slopes
+        jobs["coord_check_depth"] = lambda: plot.plot_depth(frame, out / "coord_check_depth", size=size, title=v.title)
+        if plot.has_grid(frame):
+            jobs["slopes_grid"] = lambda: plot.plot_grid_slopes(frame, out / "slopes_grid", size=size, title=v.title)
     figures = {}
     for name, draw in jobs.items():
         try:

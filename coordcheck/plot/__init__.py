@@ -1,10 +1,12 @@
-"""Figures: the coordinate-check figure, the slope heatmap, the loss curves and the causes figure.
+"""Figures: the coordinate-check figure, the slope heatmap, the loss curves, the causes and the depth figures.
 
 Stage: figures (analysis side; never imports torch), one module per figure over shared helpers:
 :mod:`~coordcheck.plot.coords` (:func:`plot_coords`: an activation statistic against width, grid or
 guide layout), :mod:`~coordcheck.plot.slopes` (:func:`plot_slopes`: the width exponent of every module
 at every step), :mod:`~coordcheck.plot.loss` (:func:`plot_loss`), :mod:`~coordcheck.plot.causes`
-(:func:`plot_causes`: each cause's measured exponents against the band muP allows) and
+(:func:`plot_causes`: each cause's measured exponents against the band muP allows),
+:mod:`~coordcheck.plot.depth` (:func:`plot_depth`: the coordinate check against depth; :func:`plot_grid_slopes`: the
+width and depth slopes of a width x depth grid) and
 :mod:`~coordcheck.plot.helpers` (sizes, theme, legends, checks, :func:`save_figure`). Input: a tidy frame
 (:mod:`coordcheck.frame`), a slopes table (:mod:`coordcheck.slopes`) or the verdict's evidence table.
 Output: a matplotlib Figure, and, when a path is given, the same figure as ``<path>.pdf`` and
@@ -20,11 +22,16 @@ from coordcheck.plot.causes import (
 from coordcheck.plot.coords import (
     HIGHLIGHT_COLOURS, HIGHLIGHT_WIDTH, KINDS, LAYER_CMAP, LAYER_CMAP_RANGE, MAX_COLUMNS, MAX_GUIDE_STEPS,
     MAX_LAYER_LEGEND, MAX_MODULE_LEGEND, NOT_JUDGED_FACE, ROLE_STYLE, STEP_PALETTE, Layout, activation_kind,
-    plot_coords,
+    guide_kinds, plot_coords,
+)
+from coordcheck.plot.depth import (
+    DEPTH_KINDS, GRID_SERIES, MAX_DEPTH_COLUMNS, depth_kinds, family_labels, has_depths, has_grid, plot_depth,
+    plot_grid_slopes,
 )
 from coordcheck.plot.helpers import (
-    FIGURE_WIDTH, PNG_DPI, SLIDE_HEIGHT, WIDTH_PALETTE, Size, add_legend, check_columns, check_one_config, facet_size,
-    figure_style, font_pt, legend_line, module_order, nothing_left, save_figure, seaborn_modules, tensor_rank,
+    FIGURE_WIDTH, PNG_DPI, SLIDE_HEIGHT, WIDTH_PALETTE, Size, add_legend, check_columns, check_one_config, check_steps,
+    default_steps, facet_size, figure_style, fit_log2_labels, fit_titles, font_pt, label_log2, label_log_y,
+    legend_line, module_order, nothing_left, pick_steps, plain_number, save_figure, seaborn_modules, tensor_rank,
 )
 from coordcheck.plot.loss import plot_loss
 from coordcheck.plot.slopes import (
@@ -33,7 +40,10 @@ from coordcheck.plot.slopes import (
 
 __all__ = [
     # the figures
-    "plot_coords", "plot_slopes", "plot_loss", "plot_causes", "activation_kind",
+    "plot_coords", "plot_slopes", "plot_loss", "plot_causes", "plot_depth", "plot_grid_slopes", "activation_kind",
+    "guide_kinds",
+    # depth
+    "DEPTH_KINDS", "GRID_SERIES", "MAX_DEPTH_COLUMNS", "depth_kinds", "family_labels", "has_depths", "has_grid",
     # coords
     "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS", "HIGHLIGHT_WIDTH", "NOT_JUDGED_FACE", "LAYER_CMAP",
     "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS", "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS",
@@ -45,5 +55,6 @@ __all__ = [
     # helpers
     "Size", "FIGURE_WIDTH", "SLIDE_HEIGHT", "WIDTH_PALETTE", "PNG_DPI", "seaborn_modules", "figure_style",
     "facet_size", "module_order", "legend_line", "add_legend", "font_pt", "tensor_rank", "check_columns",
-    "check_one_config", "nothing_left", "save_figure",
+    "check_one_config", "nothing_left", "save_figure", "default_steps", "pick_steps", "check_steps", "label_log_y",
+    "plain_number", "label_log2", "fit_log2_labels", "fit_titles",
 ]

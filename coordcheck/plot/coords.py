@@ -39,14 +39,13 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps, patheffects
-from matplotlib.font_manager import FontProperties
 from matplotlib.legend import Legend
-from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
 
 from coordcheck.frame import conform
 from coordcheck.plot.helpers import (
-    FIGURE_WIDTH, Size, add_legend, check_one_config, facet_size, figure_style, font_pt, legend_line, module_order,
-    nothing_left, save_figure, seaborn_modules, tensor_rank,
+    FIGURE_WIDTH, Size, add_legend, check_one_config, check_steps, default_steps, facet_size, figure_style,
+    fit_log2_labels, fit_titles, font_pt, label_log2, label_log_y, legend_line, module_order, nothing_left,
+    save_figure, seaborn_modules, tensor_rank,
 )
 
 if TYPE_CHECKING:
@@ -54,9 +53,9 @@ if TYPE_CHECKING:
 
     from matplotlib.figure import Figure
 
-__all__ = ["plot_coords", "activation_kind", "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS", "HIGHLIGHT_WIDTH",
-           "NOT_JUDGED_FACE", "LAYER_CMAP", "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS", "MAX_MODULE_LEGEND",
-           "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS"]
+__all__ = ["plot_coords", "activation_kind", "guide_kinds", "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS",
+           "HIGHLIGHT_WIDTH", "NOT_JUDGED_FACE", "LAYER_CMAP", "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS",
+           "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS"]
 
 Layout = Literal["grid", "guide"]
 
@@ -88,7 +87,6 @@ MAX_GUIDE_STEPS = 11  # default number of step lines in the guide layout
 
 _STEP_LEGEND_W = {"paper": 0.7, "slides": 1.2}  # a step legend is narrow: wider panels
 _GUIDE_MIN_HEIGHT = {"paper": 2.2, "slides": 0.0}  # five narrow panels on a page still get a y scale
-_LOG_MANTISSAS = ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7))  # round values on a log y axis, sparse first
 
 
 def plot_coords(
@@ -165,9 +163,9 @@ def plot_coords(
     n_steps = MAX_COLUMNS if layout == "grid" else MAX_GUIDE_STEPS
     judged_until = max(window_end.values()) if window_end else None
     if steps is None:
-        steps = _default_steps(recorded, n_steps, judged_until, include_steps)
+        steps = default_steps(recorded, n_steps, judged_until, include_steps)
     else:
-        steps = _check_steps(steps, recorded)
+        steps = check_steps(steps, recorded)
         judged_until = None  # steps chosen by hand: titled as they are
     data = data[data["step"].isin(steps)]
     levels = sorted(data[row].unique(), key=tensor_rank if row == "tensor" else None)
@@ -193,16 +191,6 @@ def plot_coords(
 
 
 _PANEL_ROW = "(panel)"  # the row of panels when it holds one level of ``row`` and one tensor
-
-
-def _default_steps(recorded: np.ndarray, n: int, judged_until: int | None, include: Sequence[int]) -> list[int]:
-    """Up to ``n`` steps spread over the judged ones (all when ``judged_until`` is None), the last recorded step
-    when it lies beyond them, and every recorded step of ``include``."""
-    judged = recorded if judged_until is None else recorded[recorded <= judged_until]
-    shown = set(_pick_steps(judged if len(judged) else recorded, n))
-    if len(judged) < len(recorded):
-        shown.add(int(recorded[-1]))
-    return sorted(shown | ({int(s) for s in include} & set(recorded.tolist())))
 
 
 def activation_kind(module: str, role: str) -> str | None:
@@ -315,7 +303,7 @@ def _log_width_facets(data: pd.DataFrame, widths: np.ndarray, *, row: str, row_o
     g = sns.FacetGrid(data, row=row, row_order=row_order, col=col, col_order=col_order, sharey=sharey,
                       margin_titles=True, height=facet_h, aspect=facet_w / facet_h)
     for ax in g.axes.flat:  # scales before plotting: seaborn then averages seeds in log space
-        _label_widths(ax, widths)
+        label_log2(ax, widths)
         ax.set_yscale("log")
     return g
 
@@ -332,7 +320,7 @@ def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: l
                  ylabels: list[str], highlight: list[str], title: str | None, judged_until: int | None) -> Figure:
     """Panels (row level, kind of activation); one line per step, modules pooled by geometric mean."""
     widths = np.sort(data["width"].unique())
-    data = data.assign(kind=_kinds(data, row))
+    data = data.assign(kind=guide_kinds(data, row))
     data = data[data["kind"].notna()]
     if data.empty:
         raise ValueError("no module has a kind of activation that layout='guide' shows "
@@ -364,8 +352,9 @@ def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: l
     return g.figure
 
 
-def _kinds(data: pd.DataFrame, row: str) -> pd.Series:
-    """:func:`activation_kind` of every row of ``data``, with the rules that need the whole
+def guide_kinds(data: pd.DataFrame, row: str) -> pd.Series:
+    """:func:`activation_kind` of every row of ``data`` (columns ``module``, ``role``, ``call_order`` and ``row``;
+    None: not shown), with the rules that need the whole
     model: only the last output module to run (per ``row`` level) is the output logits;
     hidden modules are split into attention output and MLP output only when some are
     attention output (a transformer) — each attention / MLP sub-block represented by the
@@ -404,25 +393,10 @@ def _finish_facets(g, widths: np.ndarray, ylabels: list[str], title: str | None)
         fig.suptitle(title, fontweight="bold")
         g.tight_layout()  # room for the title before the panel heights are read
     for ax in g.axes.flat:
-        _label_log_y(ax)
+        label_log_y(ax)
     g.tight_layout()
-    _fit_width_labels(g.axes.flat, widths)
-    _fit_titles(g.axes[0])
-
-
-
-def _pick_steps(recorded: np.ndarray, n: int = MAX_COLUMNS) -> list[int]:
-    """Up to ``n`` recorded steps evenly spread, always the first and the last."""
-    idx = np.unique(np.round(np.linspace(0, len(recorded) - 1, min(n, len(recorded)))).astype(int))
-    return [int(recorded[i]) for i in idx]
-
-
-def _check_steps(steps: Sequence[int], recorded: np.ndarray) -> list[int]:
-    steps = [int(s) for s in steps]
-    missing = sorted(set(steps) - set(recorded.tolist()))
-    if missing or not steps:
-        raise ValueError(f"steps {missing or steps} not recorded; recorded steps: {recorded.tolist()}")
-    return steps
+    fit_log2_labels(g.axes.flat, widths)
+    fit_titles(g.axes[0])
 
 
 def _layer_colours(layer_index: pd.Series) -> dict[int, tuple]:
@@ -470,112 +444,6 @@ def _highlight_legend(fig: Figure, handles: dict, size: Size) -> None:
     ncol = max(1, min(len(handles), int(FIGURE_WIDTH[size] // entry_in)))
     fig.legend(list(handles.values()), list(handles), title="highlighted modules", loc="upper center",
                bbox_to_anchor=(0.5, 0.0), ncol=ncol, frameon=False)
-
-
-def _label_log_y(ax) -> None:
-    """A few round values labelled as plain numbers (0.5, 2, 100) on a log y axis, chosen
-    from the final limits and the panel's height: the sparsest of decades, 1-3, 1-2-5,
-    1-1.5-2-3-5-7 that gives three labels, never closer than 1.6 label heights (decades
-    are thinned, a narrow axis gets linear round values), so that a flat muP line still
-    has a scale and labels never touch."""
-    lo, hi = ax.get_ylim()
-    if not (0 < lo < hi):
-        return
-    span = math.log10(hi / lo)
-    height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
-    min_gap = 1.6 * font_pt("ytick.labelsize") / height_pt * span  # in decades
-
-    def fits(ticks):
-        return len(ticks) < 2 or np.diff(np.log10(ticks)).min() >= min_gap
-
-    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-    best: list[float] = []
-    for mantissas in _LOG_MANTISSAS:
-        ticks = [m * 10.0**k for k in decades for m in mantissas if lo <= m * 10.0**k <= hi]
-        if not fits(ticks):
-            break
-        best = ticks
-        if len(ticks) >= 3:
-            break
-    if not best:  # even decades are too close: every k-th decade
-        ticks = [10.0**k for k in decades if lo <= 10.0**k <= hi]
-        every = math.ceil(min_gap)
-        best = ticks[::-1][::every][::-1]
-    if len(best) < 2:  # less than a factor of ~1.5 in view: linear round values
-        n = max(2, min(4, int(span / min_gap) if min_gap > 0 else 4))
-        best = [t for t in MaxNLocator(nbins=n).tick_values(lo, hi) if lo <= t <= hi and t > 0]
-        while len(best) > 1 and not fits(best):
-            best = best[::2]
-    ax.yaxis.set_major_locator(FixedLocator(best))
-    digits = next(d for d in range(3, 10) if len({_plain_number(t, d) for t in best}) == len(best) or d == 9)
-    ax.yaxis.set_major_formatter(FixedFormatter([_plain_number(t, digits) for t in best]))
-    ax.yaxis.set_minor_locator(NullLocator())
-
-
-def _plain_number(x: float, digits: int = 3) -> str:
-    """0.03, 1.5, 1000 as written by hand (``digits`` significant digits at most); 1e-05
-    and 2e+06 as 1e-5 and 2e6."""
-    if 1e-4 <= abs(x) < 1e6:
-        return np.format_float_positional(float(f"{x:.{digits}g}"), trim="-")
-    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
-    return f"{float(mantissa):g}e{int(exponent)}"
-
-
-def _label_widths(ax, widths: np.ndarray, every: int = 1) -> None:
-    """log2 x axis ticked at the widths present, written out (256, not 2^8); with
-    ``every=k`` only every k-th tick is labelled (always the widest)."""
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(widths))
-    keep = (len(widths) - 1 - np.arange(len(widths))) % every == 0
-    ax.xaxis.set_major_formatter(FixedFormatter([str(int(w)) if k else "" for w, k in zip(widths, keep)]))
-    ax.xaxis.set_minor_locator(NullLocator())
-    lo, hi = float(widths.min()), float(widths.max())
-    pad = 2 ** (0.15 * max(math.log2(hi / lo), 1.0))  # keep end markers off the frame
-    ax.set_xlim(lo / pad, hi * pad)
-
-
-def _fit_width_labels(axes: Sequence, widths: np.ndarray) -> None:
-    """Width labels that leave a gap between neighbours: every k-th width (always the
-    widest) for the smallest k that fits at the tick font size or down to 80% of it."""
-    ax = axes[0]
-    renderer = ax.figure.canvas.get_renderer()
-    full_pt = font_pt("xtick.labelsize")
-    x = ax.transData.transform(np.c_[widths, np.ones(len(widths))])[:, 0]
-    labels = [str(int(w)) for w in widths]
-
-    def every(pt: float) -> int:
-        font = FontProperties(size=pt)
-        half = np.array([renderer.get_text_width_height_descent(t, font, ismath=False)[0] / 2 for t in labels])
-        pad = 0.3 * pt / 72 * ax.figure.dpi
-        for k in range(1, len(widths)):
-            kept = np.arange(len(widths))[::-1][::k][::-1]  # from the widest down
-            if (np.diff(x[kept]) >= half[kept][:-1] + half[kept][1:] + pad).all():
-                return k
-        return max(1, len(widths) - 1)
-
-    sizes = (full_pt, 0.9 * full_pt, 0.8 * full_pt)
-    k, pt = min(((every(pt), pt) for pt in sizes), key=lambda kp: (kp[0], -kp[1]))  # fewest dropped, then largest
-    for ax in axes:
-        _label_widths(ax, widths, every=k)
-        ax.tick_params(axis="x", labelsize=pt)
-
-
-def _fit_titles(axes: Sequence, min_pt: float = 7.0) -> None:
-    """Shrink the titles of a row of panels (all alike) until neighbours leave a gap."""
-    if len(axes) < 2:
-        return
-    fig = axes[0].figure
-    renderer = fig.canvas.get_renderer()
-    titles = [ax.title for ax in axes]
-    pt = titles[0].get_fontsize()
-    half = [max(renderer.get_text_width_height_descent(line, t.get_fontproperties(), ismath=False)[0]
-                for line in t.get_text().split("\n")) / 2 for t in titles]  # the widest line of each
-    centres = [(ax.get_position().x0 + ax.get_position().x1) / 2 * fig.get_figwidth() * fig.dpi for ax in axes]
-    pad = 2.0 * pt / 72 * fig.dpi  # two characters between titles
-    scale = min((c1 - c0 - pad) / (h0 + h1) for c0, c1, h0, h1 in zip(centres, centres[1:], half, half[1:]))
-    if scale < 1:
-        for title in titles:
-            title.set_fontsize(max(min_pt, pt * scale))
 
 
 def _check_column(df: pd.DataFrame, column: str, arg: str) -> None:

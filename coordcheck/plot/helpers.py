@@ -4,8 +4,10 @@ Stage: figures (analysis side; never imports torch). Input: none (helpers called
 :mod:`~coordcheck.plot.coords`, :mod:`~coordcheck.plot.slopes`, :mod:`~coordcheck.plot.loss`,
 :mod:`~coordcheck.plot.causes` and the figures of :mod:`coordcheck.transfer` and :mod:`coordcheck.gradflow`).
 Output: the constants every figure shares (:data:`FIGURE_WIDTH`, :data:`PNG_DPI`, ...), a scoped theme, facet
-sizes, legend handles, one-line errors for tables that cannot be drawn, and :func:`save_figure`, which writes
-``<path>.pdf`` and ``<path>.png`` atomically next to each other.
+sizes, legend handles, one-line errors for tables that cannot be drawn, the default steps of a figure
+(:func:`default_steps`), log axes labelled with round numbers (:func:`label_log_y`) or the widths / depths present
+(:func:`label_log2`, :func:`fit_log2_labels`), titles that never touch (:func:`fit_titles`), and
+:func:`save_figure`, which writes ``<path>.pdf`` and ``<path>.png`` atomically next to each other.
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import math
+
 import matplotlib
+import numpy as np
 import pandas as pd
 from matplotlib import rcsetup
 from matplotlib.font_manager import FontProperties
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
 
 from coordcheck.frame import FrameError, atomic_write
 from coordcheck.slopes import CONFIG_COLUMNS
@@ -30,7 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Size", "FIGURE_WIDTH", "SLIDE_HEIGHT", "WIDTH_PALETTE", "PNG_DPI", "seaborn_modules", "figure_style",
            "facet_size", "module_order", "legend_line", "add_legend", "font_pt", "tensor_rank", "check_columns",
-           "check_one_config", "nothing_left", "save_figure"]
+           "check_one_config", "nothing_left", "save_figure", "default_steps", "pick_steps", "check_steps",
+           "label_log_y", "plain_number", "label_log2", "fit_log2_labels", "fit_titles"]
 
 Size = Literal["paper", "slides"]
 
@@ -43,6 +50,7 @@ _LEGEND_W = {"paper": 1.3, "slides": 2.0}  # room kept for the legend on the rig
 
 WIDTH_PALETTE = "flare"
 PNG_DPI = 200
+_LOG_MANTISSAS = ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7))  # round values on a log y axis, sparse first
 
 
 def seaborn_modules():
@@ -150,3 +158,134 @@ def save_figure(fig: Figure, path: str | Path | None) -> None:
         # the temporary name ends in .tmp, so the format is given explicitly
         atomic_write(target, lambda tmp, fmt=fmt: fig.savefig(
             tmp, format=fmt, dpi=PNG_DPI, bbox_inches="tight"))
+
+
+def default_steps(recorded: np.ndarray, n: int, judged_until: int | None, include: Sequence[int]) -> list[int]:
+    """Up to ``n`` steps spread over the judged ones (all when ``judged_until`` is None), the last recorded step
+    when it lies beyond them, and every recorded step of ``include``."""
+    judged = recorded if judged_until is None else recorded[recorded <= judged_until]
+    shown = set(pick_steps(judged if len(judged) else recorded, n))
+    if len(judged) < len(recorded):
+        shown.add(int(recorded[-1]))
+    return sorted(shown | ({int(s) for s in include} & set(recorded.tolist())))
+
+
+def pick_steps(recorded: np.ndarray, n: int) -> list[int]:
+    """Up to ``n`` recorded steps evenly spread, always the first and the last."""
+    idx = np.unique(np.round(np.linspace(0, len(recorded) - 1, min(n, len(recorded)))).astype(int))
+    return [int(recorded[i]) for i in idx]
+
+
+def check_steps(steps: Sequence[int], recorded: np.ndarray) -> list[int]:
+    """``steps`` as ints; a ValueError naming the recorded steps when some are not recorded (or none given)."""
+    steps = [int(s) for s in steps]
+    missing = sorted(set(steps) - set(recorded.tolist()))
+    if missing or not steps:
+        raise ValueError(f"steps {missing or steps} not recorded; recorded steps: {recorded.tolist()}")
+    return steps
+
+
+def label_log_y(ax) -> None:
+    """A few round values labelled as plain numbers (0.5, 2, 100) on a log y axis, chosen
+    from the final limits and the panel's height: the sparsest of decades, 1-3, 1-2-5,
+    1-1.5-2-3-5-7 that gives three labels, never closer than 1.6 label heights (decades
+    are thinned, a narrow axis gets linear round values), so that a flat muP line still
+    has a scale and labels never touch."""
+    lo, hi = ax.get_ylim()
+    if not (0 < lo < hi):
+        return
+    span = math.log10(hi / lo)
+    height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
+    min_gap = 1.6 * font_pt("ytick.labelsize") / height_pt * span  # in decades
+
+    def fits(ticks):
+        return len(ticks) < 2 or np.diff(np.log10(ticks)).min() >= min_gap
+
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    best: list[float] = []
+    for mantissas in _LOG_MANTISSAS:
+        ticks = [m * 10.0**k for k in decades for m in mantissas if lo <= m * 10.0**k <= hi]
+        if not fits(ticks):
+            break
+        best = ticks
+        if len(ticks) >= 3:
+            break
+    if not best:  # even decades are too close: every k-th decade
+        ticks = [10.0**k for k in decades if lo <= 10.0**k <= hi]
+        every = math.ceil(min_gap)
+        best = ticks[::-1][::every][::-1]
+    if len(best) < 2:  # less than a factor of ~1.5 in view: linear round values
+        n = max(2, min(4, int(span / min_gap) if min_gap > 0 else 4))
+        best = [t for t in MaxNLocator(nbins=n).tick_values(lo, hi) if lo <= t <= hi and t > 0]
+        while len(best) > 1 and not fits(best):
+            best = best[::2]
+    ax.yaxis.set_major_locator(FixedLocator(best))
+    digits = next(d for d in range(3, 10) if len({plain_number(t, d) for t in best}) == len(best) or d == 9)
+    ax.yaxis.set_major_formatter(FixedFormatter([plain_number(t, digits) for t in best]))
+    ax.yaxis.set_minor_locator(NullLocator())
+
+
+def plain_number(x: float, digits: int = 3) -> str:
+    """0.03, 1.5, 1000 as written by hand (``digits`` significant digits at most); 1e-05
+    and 2e+06 as 1e-5 and 2e6."""
+    if 1e-4 <= abs(x) < 1e6:
+        return np.format_float_positional(float(f"{x:.{digits}g}"), trim="-")
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
+
+
+def label_log2(ax, values: np.ndarray, every: int = 1) -> None:
+    """log2 x axis ticked at ``values`` (the widths or depths present), written out (256, not 2^8); with
+    ``every=k`` only every k-th tick is labelled (always the largest)."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(values))
+    keep = (len(values) - 1 - np.arange(len(values))) % every == 0
+    ax.xaxis.set_major_formatter(FixedFormatter([str(int(w)) if k else "" for w, k in zip(values, keep)]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    lo, hi = float(values.min()), float(values.max())
+    pad = 2 ** (0.15 * max(math.log2(hi / lo), 1.0))  # keep end markers off the frame
+    ax.set_xlim(lo / pad, hi * pad)
+
+
+def fit_log2_labels(axes: Sequence, values: np.ndarray) -> None:
+    """x labels (:func:`label_log2`) that leave a gap between neighbours: every k-th value (always the
+    largest) for the smallest k that fits at the tick font size or down to 80% of it."""
+    ax = axes[0]
+    renderer = ax.figure.canvas.get_renderer()
+    full_pt = font_pt("xtick.labelsize")
+    x = ax.transData.transform(np.c_[values, np.ones(len(values))])[:, 0]
+    labels = [str(int(w)) for w in values]
+
+    def every(pt: float) -> int:
+        font = FontProperties(size=pt)
+        half = np.array([renderer.get_text_width_height_descent(t, font, ismath=False)[0] / 2 for t in labels])
+        pad = 0.3 * pt / 72 * ax.figure.dpi
+        for k in range(1, len(values)):
+            kept = np.arange(len(values))[::-1][::k][::-1]  # from the largest down
+            if (np.diff(x[kept]) >= half[kept][:-1] + half[kept][1:] + pad).all():
+                return k
+        return max(1, len(values) - 1)
+
+    sizes = (full_pt, 0.9 * full_pt, 0.8 * full_pt)
+    k, pt = min(((every(pt), pt) for pt in sizes), key=lambda kp: (kp[0], -kp[1]))  # fewest dropped, then largest
+    for ax in axes:
+        label_log2(ax, values, every=k)
+        ax.tick_params(axis="x", labelsize=pt)
+
+
+def fit_titles(axes: Sequence, min_pt: float = 7.0) -> None:
+    """Shrink the titles of a row of panels (all alike) until neighbours leave a gap."""
+    if len(axes) < 2:
+        return
+    fig = axes[0].figure
+    renderer = fig.canvas.get_renderer()
+    titles = [ax.title for ax in axes]
+    pt = titles[0].get_fontsize()
+    half = [max(renderer.get_text_width_height_descent(line, t.get_fontproperties(), ismath=False)[0]
+                for line in t.get_text().split("\n")) / 2 for t in titles]  # the widest line of each
+    centres = [(ax.get_position().x0 + ax.get_position().x1) / 2 * fig.get_figwidth() * fig.dpi for ax in axes]
+    pad = 2.0 * pt / 72 * fig.dpi  # two characters between titles
+    scale = min((c1 - c0 - pad) / (h0 + h1) for c0, c1, h0, h1 in zip(centres, centres[1:], half, half[1:]))
+    if scale < 1:
+        for title in titles:
+            title.set_fontsize(max(min_pt, pt * scale))
