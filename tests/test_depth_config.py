@@ -8,18 +8,19 @@ from coordcheck.config import check_command_line
 from coordcheck.errors import CoordCheckError
 
 SCALES_ADAM = ("depth_scaling={} scales Adam's learning rate and ε with depth; {} has no such rule here: use "
-               "optimizer=adam or adamw, or depth_scaling=none with parametrization=none and your own optimizer factory")
+               "optimizer=adam or adamw, or depth_scaling=none with parametrization=none and your own optimizer "
+               "factory")
 NO_KEYWORD = ("depth: model builder coordcheck.testing.known_models.build takes none of depth, n_layer, n_layers, "
               "num_layers, num_hidden_layers, n_blocks, num_blocks: set depth_key to the keyword that sets its number "
               "of blocks (depth_key=n_layer)")
+BAD_DEPTH = "depth must be a positive integer (the number of residual blocks) or null (the model's own)"
 HAND = ["model=custom", "model._target_=coordcheck.testing.known_models.build", "data=gaussian"]  # build(width, **kw)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["depth=0"], "depth must be a positive integer (the number of residual blocks) or null (the model's own), got 0"),
-    (["depth=-1"], "depth must be a positive integer (the number of residual blocks) or null (the model's own), got -1"),
-    (["-m", "depth=2,0"], "depth must be a positive integer (the number of residual blocks) or null (the model's own), "
-                          "got 0"),
+    (["depth=0"], f"{BAD_DEPTH}, got 0"),
+    (["depth=-1"], f"{BAD_DEPTH}, got -1"),
+    (["-m", "depth=2,0"], f"{BAD_DEPTH}, got 0"),
     (["base_depth=x"], "base_depth must be a positive integer (the number of residual blocks), got 'x'"),
     (["depth=[2,4]"], "depth=[2,4] is a list, not one depth: a sweep over depth is written depth=2,4 --multirun"),
     (["depth_scaling=compltep"], "unknown depth_scaling 'compltep' (did you mean completep?): choose one of completep, "
