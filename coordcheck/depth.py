@@ -36,7 +36,8 @@ from torch import nn
 from coordcheck.errors import CoordCheckError, check_depth  # noqa: F401  (check_depth: re-exported)
 
 __all__ = ["Depth", "DepthScaling", "NO_DEPTH_SCALING", "DEPTH_SCALINGS", "DEPTH_KEYS", "depth_keyword",
-           "depth_keywords", "check_depth", "scale_optimizer", "block_parameters", "not_adam", "NOT_ADAM", "check_scaled_optimizer"]
+           "depth_keywords", "check_depth", "scale_optimizer", "block_parameters", "not_adam", "NOT_ADAM",
+           "check_scaled_optimizer"]
 
 # Keywords by which builders in the field take their number of blocks, tried in this order by ``depth_key=auto``.
 DEPTH_KEYS = ("depth", "n_layer", "n_layers", "num_layers", "num_hidden_layers", "n_blocks", "num_blocks")
