@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -474,7 +475,8 @@ JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job r
     "width": one_value(check_width, "width"),
     "base_width": one_value(lambda v: check_width(v, key="base_width"), "base_width"),
     "depth": one_value(lambda v: check_depth(v, optional=True), "depth"),
-    "base_depth": one_value(lambda v: check_depth(v, "base_depth", optional=True), "base_depth"),
+    "base_depth": one_value(lambda v: None if v is None else check_depth(v, "base_depth"), "base_depth"),  # None:
+    # a config without it (transfer's)
     "lr": one_value(lambda v: positive_number(v, "lr"), "lr"),
     "steps": one_value(lambda v: check_count(v, "steps"), "steps"),
     "seeds": lambda v: resolve_seeds(OmegaConf.to_object(v) if OmegaConf.is_config(v) else v),
@@ -526,21 +528,57 @@ def check_targets(cfg: DictConfig, overrides: list) -> None:
     ``check_node(node, width)`` attribute (``coordcheck.hf.build``) checks its config node at every width the command
     takes, without building anything (a misspelt config class or field is one line before any job runs)."""
     swept = _swept_values(overrides)
+    found_of: dict[str, list[tuple[str, Any]]] = {}  # group -> (target, object) of each value its _target_ takes
     for group, node in cfg.items():
         if not isinstance(node, DictConfig) or "_target_" not in node:
             continue
         key = f"{group}._target_"
         for target in swept.get(key) or ([] if OmegaConf.is_missing(node, "_target_") else [node._target_]):
             found = locate(target, key)
+            found_of.setdefault(group, []).append((target, found))
             if group == "model" and callable(found):
                 from coordcheck.parametrization import check_builder
 
                 check_builder(found)
                 check_node = getattr(found, "check_node", None)
                 if callable(check_node) and target == node.get("_target_"):
+                    depths = swept.get("depth") or [cfg.get("depth")]
+                    takes_depth = "depth" in inspect.signature(check_node).parameters
                     for width in swept.get("width") or [cfg.get("width")]:
-                        check_node(node, width)
+                        for depth in depths if takes_depth else [None]:
+                            check_node(node, width, **({"depth": depth} if takes_depth else {}))
             check_choice_keys(group, node, found, swept)
+    check_depth_targets(cfg, swept, found_of)
+
+
+def check_depth_targets(cfg: DictConfig, swept: Mapping[str, list | None],
+                        found_of: Mapping[str, list[tuple[str, Any]]]) -> None:
+    """The depth keys against the objects the config names (``found_of``: group -> (target, object)), nothing
+    built: with ``depth`` set or swept, the builder takes a depth (``coordcheck.depth.depth_keyword``: its signature,
+    its config node's keys, ``depth_key``); with ``depth_scaling`` active under ``parametrization=mup``/``sp``, the
+    optimizer is one whose learning rate and ε the harness can scale (``coordcheck.depth.check_scaled_optimizer``)."""
+    if "depth" not in cfg and "depth_scaling" not in cfg:  # another experiment's config (gradflow)
+        return
+    from coordcheck.depth import DepthScaling, check_scaled_optimizer, depth_keyword
+
+    model = cfg.get("model")
+    if any(d is not None for d in swept.get("depth") or [cfg.get("depth")]) and isinstance(model, DictConfig):
+        given = [k for k in model if not str(k).startswith("_")]
+        for _, build in found_of.get("model", []):
+            for key in swept.get("depth_key") or [cfg.get("depth_key", "auto")]:
+                depth_keyword(build, str(key), given=given)
+    node = cfg.get("depth_scaling")
+    if not isinstance(node, DictConfig) or not isinstance(cfg.get("optimizer"), DictConfig):
+        return
+    alphas = swept.get("depth_scaling.alpha") or [node.get("alpha", 0.0)]
+    scalings = [DepthScaling(str(node.get("name", "none")), float(a)) for a in alphas]
+    names = [getattr(p, "name", None) for _, p in found_of.get("parametrization", [])] or [None]
+    kinds = swept.get("optimizer.kind") or [cfg.optimizer.get("kind")]
+    for scaling in scalings:
+        for parametrization in names:
+            for target, _ in found_of.get("optimizer", []):
+                for kind in kinds:
+                    check_scaled_optimizer(scaling, str(parametrization), target, {"kind": kind})
 
 
 def check_choice_keys(group: str, node: DictConfig, target: Any, swept: Mapping[str, list | None]) -> None:

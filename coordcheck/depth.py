@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -35,12 +35,20 @@ from torch import nn
 
 from coordcheck.errors import CoordCheckError, check_depth  # noqa: F401  (check_depth: re-exported)
 
-__all__ = ["Depth", "DepthScaling", "NO_DEPTH_SCALING", "DEPTH_SCALINGS", "DEPTH_KEYS", "depth_keyword", "depth_keywords", "check_depth",
-           "scale_optimizer", "block_parameters"]
+__all__ = ["Depth", "DepthScaling", "NO_DEPTH_SCALING", "DEPTH_SCALINGS", "DEPTH_KEYS", "depth_keyword",
+           "depth_keywords", "check_depth", "scale_optimizer", "block_parameters", "not_adam", "NOT_ADAM",
+           "check_scaled_optimizer"]
 
 # Keywords by which builders in the field take their number of blocks, tried in this order by ``depth_key=auto``.
 DEPTH_KEYS = ("depth", "n_layer", "n_layers", "num_layers", "num_hidden_layers", "n_blocks", "num_blocks")
 ADAM_FAMILY = (torch.optim.Adam, torch.optim.AdamW)
+# The built-in optimizer configs (their ``_target_``) whose optimizer is not Adam-family, from the config node alone:
+# the command line refuses them with depth scaling before any job runs (a user's factory is seen when it is built).
+NOT_ADAM: dict[str, Callable[[Mapping], str | None]] = {
+    "coordcheck.optim.sgd": lambda node: "SGD",
+    "coordcheck.optim.muon": lambda node: "MuonWithAdamW",
+    "coordcheck.optim.mup_groups": lambda node: "SGD" if node.get("kind") == "sgd" else None,
+}
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,24 @@ def block_parameters(model: nn.Module) -> set[int]:
     return {id(p) for name in find_blocks(model) for p in modules[name].parameters()}
 
 
+def not_adam(scaling: DepthScaling, optimizer: str) -> CoordCheckError:
+    """The one line for depth scaling with an optimizer that has no Adam learning rate and ε to scale."""
+    return CoordCheckError(f"depth_scaling={scaling.name} scales Adam's learning rate and ε with depth; "
+                           f"{optimizer} has no such rule here: use optimizer=adam or adamw, or "
+                           f"depth_scaling=none with parametrization=none and your own optimizer factory")
+
+
+def check_scaled_optimizer(scaling: DepthScaling, parametrization: str, target: str, node: Mapping) -> None:
+    """Before any job runs: the optimizer config ``node`` (``target``: its ``_target_``) under ``parametrization``
+    can take ``scaling``'s optimizer factors (:func:`scale_optimizer`: Adam family; under ``none`` the user's factory
+    applies its own). One line (:func:`not_adam`) for the built-in ones that cannot (:data:`NOT_ADAM`)."""
+    if not scaling.active or parametrization == "none" or target not in NOT_ADAM:
+        return
+    name = NOT_ADAM[target](node)
+    if name is not None:
+        raise not_adam(scaling, name)
+
+
 def scale_optimizer(opt: torch.optim.Optimizer, model: nn.Module, scaling: DepthScaling, depth: int,
                     base_depth: int) -> torch.optim.Optimizer:
     """Multiply the learning rate and ε of every parameter inside a residual block by
@@ -136,9 +162,7 @@ def scale_optimizer(opt: torch.optim.Optimizer, model: nn.Module, scaling: Depth
     if not scaling.active:
         return opt
     if not isinstance(opt, ADAM_FAMILY):
-        raise CoordCheckError(f"depth_scaling={scaling.name} scales Adam's learning rate and ε with depth; "
-                              f"{type(opt).__name__} has no such rule here: use optimizer=adam or adamw, or "
-                              f"depth_scaling=none with parametrization=none and your own optimizer factory")
+        raise not_adam(scaling, type(opt).__name__)
     in_block = block_parameters(model)
     if not in_block:
         raise CoordCheckError(f"depth_scaling={scaling.name}: the model has no residual blocks (modules with "

@@ -15,6 +15,10 @@ sets, or one that the config class does not have, is one line naming it. Dropout
 ``*_pdrop``: GPT-2's default 0.1) are 0 unless ``config_kwargs`` sets them: the batch is the same at every step, and
 dropout would only add noise between steps and widths.
 
+``depth`` (the harness's ``depth=2,4,8 --multirun``) sets the number of blocks: the config class's
+``num_hidden_layers`` (GPT-2's ``n_layer``, T5's ``num_layers``: :func:`depth_field`), over the one ``config_kwargs``
+sets; unset, the config's own.
+
 Width-dependent fields are written in YAML with the resolvers of ``coordcheck.config`` (``${cc.ratio:}`` =
 width / base_width, ``${cc.head_dim:-1}`` = 1/head_dim), as ``conf/experiment/granite_mup.yaml`` does. The model's
 output (a ``ModelOutput``) is read as its ``.logits`` by the harness; ``labels`` given to it (``loss=model
@@ -32,14 +36,16 @@ from typing import Any, Literal
 
 from omegaconf import OmegaConf
 
-from coordcheck.errors import CoordCheckError, check_width
+from coordcheck.errors import CoordCheckError, check_depth, check_width
 
-__all__ = ["build", "check_node", "config_class", "hf_config", "INSTALL", "OFFLINE", "WIDTH_FIELDS", "INNER_FIELDS"]
+__all__ = ["build", "check_node", "config_class", "hf_config", "depth_field", "INSTALL", "OFFLINE", "WIDTH_FIELDS",
+           "INNER_FIELDS", "DEPTH_FIELDS"]
 
 INSTALL = 'model=hf needs Hugging Face transformers: pip install -e ".[hf]"'
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # never fetch anything
 WIDTH_FIELDS = ("hidden_size", "num_attention_heads", "head_dim")  # set from the width (and n_head / head_dim)
 INNER_FIELDS = ("intermediate_size", "n_inner", "ffn_dim", "d_ff")  # the MLP's inner size, as configs name it
+DEPTH_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")  # the number of blocks, as configs name it
 DROPOUT = re.compile(r"(dropout|pdrop)$")  # dropout probabilities (GPT-2's attn_pdrop, resid_pdrop, embd_pdrop): 0
 
 os.environ.update(OFFLINE)  # before transformers is imported: huggingface_hub reads them once, at import
@@ -83,12 +89,25 @@ def _canonical(cls: type, name: str) -> str:
     return getattr(cls, "attribute_map", {}).get(name, name)
 
 
+def depth_field(cls: type) -> str:
+    """The config class's field for its number of blocks (the first of :data:`DEPTH_FIELDS` it has, as the class
+    itself names it: GPT-2's ``n_layer``); one line when it has none."""
+    known = set(_defaults(cls))
+    for name in DEPTH_FIELDS:
+        if _canonical(cls, name) in known:
+            return _canonical(cls, name)
+    raise CoordCheckError(f"depth: {cls.__name__} has none of the fields {', '.join(DEPTH_FIELDS)}: its number of "
+                          "blocks cannot be set (leave depth unset and set it in model.config_kwargs)")
+
+
 def hf_config(width: int, config: str | type = "granite", *, grows: Literal["head_dim", "heads"] = "head_dim",
               n_head: int = 4, head_dim: int = 32, mlp_ratio: float = 4,
-              config_kwargs: Mapping[str, Any] | None = None) -> Any:
+              config_kwargs: Mapping[str, Any] | None = None, depth: int | None = None) -> Any:
     """The config at ``width``: ``config_kwargs`` (checked against the class's fields) and the width's fields
-    (module docstring). Nothing is built."""
+    (module docstring). ``depth``: the number of blocks (:func:`depth_field`: ``num_hidden_layers``, GPT-2's
+    ``n_layer``), over the one ``config_kwargs`` sets; None: as configured. Nothing is built."""
     width = check_width(width)
+    depth = check_depth(depth, optional=True)
     cls = config_class(config)
     defaults = _defaults(cls)
     known = set(defaults) | set(getattr(cls, "attribute_map", {}))
@@ -125,6 +144,8 @@ def hf_config(width: int, config: str | type = "granite", *, grows: Literal["hea
         if DROPOUT.search(name) and isinstance(defaults.get(name), float):
             fields[name] = 0.0
     kwargs = {_canonical(cls, k): v for k, v in {**given, **fields}.items()}
+    if depth is not None:
+        kwargs[depth_field(cls)] = depth
     return cls(**kwargs)
 
 
@@ -156,15 +177,16 @@ SHIFT_LABELS = _takes_shift_labels()
 def build(width: int, config: str | type = "granite", *, grows: Literal["head_dim", "heads"] = "head_dim",
           n_head: int = 4, head_dim: int = 32, mlp_ratio: float = 4,
           attn_implementation: Literal["sdpa", "eager"] = "sdpa",
-          config_kwargs: Mapping[str, Any] | None = None) -> Any:
-    """``AutoModelForCausalLM.from_config`` at ``width`` (see :func:`hf_config`), with ``attn_implementation``
+          config_kwargs: Mapping[str, Any] | None = None, depth: int | None = None) -> Any:
+    """``AutoModelForCausalLM.from_config`` at ``width`` and ``depth`` (see :func:`hf_config`; the harness's
+    ``depth=...`` reaches it as ``depth``), with ``attn_implementation``
     ``sdpa`` (``F.scaled_dot_product_attention``: the probes record ``<attn>.(sdpa)`` and its head dimension) or
     ``eager`` (matmul and softmax: ``<attn>.(softmax)``), on the current default device."""
     os.environ.update(OFFLINE)
     if attn_implementation not in ("sdpa", "eager"):
         raise CoordCheckError(f"model.attn_implementation must be sdpa or eager, got {attn_implementation!r}")
     cfg = hf_config(width, config, grows=grows, n_head=n_head, head_dim=head_dim, mlp_ratio=mlp_ratio,
-                    config_kwargs=config_kwargs)
+                    config_kwargs=config_kwargs, depth=depth)
     from transformers import AutoModelForCausalLM
 
     try:
@@ -177,8 +199,9 @@ def build(width: int, config: str | type = "granite", *, grows: Literal["head_di
     return model
 
 
-def check_node(node: Mapping[str, Any], width: Any) -> None:
-    """The ``model`` config node of ``model=hf`` checked at ``width`` as :func:`build` will use it, nothing built:
+def check_node(node: Mapping[str, Any], width: Any, depth: Any = None) -> None:
+    """The ``model`` config node of ``model=hf`` checked at ``width`` and ``depth`` (None: as configured) as
+    :func:`build` will use it, nothing built:
     the command line calls it (``coordcheck.config.check_targets``), so a bad class or field is one line and exit 2
     before any job runs."""
     kwargs = dict(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node)
@@ -187,7 +210,7 @@ def check_node(node: Mapping[str, Any], width: Any) -> None:
     if attn not in ("sdpa", "eager"):
         raise CoordCheckError(f"model.attn_implementation must be sdpa or eager, got {attn!r}")
     try:
-        hf_config(width, **kwargs)
+        hf_config(width, **kwargs, depth=depth)
     except TypeError as e:  # a key the builder does not take
         raise CoordCheckError(f"model: {e}".replace("hf_config()", "coordcheck.hf.build()")) from None
 

@@ -72,3 +72,10 @@ def deeper(width: int, **kwargs) -> nn.Module:
 def gpt_no_width(n_layer: int = 1, **kw) -> nn.Module:
     """The built-in GPT at a hard-coded width 16, whatever width it is given (for the learning-rate sweep)."""
     return gpt(16, n_layer=n_layer, n_head=2)
+
+
+def deep_flaky(width: int, n_layer: int = 2, **kwargs) -> nn.Module:
+    """The built-in GPT, failing at depth 4 (a depth sweep's job that fails: out of memory, a bug)."""
+    if n_layer == 4:
+        raise RuntimeError("simulated: CUDA out of memory at depth 4")
+    return gpt(width, n_layer=n_layer, **kwargs)

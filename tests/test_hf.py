@@ -175,3 +175,44 @@ def test_a_bad_model_node_is_one_line_before_any_job_runs(monkeypatch, capsys, t
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("coordcheck: error:") and words in err[0], err
     assert not any(tmp_path.iterdir())  # no job ran
+
+
+# -- depth: the number of blocks from the harness's depth ---------------------------------------------------------
+@pytest.mark.parametrize("config, field", [("llama", "num_hidden_layers"), ("gpt2", "n_layer"), ("t5", "num_layers")])
+def test_depth_sets_the_config_classes_own_number_of_layers(config, field):
+    from coordcheck.hf import depth_field
+
+    c = hf_config(64, config, depth=3, config_kwargs={"num_hidden_layers": 2} if config == "llama" else None)
+    assert depth_field(type(c)) == field and getattr(c, field) == 3 == c.num_hidden_layers  # over config_kwargs' 2
+    assert hf_config(64, "llama", config_kwargs={"num_hidden_layers": 2}).num_hidden_layers == 2  # None: as configured
+    with pytest.raises(CoordCheckError, match="depth must be a positive integer"):
+        hf_config(64, config, depth=0)
+
+
+def test_the_builder_takes_the_depth_and_builds_that_many_blocks():
+    from coordcheck.depth import depth_keyword
+
+    assert depth_keyword(build) == "depth"
+    model = build(64, "llama", config_kwargs=TINY, depth=3)
+    assert len(model.model.layers) == 3
+
+
+def test_a_depth_sweep_of_a_hf_model_builds_each_depth(monkeypatch, capsys, tmp_path):
+    import pandas as pd
+
+    from conftest import run_in_process
+
+    code = run_in_process(monkeypatch, "model=hf", "model.config=llama", "parametrization=none", "depth=2,3",
+                          "width=64", "seeds=1", "steps=1", "threads=1", "progress=false", "report.figures=false",
+                          f"hydra.sweep.dir={tmp_path}", "--multirun")
+    capsys.readouterr()
+    assert code == 0
+    frames = {p.parent.name: pd.read_parquet(p) for p in tmp_path.glob("*/frame.parquet")}
+    assert len(frames) == 2
+    for name, f in frames.items():
+        (depth,) = f["depth"].unique()
+        assert f"depth={depth}" in name
+        blocks = {m.split(".")[2] for m in f["module"] if m.startswith("model.layers.")}
+        assert blocks == {str(i) for i in range(depth)}, (depth, blocks)
+    assert sorted(int(f["depth"].iloc[0]) for f in frames.values()) == [2, 3]
+    assert len({f["family_id"].iloc[0] for f in frames.values()}) == 1

@@ -12,6 +12,10 @@ with each of the two switched off as a planted bug.
 one keyword away (a hidden matrix at an unscaled learning rate, the embedding at the hidden learning rate, one layer
 at a constant init std, no output multiplier, attention 1/sqrt(d)); ``FAULTS`` names each fault's keywords.
 
+``coordcheck.testing.depth_models``: issue 18's depth known answer for user models — a nanoGPT-mup-style GPT with muP
+and CompleteP by hand (branch multiplier (n_layer / depth_base)^-α in the block, CompleteP's Table 1 in its own AdamW
+factory ``make_optimizer``); ``build`` passes the depth check, ``build_no_multiplier`` (the multiplier dropped) fails.
+
 ``coordcheck.testing.gate``: ``assert_mup(build, widths=...)``, the gate for model libraries' test suites (re-exported
 here: ``from coordcheck.testing import assert_mup``); ``coordcheck.testing.pytest_plugin``, its pytest plugin (the
 ``coordcheck`` fixture, ``--coordcheck-report DIR``). Nothing here imports torch until it is used: the plugin is
