@@ -40,6 +40,17 @@ Never imports torch.
     models          [{config_id, width, n_params, fingerprint}]: the model each width built (from job.json's
                     shapes; rule 9 fails widths that built the same one)
     command, config the exact command line and resolved config, when known
+    depth           null for a frame run at one depth; else the depth verdict (coordcheck.depth_verdict):
+                    {status, reason, width_status ("not judged (one width)" for a pure depth sweep, else the width
+                     verdict's own status), matching (how series are matched across depths: places.MATCHING),
+                     families: [{family_id, width, parametrization, status, reason, n_depths, min_depth, max_depth,
+                                 window_end, first_unstable_step}],
+                     series: [{family_id, width, place, place_kind, role, tensor, step, slope, ci_low, ci_high,
+                               band_low, band_high, status, diagnosis}] (the judged ones: pooled block modules are
+                              shown, not judged; the loss row's "slope" is the rise of the loss from the shallowest
+                              to the deepest depth over the step-0 loss),
+                     causes: [{family_id, width, order, kind, what, measure, exponent, expected, fix, line}],
+                     notes: [...]}
 
 NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inconclusive
 (a CI gate); without it, 0 whenever a report was written. Bad input: one line, exit 2. The
@@ -62,6 +73,8 @@ import pandas as pd
 
 from coordcheck.audit import audit_long, audit_table
 from coordcheck.causes import CAUSE_COLUMNS, NO_OWN_NOTE
+from coordcheck.depth_verdict import LOSS_PLACE
+from coordcheck.places import MATCHING, RESIDUAL
 from coordcheck.errors import EXIT, OK, USER_ERROR, CoordCheckError
 from coordcheck.frame import atomic_write
 from coordcheck.slopes import fit_slopes
@@ -133,6 +146,7 @@ class Report:
             "models": records(v.models, ["config_id", "width", "n_params", "fingerprint"]),
             "command": self.command,
             "config": self.config,
+            "depth": depth_payload(v),
         }
 
     def markdown(self) -> str:
@@ -159,6 +173,7 @@ class Report:
                 lines.append(f"| {md_escape(c.parametrization)} | {md_escape(c.optimizer)} | {c.lr:g} | {c.status} | "
                              f"{md_escape(c.reason)} |")
             lines.append("")
+        lines += depth_lines(v)
         if self.problems:
             lines += ["## Jobs that left no frame", "", "| job | status | error |", "|---|---|---|"]
             lines += [f"| {md_escape(p.job)} | {p.status} | {md_escape(p.error)} |" for p in self.problems]
@@ -234,6 +249,51 @@ class Report:
                          f"width): [{AUDIT_NAME}]({AUDIT_NAME})")
         lines += run_lines(self.environment, self.command, self.config, more=built)
         return "\n".join(lines) + "\n"
+
+
+DEPTH_SERIES = ["family_id", "width", "place", "place_kind", "role", "tensor", "step", "slope", "ci_low", "ci_high",
+                "band_low", "band_high", "status", "diagnosis"]
+
+
+def depth_payload(v: Verdict) -> dict | None:
+    """report.json's ``depth`` object (schema above); None without a depth verdict."""
+    d = v.depth
+    if d is None:
+        return None
+    judged = d.series[d.series["status"] != "skip"] if len(d.series) else d.series
+    return {"status": d.status, "reason": d.reason, "width_status": v.width_status, "matching": MATCHING,
+            "families": records(d.families, list(d.families.columns)), "series": records(judged, DEPTH_SERIES),
+            "causes": records(d.causes, list(d.causes.columns)), "notes": d.notes}
+
+
+def depth_lines(v: Verdict) -> list[str]:
+    """The report's **Depth** section: per family and width its status and reason, the matching used, the judged
+    series that failed or were undecided (else the residual stream's), and the causes."""
+    d = v.depth
+    if d is None:
+        return []
+    lines = ["## Depth", "", f"**Depth verdict: {d.status.upper()}** — {md_escape(d.reason)}", "",
+             f"Width invariance: {v.width_status}.", "", f"Matching across depths: {md_escape(MATCHING)}.", "",
+             "| width | parametrization | depths | status | reason |", "|---|---|---|---|---|"]
+    for f in d.families.itertuples():
+        lines.append(f"| {f.width} | {md_escape(f.parametrization)} | {f.min_depth}–{f.max_depth} ({f.n_depths}) | "
+                     f"{f.status} | {md_escape(f.reason)} |")
+    s = d.series[d.series["status"] != "skip"] if len(d.series) else d.series
+    bad = s[s["status"].isin(["fail", "inconclusive"])] if len(s) else s
+    shown = bad if len(bad) else s[s["place"].isin([RESIDUAL, LOSS_PLACE])]
+    if len(shown):
+        lines += ["", "Judged series (slope of log2 std vs log2 depth; the loss row: its rise from the shallowest to "
+                  "the deepest depth over the step-0 loss)" + (", failing or undecided:" if len(bad) else ":"), "",
+                  "| width | place | tensor | step | slope | 95% interval | band | status | diagnosis |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in shown.sort_values(["width", "place_order", "tensor", "step"]).head(40).itertuples():
+            lines.append(f"| {r.width} | {md_escape(r.place)} | {r.tensor} | {r.step} | {num(r.slope)} | "
+                         f"[{num(r.ci_low)}, {num(r.ci_high)}] | [{num(r.band_low)}, {num(r.band_high)}] | "
+                         f"{r.status} | {md_escape(r.diagnosis)} |")
+    if len(d.causes):
+        lines += ["", "Depth causes:", ""]
+        lines += [f"- width {c.width}: {md_escape(c.line)}" for c in d.causes.itertuples()]
+    return lines + [""]
 
 
 def cause_lines(v: Verdict) -> list[str]:
