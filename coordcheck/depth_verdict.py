@@ -44,8 +44,8 @@ Causes (each only where its evidence is measured; else the reason says what was 
 * flat at step 0, grows after updates, no depth factor in the init, and the in-block learning rate does not follow
   (depth/base_depth)^(α-1) (α from the facts when the harness scaled; unknown under ``depth_scaling=none``: then the
   reason says the measured exponent and what each α expects) -> the hidden learning rate is not scaled with depth;
-* the residual's change vanishes with depth, with the in-block learning rate falling faster than (depth/base_depth)^(α-1)
-  -> the learning rate is scaled down too much with depth.
+* the residual's change vanishes with depth, with the in-block learning rate falling faster than
+  (depth/base_depth)^(α-1) -> the learning rate is scaled down too much with depth.
 """
 
 from __future__ import annotations
@@ -266,7 +266,8 @@ def _causes(key: tuple, series: pd.DataFrame, params: pd.DataFrame, alpha: float
     seen = f"the residual stream's {change}"
     exps = _param_exponents(mine) if len(mine) else pd.DataFrame(columns=["name", "std_exponent", "lr_exponent"])
     shrunk = exps[exps["std_exponent"] < -rules.tol]
-    lr_exp = float(exps["lr_exponent"].median()) if len(exps) and exps["lr_exponent"].notna().any() else np.nan
+    lr_exp = float(np.round(exps["lr_exponent"].median(), 6)) + 0.0 if len(exps) and exps["lr_exponent"].notna().any() \
+        else np.nan
     if len(grows):
         if len(shrunk):
             names = ", ".join(f"{n} (std ~ depth^{e:+.2f})" for n, e in zip(shrunk["name"], shrunk["std_exponent"]))
@@ -385,7 +386,8 @@ def judge_depth(frame: pd.DataFrame, rules: Rules = Rules(), facts: Sequence[Map
             k = undecided.iloc[0]
             status = "inconclusive"
             reason = (f"{len(set(undecided['place']))} place(s) could not be decided (e.g. {k['place']} {k['tensor']} "
-                      f"step {int(k['step'])}: {k['diagnosis'] or 'interval overlaps the band'}) — add seeds or depths")
+                      f"step {int(k['step'])}: {k['diagnosis'] or 'interval overlaps the band'}) — add seeds or "
+                      f"depths")
         else:
             status = "pass"
             reason = (f"the residual stream, embeddings, final norm, readout and loss are flat over depths "
@@ -401,7 +403,12 @@ def judge_depth(frame: pd.DataFrame, rules: Rules = Rules(), facts: Sequence[Map
     families = pd.DataFrame(rows)
     worst = families.loc[families["status"].map(RANK).idxmax()]
     many = len(families) > 1
-    reason = f"width {worst['width']}: {worst['reason']}" if many and families["width"].nunique() > 1 else worst["reason"]
+    grid = many and families["width"].nunique() > 1
+    reason = f"width {worst['width']}: {worst['reason']}" if grid else worst["reason"]
+    if worst["status"] == "pass" and many:
+        widths = ", ".join(str(w) for w in sorted(families["width"].unique()))
+        reason = (f"the residual stream, embeddings, final norm, readout and loss are flat over depths "
+                  f"{families['min_depth'].min()}-{families['max_depth'].max()} at widths {widths}")
     notes = [f"matching across depths: {MATCHING}"]
     causes = pd.DataFrame(all_causes, columns=CAUSE_COLUMNS)
     return DepthVerdict(str(worst["status"]), reason, families, series.reset_index(drop=True), causes, notes)
