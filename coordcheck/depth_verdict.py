@@ -13,9 +13,13 @@ on the built-in GPT, width 128, depths 2-16, 3 seeds, 10 Adam steps, lr 1e-2 and
 
 * **The residual stream's change since step 0** (``delta`` of the last block's output, steps >= 1): flat,
   ``[-shrink_tol, tol]``. It is the series that separates the cases: correct depth-μP stays within -0.09..+0.19 and
-  CompleteP within -0.31..+0.02 (its change dips at step 5 at lr 1e-2, then recovers), while no multiplier grows like
-  depth^+0.6..+1.7, GPT-2's 1/sqrt(2L) init like depth^+0.6..+1.2 and depth-μP branches with an unscaled learning
-  rate like depth^+0.27..+0.51 (the thinnest margin: +0.27 [+0.22, +0.33] at step 10 at lr 1e-2).
+  CompleteP within -0.31..+0.02, while no multiplier grows like depth^+0.6..+1.7, GPT-2's 1/sqrt(2L) init like
+  depth^+0.6..+1.2 and depth-μP branches with an unscaled learning rate like depth^+0.27..+0.51 (the thinnest
+  margin: +0.27 [+0.22, +0.33] at step 10 at lr 1e-2); CompleteP branches given depth-μP's smaller learning rate
+  shrink (-0.58 at step 2, -0.60 at step 4, -0.50 at step 5). The margins are thin at lr 1e-2, where the batch is
+  memorised within 10 steps: over seeds 3-5 and widths 32-128, correct models leave the band for one step only
+  (CompleteP -0.37..-0.52 at step 4, depth-μP +0.20..+0.21 at step 3): the persistence rule makes them transients.
+  At lr 3e-3 every correct series stays within -0.10..+0.05.
 * **The residual stream at step 0** (``out``): no growth (``<= tol``; CompleteP's shrinks, -0.02). A missing
   multiplier with a fan-in init grows like depth^+0.38; GPT-2's init is flat here (+0.00) and wrong only after updates,
   so step 0 alone would pass it. The residual's value after updates is shown, not judged: its change judges it.

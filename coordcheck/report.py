@@ -80,7 +80,7 @@ from coordcheck.frame import atomic_write
 from coordcheck.slopes import fit_slopes
 from coordcheck.sweep import JobProblem, Sweep, aggregate, job_facts, sweep_config
 from coordcheck.text import md_escape, num, records, write_json
-from coordcheck.verdict import Rules, Verdict, judge
+from coordcheck.verdict import NOT_JUDGED, Rules, Verdict, judge
 
 __all__ = ["Report", "build_report", "write_report", "report_sweep", "coord_figure_options", "main", "EXIT"]
 
@@ -159,14 +159,14 @@ class Report:
             "",
             f"**Verdict: {icon}** — {md_escape(v.reason)}",
             "",
-            *cause_lines(v),
+            *(cause_lines(v) if v.width_status != NOT_JUDGED else []),  # a pure depth sweep: its causes in Depth
             *(line for n in v.notes for line in (f"Note: {md_escape(n)}", "")),
             f"Widths {widths}; statistic `{r.stat}`; a series must stay within slope "
             f"[{-r.shrink_tol:+.2f}, {r.tol:+.2f}] (flat) or below {r.tol:+.2f} (output and attention may shrink); "
             f"slope = d log2({r.stat}) / d log2(width), fitted over every width and seed.",
             "",
         ]
-        if len(v.configs) > 1:
+        if len(v.configs) > 1 and v.width_status != NOT_JUDGED:
             lines += ["## Configurations", "", "| parametrization | optimizer | lr | status | reason |",
                       "|---|---|---|---|---|"]
             for c in v.configs.itertuples():
@@ -178,9 +178,12 @@ class Report:
             lines += ["## Jobs that left no frame", "", "| job | status | error |", "|---|---|---|"]
             lines += [f"| {md_escape(p.job)} | {p.status} | {md_escape(p.error)} |" for p in self.problems]
             lines.append("")
+        one_width = v.width_status == NOT_JUDGED  # a pure depth sweep: the width tables would only say "undefined"
         worst = v.worst(10)
         lines += ["## Worst offenders", ""]
-        if len(worst):
+        if one_width:
+            lines.append("Width invariance not judged (one width): the depth verdict's series are in Depth.")
+        elif len(worst):
             lines += ["| module | role | tensor | step | slope | 95% interval | status | likely cause |",
                       "|---|---|---|---|---|---|---|---|"]
             walked = v.modules.set_index(["config_id", "module"])[["cause", "inherited_from", "inherited_via"]]
@@ -223,16 +226,17 @@ class Report:
                       "|---|" + "---|" * len(shown)]
             lines += [f"| {w} | " + " | ".join(num(row[t], "{:.3g}") for t in shown) + " |"
                       for w, row in table.iterrows()]
-        lines += ["", "## Modules", "",
-                  "Each module's worst judged series (the most severe status, then the smallest margin): its slope "
-                  "and its margin to the band (negative: outside). Transients: one-step excursions not counted "
-                  "(rule 4).", "",
-                  "| layer | module | role | status | worst slope | margin | at | transients | cause |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for m in v.modules.itertuples():
-            lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {num(m.slope)} | "
-                         f"{num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} | "
-                         f"{md_escape(module_cause(m))} |")
+        if not one_width:
+            lines += ["", "## Modules", "",
+                      "Each module's worst judged series (the most severe status, then the smallest margin): its slope "
+                      "and its margin to the band (negative: outside). Transients: one-step excursions not counted "
+                      "(rule 4).", "",
+                      "| layer | module | role | status | worst slope | margin | at | transients | cause |",
+                      "|---|---|---|---|---|---|---|---|---|"]
+            for m in v.modules.itertuples():
+                lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {num(m.slope)} | "
+                             f"{num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} | "
+                             f"{md_escape(module_cause(m))} |")
         if self.figures or self.notes:
             lines += ["", "## Figures", ""]
             lines += [f"- {md_escape(n)}" for n in self.notes]

@@ -33,6 +33,12 @@ def gpt_half(width: int, n_layer: int = 2, base_depth: int | None = None, **kwar
     return gpt(width, n_layer=n_layer, depth_alpha=0.5, base_depth=base_depth, **kwargs)
 
 
+def gpt_full(width: int, n_layer: int = 2, base_depth: int | None = None, **kwargs):
+    """CompleteP's 1/L branches in the model; under depth_scaling=depth_mup the harness gives the blocks depth-μP's
+    lr x (L/base_depth)^-1/2: updates too small for these branches (they vanish with depth)."""
+    return gpt(width, n_layer=n_layer, depth_alpha=1.0, base_depth=base_depth, **kwargs)
+
+
 # name -> (builder, depth_scaling, lr, builder keywords)
 SETTINGS = {
     "no depth scaling (fan_in init), lr 1e-2": (gpt, "none", 1e-2, {"residual_init": "fan_in"}),
@@ -43,6 +49,7 @@ SETTINGS = {
     "GPT-2 init 1/sqrt(2L), no multiplier, lr 1e-2": (gpt, "none", 1e-2, {}),
     "GPT-2 init 1/sqrt(2L), no multiplier, lr 1e-3": (gpt, "none", 1e-3, {}),
     "depth-μP branches, lr not depth-scaled, lr 1e-2": (gpt_half, "none", 1e-2, {}),
+    "CompleteP branches with depth-μP's lr (too small), lr 1e-2": (gpt_full, "depth_mup", 1e-2, {}),
 }
 
 
