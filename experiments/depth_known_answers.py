@@ -18,7 +18,6 @@ import pickle
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from coordcheck import coord_check
@@ -86,6 +85,7 @@ def main() -> None:
     print(f"| setting | residual delta, steps {' / '.join(map(str, shown))} | residual out at init | "
           f"loss at step {args.steps} vs depth | verdict | s |")
     print("|---|---|---|---|---|---|")
+    reasons = []
     for name in SETTINGS:
         if args.only and args.only not in name:
             continue
@@ -97,14 +97,18 @@ def main() -> None:
 
         def cell(t: str, st: int) -> str:
             r = s.loc[(t, st)]
+            if r["all_zero"]:  # the zero-initialised readout: the first update moves nothing inside the blocks
+                return "0 (zero readout)"
             return f"{r['slope']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"
 
         loss = frame[(frame["tensor"] == "loss") & (frame["step"] == args.steps)].groupby("depth")["value"].mean()
         verdict = judge_depth(frame, facts=facts)
+        causes = ", ".join(verdict.causes["kind"]) or "none named"
         print(f"| {name} | {' / '.join(cell('delta', st) for st in shown)} | {cell('out', 0)} | "
-              f"{' → '.join(f'{v:.2f}' for v in loss.to_numpy())} | {verdict.status}: {verdict.reason} | "
+              f"{' → '.join(f'{v:.2f}' for v in loss.to_numpy())} | {verdict.status} (cause: {causes}) | "
               f"{seconds:.0f} |", flush=True)
-        np.seterr(all="ignore")
+        reasons.append(f"{name}: {verdict.reason}")
+    print("\nreasons:", *reasons, sep="\n")
 
 
 if __name__ == "__main__":

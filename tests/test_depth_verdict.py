@@ -279,3 +279,10 @@ def test_width_by_depth_grid_under_mup_and_completep_passes_both_axes():
     assert v.status == "pass", v.reason
     assert v.width_status == "pass" and (v.configs["status"] == "pass").all()
     assert v.depth.status == "pass" and list(v.depth.families["width"]) == [32, 64, 128]
+
+
+def test_without_facts_growth_after_updates_names_no_knob():
+    frame, _ = depth_frame(residual_delta=0.5)
+    v = judge_depth(frame)
+    assert v.status == "fail" and v.causes.empty
+    assert "no parameter facts" in v.reason and "multiply the learning rate" not in v.reason
