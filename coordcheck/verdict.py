@@ -77,7 +77,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -89,6 +89,9 @@ from coordcheck.frame import EPS_TENSOR, NOT_ACTIVATIONS, QK_LOGITS, STATS
 from coordcheck.narrow import mark_narrow, narrow_reason
 from coordcheck.shapes import model_table, shapes_by_config, width_problem
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
+
+if TYPE_CHECKING:  # the depth verdict builds on this module
+    from coordcheck.depth_verdict import DepthVerdict
 
 __all__ = ["Rules", "Verdict", "judge", "find_instability", "mark_transients", "likely_cause", "head_dim_growth",
            "STATUSES", "RANK"]
@@ -304,7 +307,7 @@ class Verdict:
     notes: list[str] = field(default_factory=list)  # what was judged otherwise than usual, or not at all, and why
     causes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CAUSE_COLUMNS))  # coordcheck.causes
     evidence: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVIDENCE_COLUMNS))
-    depth: Any = None  # coordcheck.depth_verdict.DepthVerdict of a depth sweep or grid; None otherwise
+    depth: DepthVerdict | None = None  # the depth verdict of a depth sweep or grid; None otherwise
     width_status: str = ""  # the width verdict alone, when a depth verdict joined it ("not judged (one width)": a
     # pure depth sweep)
 

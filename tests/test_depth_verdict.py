@@ -3,9 +3,12 @@ answers on the built-in GPT (slow: they train; width 64, depths 2-16, 3 seeds, 1
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_cli
 
 from coordcheck import coord_check
 from coordcheck.depth_verdict import LOSS_PLACE, NOT_A_DEPTH_SWEEP, judge_depth
@@ -286,3 +289,17 @@ def test_without_facts_growth_after_updates_names_no_knob():
     v = judge_depth(frame)
     assert v.status == "fail" and v.causes.empty
     assert "no parameter facts" in v.reason and "multiply the learning rate" not in v.reason
+
+
+@pytest.mark.slow
+def test_cli_depth_sweep_final_line_and_report(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli("depth=2,4,8", "width=64", "depth_scaling=completep", "threads=1", "seeds=3", "progress=false",
+                "report.figures=false", f"hydra.sweep.dir={sweep}", "--multirun", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "coordcheck: PASS — the residual stream, embeddings, final norm, readout and loss are flat over depths 2-8 " \
+           "at width 64" in r.stdout
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    assert report["status"] == "pass" and report["depth"]["width_status"] == NOT_JUDGED
+    assert report["depth"]["families"][0]["n_depths"] == 3
+    assert "## Depth" in (sweep / "report" / "report.md").read_text()
