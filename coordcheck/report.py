@@ -40,6 +40,17 @@ Never imports torch.
     models          [{config_id, width, n_params, fingerprint}]: the model each width built (from job.json's
                     shapes; rule 9 fails widths that built the same one)
     command, config the exact command line and resolved config, when known
+    depth           null for a frame run at one depth; else the depth verdict (coordcheck.depth_verdict):
+                    {status, reason, width_status ("not judged (one width)" for a pure depth sweep, else the width
+                     verdict's own status), matching (how series are matched across depths: places.MATCHING),
+                     families: [{family_id, width, parametrization, status, reason, n_depths, min_depth, max_depth,
+                                 window_end, first_unstable_step}],
+                     series: [{family_id, width, place, place_kind, role, tensor, step, slope, ci_low, ci_high,
+                               band_low, band_high, status, diagnosis}] (the judged ones: pooled block modules are
+                              shown, not judged; the loss row's "slope" is the rise of the loss from the shallowest
+                              to the deepest depth over the step-0 loss),
+                     causes: [{family_id, width, order, kind, what, measure, exponent, expected, fix, line}],
+                     notes: [...]}
 
 NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inconclusive
 (a CI gate); without it, 0 whenever a report was written. Bad input: one line, exit 2. The
@@ -62,12 +73,14 @@ import pandas as pd
 
 from coordcheck.audit import audit_long, audit_table
 from coordcheck.causes import CAUSE_COLUMNS, NO_OWN_NOTE
+from coordcheck.depth_verdict import LOSS_PLACE
+from coordcheck.places import MATCHING, RESIDUAL
 from coordcheck.errors import EXIT, OK, USER_ERROR, CoordCheckError
 from coordcheck.frame import atomic_write
 from coordcheck.slopes import fit_slopes
 from coordcheck.sweep import JobProblem, Sweep, aggregate, job_facts, sweep_config
 from coordcheck.text import md_escape, num, records, write_json
-from coordcheck.verdict import Rules, Verdict, judge
+from coordcheck.verdict import NOT_JUDGED, Rules, Verdict, judge
 
 __all__ = ["Report", "build_report", "write_report", "report_sweep", "coord_figure_options", "main", "EXIT"]
 
@@ -133,6 +146,7 @@ class Report:
             "models": records(v.models, ["config_id", "width", "n_params", "fingerprint"]),
             "command": self.command,
             "config": self.config,
+            "depth": depth_payload(v),
         }
 
     def markdown(self) -> str:
@@ -145,27 +159,31 @@ class Report:
             "",
             f"**Verdict: {icon}** — {md_escape(v.reason)}",
             "",
-            *cause_lines(v),
+            *(cause_lines(v) if v.width_status != NOT_JUDGED else []),  # a pure depth sweep: its causes in Depth
             *(line for n in v.notes for line in (f"Note: {md_escape(n)}", "")),
             f"Widths {widths}; statistic `{r.stat}`; a series must stay within slope "
             f"[{-r.shrink_tol:+.2f}, {r.tol:+.2f}] (flat) or below {r.tol:+.2f} (output and attention may shrink); "
             f"slope = d log2({r.stat}) / d log2(width), fitted over every width and seed.",
             "",
         ]
-        if len(v.configs) > 1:
+        if len(v.configs) > 1 and v.width_status != NOT_JUDGED:
             lines += ["## Configurations", "", "| parametrization | optimizer | lr | status | reason |",
                       "|---|---|---|---|---|"]
             for c in v.configs.itertuples():
                 lines.append(f"| {md_escape(c.parametrization)} | {md_escape(c.optimizer)} | {c.lr:g} | {c.status} | "
                              f"{md_escape(c.reason)} |")
             lines.append("")
+        lines += depth_lines(v)
         if self.problems:
             lines += ["## Jobs that left no frame", "", "| job | status | error |", "|---|---|---|"]
             lines += [f"| {md_escape(p.job)} | {p.status} | {md_escape(p.error)} |" for p in self.problems]
             lines.append("")
+        one_width = v.width_status == NOT_JUDGED  # a pure depth sweep: the width tables would only say "undefined"
         worst = v.worst(10)
         lines += ["## Worst offenders", ""]
-        if len(worst):
+        if one_width:
+            lines.append("Width invariance not judged (one width): the depth verdict's series are in Depth.")
+        elif len(worst):
             lines += ["| module | role | tensor | step | slope | 95% interval | status | likely cause |",
                       "|---|---|---|---|---|---|---|---|"]
             walked = v.modules.set_index(["config_id", "module"])[["cause", "inherited_from", "inherited_via"]]
@@ -208,16 +226,17 @@ class Report:
                       "|---|" + "---|" * len(shown)]
             lines += [f"| {w} | " + " | ".join(num(row[t], "{:.3g}") for t in shown) + " |"
                       for w, row in table.iterrows()]
-        lines += ["", "## Modules", "",
-                  "Each module's worst judged series (the most severe status, then the smallest margin): its slope "
-                  "and its margin to the band (negative: outside). Transients: one-step excursions not counted "
-                  "(rule 4).", "",
-                  "| layer | module | role | status | worst slope | margin | at | transients | cause |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for m in v.modules.itertuples():
-            lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {num(m.slope)} | "
-                         f"{num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} | "
-                         f"{md_escape(module_cause(m))} |")
+        if not one_width:
+            lines += ["", "## Modules", "",
+                      "Each module's worst judged series (the most severe status, then the smallest margin): its slope "
+                      "and its margin to the band (negative: outside). Transients: one-step excursions not counted "
+                      "(rule 4).", "",
+                      "| layer | module | role | status | worst slope | margin | at | transients | cause |",
+                      "|---|---|---|---|---|---|---|---|---|"]
+            for m in v.modules.itertuples():
+                lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {num(m.slope)} | "
+                             f"{num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} | "
+                             f"{md_escape(module_cause(m))} |")
         if self.figures or self.notes:
             lines += ["", "## Figures", ""]
             lines += [f"- {md_escape(n)}" for n in self.notes]
@@ -234,6 +253,51 @@ class Report:
                          f"width): [{AUDIT_NAME}]({AUDIT_NAME})")
         lines += run_lines(self.environment, self.command, self.config, more=built)
         return "\n".join(lines) + "\n"
+
+
+DEPTH_SERIES = ["family_id", "width", "place", "place_kind", "role", "tensor", "step", "slope", "ci_low", "ci_high",
+                "band_low", "band_high", "status", "diagnosis"]
+
+
+def depth_payload(v: Verdict) -> dict | None:
+    """report.json's ``depth`` object (schema above); None without a depth verdict."""
+    d = v.depth
+    if d is None:
+        return None
+    judged = d.series[d.series["status"] != "skip"] if len(d.series) else d.series
+    return {"status": d.status, "reason": d.reason, "width_status": v.width_status, "matching": MATCHING,
+            "families": records(d.families, list(d.families.columns)), "series": records(judged, DEPTH_SERIES),
+            "causes": records(d.causes, list(d.causes.columns)), "notes": d.notes}
+
+
+def depth_lines(v: Verdict) -> list[str]:
+    """The report's **Depth** section: per family and width its status and reason, the matching used, the judged
+    series that failed or were undecided (else the residual stream's), and the causes."""
+    d = v.depth
+    if d is None:
+        return []
+    lines = ["## Depth", "", f"**Depth verdict: {d.status.upper()}** — {md_escape(d.reason)}", "",
+             f"Width invariance: {v.width_status}.", "", f"Matching across depths: {md_escape(MATCHING)}.", "",
+             "| width | parametrization | depths | status | reason |", "|---|---|---|---|---|"]
+    for f in d.families.itertuples():
+        lines.append(f"| {f.width} | {md_escape(f.parametrization)} | {f.min_depth}–{f.max_depth} ({f.n_depths}) | "
+                     f"{f.status} | {md_escape(f.reason)} |")
+    s = d.series[d.series["status"] != "skip"] if len(d.series) else d.series
+    bad = s[s["status"].isin(["fail", "inconclusive"])] if len(s) else s
+    shown = bad if len(bad) else s[s["place"].isin([RESIDUAL, LOSS_PLACE])]
+    if len(shown):
+        lines += ["", "Judged series (slope of log2 std vs log2 depth; the loss row: its rise from the shallowest to "
+                  "the deepest depth over the step-0 loss)" + (", failing or undecided:" if len(bad) else ":"), "",
+                  "| width | place | tensor | step | slope | 95% interval | band | status | diagnosis |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in shown.sort_values(["width", "place_order", "tensor", "step"]).head(40).itertuples():
+            lines.append(f"| {r.width} | {md_escape(r.place)} | {r.tensor} | {r.step} | {num(r.slope)} | "
+                         f"[{num(r.ci_low)}, {num(r.ci_high)}] | [{num(r.band_low)}, {num(r.band_high)}] | "
+                         f"{r.status} | {md_escape(r.diagnosis)} |")
+    if len(d.causes):
+        lines += ["", "Depth causes:", ""]
+        lines += [f"- width {c.width}: {md_escape(c.line)}" for c in d.causes.itertuples()]
+    return lines + [""]
 
 
 def cause_lines(v: Verdict) -> list[str]:

@@ -35,7 +35,7 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
 4. **Significance and transients.** A series fails only when its slope is outside the band
    *and* its whole 95% interval is; an estimate outside with an overlapping interval is
    ``inconclusive``. After updates a violation must persist over ``persist`` consecutive
-   judged steps, else it is a ``transient`` (:func:`_mark_transients`).
+   judged steps, else it is a ``transient`` (:func:`mark_transients`).
 5. **Zeros.** A series exactly zero at every point is ``zero``, not a failure; zero at some
    widths only is ``inconclusive``; a hidden or output module whose ``delta`` is zero at every
    judged step does not learn: ``inconclusive``.
@@ -68,13 +68,16 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    is left out; a new one fails its configuration.
 11. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
    ``pass``.
+12. **Depth.** A frame run at two depths or more is also judged along depth (:mod:`coordcheck.depth_verdict`,
+   ``Verdict.depth``) and the overall status is the worse of the two; a pure depth sweep (one width) leaves width
+   invariance ``not judged (one width)`` (``Verdict.width_status``) and the depth verdict decides (:func:`_add_depth`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -87,7 +90,11 @@ from coordcheck.narrow import mark_narrow, narrow_reason
 from coordcheck.shapes import model_table, shapes_by_config, width_problem
 from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
 
-__all__ = ["Rules", "Verdict", "judge", "find_instability", "likely_cause", "head_dim_growth", "STATUSES"]
+if TYPE_CHECKING:  # the depth verdict builds on this module
+    from coordcheck.depth_verdict import DepthVerdict
+
+__all__ = ["Rules", "Verdict", "judge", "find_instability", "mark_transients", "likely_cause", "head_dim_growth",
+           "STATUSES", "RANK"]
 
 # The tensors whose undecided series make a configuration undecided. An undecided own (or in) series is evidence for
 # the causes only: a correct ResNet's strided 1x1 shortcut has own -0.40 [-0.55, -0.26] while every activation is
@@ -95,6 +102,7 @@ __all__ = ["Rules", "Verdict", "judge", "find_instability", "likely_cause", "hea
 DECIDING = ("out", "delta")
 STATUSES = ("pass", "fail", "inconclusive", "zero", "skip", "transient")
 _RANK = {"pass": 0, "zero": 0, "skip": 0, "transient": 0, "inconclusive": 1, "fail": 2}
+RANK = _RANK  # severity of a status (the depth verdict ranks its families with it)
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,10 @@ class Rules:
     rise: float = knob(0.5, (">=", 0), help="instability: loss above (1 + rise) x its running minimum ...")
     rise_floor: float = knob(0.1, (">=", 0), help="... and above it by more than this fraction of the step-0 loss")
     min_widths: int = knob(3, (">=", 2), help="fewer widths than this is inconclusive")
+    min_depths: int = knob(3, (">=", 2), help="fewer depths than this is inconclusive (the depth verdict)")
+    depth_loss_tol: float = knob(0.05, (">=", 0), help="depth verdict: max rise of the last judged loss from the "
+                                                       "shallowest to the deepest depth, as a fraction of the step-0 "
+                                                       "loss (deeper must not be worse)")
     min_window: int = knob(2, (">=", 1), help="updated steps the stable window must hold, else inconclusive")
     persist: int = knob(2, (">=", 1), help="a violation after updates must last this many consecutive judged "
                                            "steps ...")
@@ -295,6 +307,9 @@ class Verdict:
     notes: list[str] = field(default_factory=list)  # what was judged otherwise than usual, or not at all, and why
     causes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CAUSE_COLUMNS))  # coordcheck.causes
     evidence: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVIDENCE_COLUMNS))
+    depth: DepthVerdict | None = None  # the depth verdict of a depth sweep or grid; None otherwise
+    width_status: str = ""  # the width verdict alone, when a depth verdict joined it ("not judged (one width)": a
+    # pure depth sweep)
 
     @property
     def passed(self) -> bool:
@@ -304,8 +319,9 @@ class Verdict:
     def first_cause(self) -> str | None:
         """The first cause (in call order) of the configuration that decides the verdict, as the report prints it
         (prefixed with its parametrization when there are several configurations); None without one."""
-        if self.causes.empty or self.configs.empty:
-            return None
+        depth = self.depth.causes if self.depth is not None else None
+        if self.causes.empty or self.configs.empty or (self.width_status == NOT_JUDGED and depth is not None):
+            return None if depth is None or depth.empty else depth["line"].iloc[0]
         ranked = self.configs.assign(_rank=self.configs["status"].map(_RANK)).sort_values("_rank", ascending=False,
                                                                                          kind="stable")
         for c in ranked.itertuples():
@@ -321,12 +337,13 @@ class Verdict:
         "coordinate check — FAIL (parametrization=mup: PASS; parametrization=sp: FAIL)"."""
         c = self.configs
         varying = [k for k in ("parametrization", "optimizer", "lr", "data", "model") if k in c and c[k].nunique() > 1]
+        depth = f" — {self.depth.summary}" if self.depth is not None and self.depth.summary else ""
         if len(c) <= 1 or not varying:
             what = f" (parametrization={c['parametrization'].iloc[0]})" if len(c) and "parametrization" in c else ""
-            return f"coordinate check{what} — {self.status.upper()}"
+            return f"coordinate check{what} — {self.status.upper()}{depth}"
         parts = [", ".join(f"{k}={row[k]:g}" if k == "lr" else f"{k}={row[k]}" for k in varying)
                  + f": {row['status'].upper()}" for _, row in c.iterrows()]
-        return f"coordinate check — {self.status.upper()} ({'; '.join(parts)})"
+        return f"coordinate check — {self.status.upper()} ({'; '.join(parts)}){depth}"
 
     def worst_modules(self, n: int = 4) -> list[str]:
         """The ``n`` modules of the worst offending series (highlighted in the figures)."""
@@ -426,7 +443,7 @@ def _head_dim_notes(heads: pd.DataFrame, series: pd.DataFrame, rules: Rules) -> 
     return notes
 
 
-def _mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dict[str, int], *,
+def mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dict[str, int], *,
                      persist: int, gross: float) -> pd.DataFrame:
     """Rule 4: after updates, a violation must persist over ``persist`` consecutive judged steps.
 
@@ -579,7 +596,36 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
         verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
     _fail_fixed_models(verdict, facts)
     _add_parameter_causes(verdict, frame, facts, rules, audit)
+    _add_depth(verdict, frame, rules, facts)
     return verdict
+
+
+NOT_JUDGED = "not judged (one width)"
+
+
+def _add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequence[Mapping[str, Any]]) -> None:
+    """Rule 12: a frame run at several depths gets the depth verdict too (:mod:`coordcheck.depth_verdict`), and the
+    overall status combines both. A pure depth sweep (one width per depth) has its width invariance ``not judged (one
+    width)`` — not "inconclusive: only 1 width" — unless a depth failed there (divergence, the model's audit): the
+    depth verdict decides. A width x depth grid must pass both (the width verdict per depth, the depth verdict per
+    width). A pure width sweep is left as it was."""
+    from coordcheck.depth_verdict import judge_depth  # it builds on this module's rules and windows
+
+    depth = judge_depth(frame, rules, facts)
+    if not depth.judged:
+        return
+    verdict.depth = depth
+    c = verdict.configs
+    one_width = c.empty or bool((c["n_widths"] <= 1).all())
+    width_fails = not c.empty and bool((c["status"] == "fail").any())
+    verdict.width_status = NOT_JUDGED if one_width and not width_fails else verdict.status
+    if verdict.width_status == NOT_JUDGED:
+        verdict.status, verdict.reason = depth.status, depth.reason
+    elif _RANK[depth.status] > _RANK[verdict.status]:
+        verdict.status, verdict.reason = depth.status, f"depth: {depth.reason}"
+    elif verdict.status == "pass":
+        verdict.reason = f"{verdict.reason}; depth: {depth.reason}"
+    verdict.notes = [*verdict.notes, *depth.notes]
 
 
 def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]],
@@ -661,7 +707,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
         first = int(unstable["unstable_step"].min()) if len(unstable) else None
         ends[cid] = (first, first - 1 if first is not None else int(cs["step"].max()))
         in_window[cs.index] = cs["step"] <= ends[cid][1]
-    series = _mark_transients(series, in_window, {c: e[1] for c, e in ends.items()}, persist=rules.persist,
+    series = mark_transients(series, in_window, {c: e[1] for c, e in ends.items()}, persist=rules.persist,
                               gross=rules.gross)
     series = mark_narrow(frame, series, rules.min_widths)  # issue 17 item 7: say narrow-width effects as such
     series = series.assign(in_window=in_window.astype(bool))

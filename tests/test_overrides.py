@@ -42,8 +42,8 @@ TYPOS = [  # python -m coordcheck ARGV -> its one line (its start, where it ends
     (["hydra.sweep.dri=/tmp/x"], "hydra.sweep.dri=/tmp/x: no key 'hydra.sweep.dri' in the config (did you mean "
                                  "hydra.sweep.dir?)"),
     (["report.tl=0.3"], "report.tl: unknown knob (did you mean report.tol?): choose one of stat, tol, shrink_tol, "
-                        "rise, rise_floor, min_widths, min_window, persist, gross, figures, size, steps, strict, "
-                        "layout"),
+                        "rise, rise_floor, min_widths, min_depths, depth_loss_tol, min_window, persist, gross, "
+                        "figures, size, steps, strict, layout"),
     (["--mutlirun", "width=64,128"], "unknown flag --mutlirun (did you mean --multirun?)"),
     (["width=64,128", "-multirun"], "unknown flag -multirun (did you mean --multirun?)"),
     (["-cjob", "widht=64"], f"widht=64: {WIDTH}"),  # argparse's -c job: the overrides after it are still read
