@@ -104,6 +104,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     environment: list[dict] = field(default_factory=list)  # where the jobs ran: device, torch, CUDA, precision
     audit: pd.DataFrame = field(default_factory=pd.DataFrame)  # the parameter audit (coordcheck.audit), audit.csv
+    facts: list[dict] = field(default_factory=list)  # the jobs' facts (job.json): the depth figure's labels
 
     @property
     def status(self) -> str:
@@ -219,13 +220,17 @@ class Report:
         if len(loss):
             steps = sorted(loss["step"].unique())
             shown = sorted({steps[0], steps[len(steps) // 2], steps[-1]})
-            table = loss[loss["step"].isin(shown)].pivot_table(index="width", columns="step", values="value",
+            by = ["width", "depth"] if loss["depth"].nunique() > 1 else ["width"]  # a depth sweep: each depth
+            table = loss[loss["step"].isin(shown)].pivot_table(index=by, columns="step", values="value",
                                                                  dropna=False, aggfunc="mean")
-            lines += ["", "Loss by width (mean over seeds; under muP at a sound learning rate the curves coincide "
-                      "and wider is not worse):", "", "| width | " + " | ".join(f"step {t}" for t in shown) + " |",
-                      "|---|" + "---|" * len(shown)]
-            lines += [f"| {w} | " + " | ".join(num(row[t], "{:.3g}") for t in shown) + " |"
-                      for w, row in table.iterrows()]
+            what = ("Loss by width and depth (mean over seeds; under muP with depth scaling at a sound learning rate "
+                    "wider and deeper are not worse):" if len(by) > 1 else
+                    "Loss by width (mean over seeds; under muP at a sound learning rate the curves coincide "
+                    "and wider is not worse):")
+            lines += ["", what, "", "| " + " | ".join(by) + " | " + " | ".join(f"step {t}" for t in shown) + " |",
+                      "|" + "---|" * (len(by) + len(shown))]
+            lines += ["| " + " | ".join(str(k) for k in (key if isinstance(key, tuple) else (key,))) + " | "
+                      + " | ".join(num(row[t], "{:.3g}") for t in shown) + " |" for key, row in table.iterrows()]
         if not one_width:
             lines += ["", "## Modules", "",
                       "Each module's worst judged series (the most severe status, then the smallest margin): its slope "
@@ -400,7 +405,7 @@ def build_report(
     long = audit_long(facts, rules)  # the parameter audit, once: for the verdict's causes and audit.csv
     verdict = judge(frame, slopes, rules, problems=problems, facts=facts, audit=long)  # rules 8 and 9
     return Report(frame, slopes, verdict, problems, list(jobs or []), command, config,
-                  audit=audit_table(facts, rules, long=long))
+                  audit=audit_table(facts, rules, long=long), facts=facts)
 
 
 def write_report(
@@ -467,10 +472,15 @@ def _write_figures(
     }
     if len(v.evidence):  # which knob: written only when the verdict measured causes
         jobs["causes"] = lambda: plot.plot_causes(v.evidence, out / "causes", size=size, title=v.title)
-    if plot.has_depths(frame):  # a depth sweep: the check against depth; a width x depth grid: both slopes
-        jobs["coord_check_depth"] = lambda: plot.plot_depth(frame, out / "coord_check_depth", size=size, title=v.title)
+    if plot.has_depths(frame):  # a depth sweep: the check against depth; a width x depth grid: both slopes. The
+        # width figures hold one configuration per panel, and each depth is one: the depth figures replace them
+        labels = plot.family_labels(frame, report.facts)
+        jobs = {k: draw for k, draw in jobs.items() if k == "causes"}
+        jobs["coord_check_depth"] = lambda: plot.plot_depth(frame, out / "coord_check_depth", steps=steps,
+                                                            size=size, title=v.title, labels=labels)
         if plot.has_grid(frame):
-            jobs["slopes_grid"] = lambda: plot.plot_grid_slopes(frame, out / "slopes_grid", size=size, title=v.title)
+            jobs["slopes_grid"] = lambda: plot.plot_grid_slopes(frame, out / "slopes_grid", size=size, title=v.title,
+                                                                labels=labels)
     figures = {}
     for name, draw in jobs.items():
         try:
