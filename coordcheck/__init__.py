@@ -11,7 +11,7 @@ from importlib import import_module
 from coordcheck.errors import CoordCheckError
 
 __all__ = ["coord_check", "CoordCheckResult", "CoordCheckError", "GradFlowProbe", "gradflow_once", "diagnose",
-           "transfer", "TransferResult", "CAUSE_TENSORS"]
+           "transfer", "TransferResult", "CAUSE_TENSORS", "DepthScaling", "judge_depth"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -22,6 +22,8 @@ _LAZY = {
     "diagnose": "coordcheck.gradflow",
     "transfer": "coordcheck.transfer.api",  # the subpackage coordcheck.transfer is callable too: the same function
     "TransferResult": "coordcheck.transfer.api",
+    "DepthScaling": "coordcheck.depth",  # depth_scaling=DepthScaling("mine", 0.75) in coord_check
+    "judge_depth": "coordcheck.depth_verdict",
     "CAUSE_TENSORS": "coordcheck.frame",  # tensors=CAUSE_TENSORS: record what the causes need (in, own)
 }
 
