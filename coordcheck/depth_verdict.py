@@ -336,6 +336,8 @@ def judge_depth(frame: pd.DataFrame, rules: Rules = Rules(), facts: Sequence[Map
     alphas = {str(j.get("config_id")): (j.get("depth_scaling"), j.get("depth_alpha")) for j in facts}
     by_config = df.drop_duplicates("config_id").set_index("config_id")[FAMILY_COLUMNS]
     family_alpha: dict[tuple, float | None] = {}
+    family_scaling = {tuple(by_config.loc[cid]): str(name) for cid, (name, _) in alphas.items()
+                      if cid in by_config.index and name is not None}  # for the report's table
     for cid, (name, a) in alphas.items():
         if cid in by_config.index and name not in (None, "none") and a:
             family_alpha[tuple(by_config.loc[cid])] = float(a)
@@ -415,7 +417,7 @@ def judge_depth(frame: pd.DataFrame, rules: Rules = Rules(), facts: Sequence[Map
             reason = (f"the residual stream, embeddings, final norm, readout and loss are flat over depths "
                       f"{depths[0]}-{depths[-1]} at width {width}")
         rows.append({"family_id": fam, "width": width, "parametrization": g["parametrization"].iloc[0],
-                     "status": status, "reason": reason, "n_depths": n_depths, "min_depth": int(depths[0]),
+                     "depth_scaling": family_scaling.get((fam, width), ""), "status": status, "reason": reason, "n_depths": n_depths, "min_depth": int(depths[0]),
                      "max_depth": int(depths[-1]), "window_end": ends[key],
                      "first_unstable_step": first_unstable[key]})
     if loss_rows:

@@ -43,7 +43,7 @@ Never imports torch.
     depth           null for a frame run at one depth; else the depth verdict (coordcheck.depth_verdict):
                     {status, reason, width_status ("not judged (one width)" for a pure depth sweep, else the width
                      verdict's own status), matching (how series are matched across depths: places.MATCHING),
-                     families: [{family_id, width, parametrization, status, reason, n_depths, min_depth, max_depth,
+                     families: [{family_id, width, parametrization, depth_scaling, status, reason, n_depths, min_depth, max_depth,
                                  window_end, first_unstable_step}],
                      series: [{family_id, width, place, place_kind, role, tensor, step, slope, ci_low, ci_high,
                                band_low, band_high, status, diagnosis}] (the judged ones: pooled block modules are
@@ -283,10 +283,11 @@ def depth_lines(v: Verdict) -> list[str]:
         return []
     lines = ["## Depth", "", f"**Depth verdict: {d.status.upper()}** — {md_escape(d.reason)}", "",
              f"Width invariance: {v.width_status}.", "", f"Matching across depths: {md_escape(MATCHING)}.", "",
-             "| width | parametrization | depths | status | reason |", "|---|---|---|---|---|"]
+             "| width | parametrization | depth scaling | depths | status | reason |", "|---|---|---|---|---|---|"]
     for f in d.families.itertuples():
-        lines.append(f"| {f.width} | {md_escape(f.parametrization)} | {f.min_depth}–{f.max_depth} ({f.n_depths}) | "
-                     f"{f.status} | {md_escape(f.reason)} |")
+        scaling = getattr(f, "depth_scaling", "") or "—"
+        lines.append(f"| {f.width} | {md_escape(f.parametrization)} | {md_escape(scaling)} | {f.min_depth}–{f.max_depth} "
+                     f"({f.n_depths}) | {f.status} | {md_escape(f.reason)} |")
     s = d.series[d.series["status"] != "skip"] if len(d.series) else d.series
     bad = s[s["status"].isin(["fail", "inconclusive"])] if len(s) else s
     shown = bad if len(bad) else s[s["place"].isin([RESIDUAL, LOSS_PLACE])]
