@@ -43,8 +43,8 @@ Never imports torch.
     depth           null for a frame run at one depth; else the depth verdict (coordcheck.depth_verdict):
                     {status, reason, width_status ("not judged (one width)" for a pure depth sweep, else the width
                      verdict's own status), matching (how series are matched across depths: places.MATCHING),
-                     families: [{family_id, width, parametrization, depth_scaling, status, reason, n_depths, min_depth, max_depth,
-                                 window_end, first_unstable_step}],
+                     families: [{family_id, width, parametrization, depth_scaling, status, reason, n_depths,
+                                 min_depth, max_depth, window_end, first_unstable_step}],
                      series: [{family_id, width, place, place_kind, role, tensor, step, slope, ci_low, ci_high,
                                band_low, band_high, status, diagnosis}] (the judged ones: pooled block modules are
                               shown, not judged; the loss row's "slope" is the rise of the loss from the shallowest
