@@ -221,8 +221,9 @@ class TransferReport:
                          f"[{num(s.loss_slope_low, '{:+.3f}')}, {num(s.loss_slope_high, '{:+.3f}')}] | "
                          f"{md_escape(s.reason)} |")
         lines += ["", "### Optimum and loss at the optimum per depth", "",
-                  "| parametrization | width | depth | optimum lr | interval (log2) | from | best grid lr | best held-out "
-                  "loss | loss at the fitted optimum | largest stable lr |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| parametrization | width | depth | optimum lr | interval (log2) | from | best grid lr | best "
+                  "held-out loss | loss at the fitted optimum | largest stable lr |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for o in d.optima.itertuples():
             lines.append(f"| {md_escape(o.parametrization)} | {o.width} | {o.depth} | {_lr(o.optimum)} | "
                          f"[{num(o.ci_low)}, {num(o.ci_high)}] | {o.se_source if math.isfinite(o.optimum) else o.edge} "
@@ -251,8 +252,8 @@ class TransferReport:
             "",
             f"**Verdict: {v.status.upper()}** — {md_escape(v.reason)}",
             "",
-            f"Widths {widths}; learning rates 2^{lrs.min():g} … 2^{lrs.max():g} ({len(lrs)} values); {steps} steps on "
-            f"fresh batches; {seeds} seed(s); held-out loss after training. The optimum is the vertex of a parabola "
+            f"Widths {widths}; learning rates 2^{lrs.min():g} … 2^{lrs.max():g} ({len(lrs)} values); {steps} steps "
+            f"on fresh batches; {seeds} seed(s); held-out loss after training. The optimum is the vertex of a parabola "
             f"in log2(lr) through the best learning rate and its neighbours; the shift is its slope against "
             f"log2(width) (octaves of learning rate per width doubling), with a {r.level:.0%} interval. It transfers "
             f"when the interval lies within ±{r.tol:g}.",

@@ -174,3 +174,17 @@ def test_api_depths_gives_a_depth_frame_and_a_verdict_across_depth():
         coordcheck.transfer(gpt, width=16, depths=4, lrs=[0.01])
     with pytest.raises(CoordCheckError, match="unknown depth_scaling"):
         coordcheck.transfer(gpt, width=16, depths=[2], lrs=[0.01], depth_scaling="sqrt")
+
+
+def test_the_depth_transfer_overlay_composes_the_grid_that_was_measured_to_decide():
+    from hydra import compose, initialize_config_dir
+
+    from coordcheck import app
+    from coordcheck.transfer.app import grid_size
+
+    with initialize_config_dir(app.CONF_DIR, version_base="1.3"):
+        cfg = compose("transfer", overrides=["+experiment=depth_transfer"], return_hydra_config=True)
+    params = cfg.hydra.sweeper.params
+    assert str(params.depth) == "2,4,8,16" and str(params.width) == "64" and params.parametrization == "mup"
+    assert grid_size(cfg) == 4 * len(str(params.lr).split(","))
+    assert cfg.depth_scaling.alpha == 1.0 and cfg.base_depth == 2
