@@ -396,7 +396,10 @@ class TransferVerdict:
         parts = []
         for _, s in self.shifts.iterrows():
             shift = f" (shift {s['shift']:+.2f}/doubling)" if math.isfinite(s["shift"]) else ""
-            parts.append(f"{s['parametrization']}: {s['status']}{shift}")
+            if self.axis == "depth" and math.isfinite(s.get("loss_slope", math.nan)):
+                shift = shift[:-1] + f", best loss {s['loss_slope']:+.3f}/doubling)" if shift else \
+                    f" (best loss {s['loss_slope']:+.3f}/doubling)"
+            parts.append(f"{s['parametrization']}: {across(s['status'], self.axis)}{shift}")
         if self.axis == "depth":
             return f"μTransfer across depth: {self.label.upper()} — " + "; ".join(parts)
         return f"μTransfer {self.status.upper()} — " + "; ".join(parts)

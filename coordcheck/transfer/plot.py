@@ -26,7 +26,7 @@ from coordcheck.plot import (
     save_figure,
     seaborn_modules,
 )
-from coordcheck.transfer.fit import PAR_ORDER
+from coordcheck.transfer.fit import PAR_ORDER, across
 
 __all__ = ["plot_transfer", "plot_optima"]
 
@@ -126,7 +126,7 @@ def plot_optima(optima: pd.DataFrame, path: str | Path | None = None, *, shifts:
             if shifts is not None:
                 s = shifts[shifts["parametrization"] == par]
                 if len(s) and math.isfinite(s["shift"].iloc[0]):
-                    label = f"{par}: {s['shift'].iloc[0]:+.2f}/doubling ({s['status'].iloc[0]})"
+                    label = f"{par}: {s['shift'].iloc[0]:+.2f}/doubling ({across(s['status'].iloc[0], axis)})"
             err = np.vstack([o["optimum"] - o["ci_low"], o["ci_high"] - o["optimum"]])
             ax.errorbar(o[axis], o["optimum"], yerr=np.where(np.isfinite(err), err, 0), marker="o", capsize=3,
                         color=colours[par], label=label)

@@ -291,10 +291,12 @@ class TransferReport:
         div = self.diverged()
         lines += ["", "## Diverged runs", ""]
         if len(div):
+            deep = bool((div["depth"] > 0).any())  # a depth sweep: say which depth diverged
             lines += ["Stopped early (loss non-finite or above its limit); no held-out loss.", "",
-                      "| parametrization | width | lr | seeds |", "|---|---|---|---|"]
-            lines += [f"| {md_escape(d.parametrization)} | {d.width} | {d.lr:.3g} | {d.seeds} |"
-                      for d in div.itertuples()]
+                      f"| parametrization | width |{' depth |' if deep else ''} lr | seeds |",
+                      f"|---|---|{'---|' if deep else ''}---|---|"]
+            lines += [f"| {md_escape(d.parametrization)} | {d.width} |{f' {d.depth} |' if deep else ''} {d.lr:.3g} | "
+                      f"{d.seeds} |" for d in div.itertuples()]
         else:
             lines.append("None.")
         if self.problems:
