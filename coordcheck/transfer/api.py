@@ -18,7 +18,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from coordcheck import data as data_mod
-from coordcheck.errors import CoordCheckError
+from coordcheck.depth import DEPTH_SCALINGS, Depth, DepthScaling
+from coordcheck.errors import CoordCheckError, check_depth
 from coordcheck.frame import digest
 from coordcheck.models import check_width
 from coordcheck.init import resolve_init
@@ -31,9 +32,10 @@ from coordcheck.parametrization import (
 )
 from coordcheck.report import environments
 from coordcheck.train import Init, LossFn, OptimizerFactory, cross_entropy, resolve_seeds
-from coordcheck.transfer.fit import TransferRules, TransferVerdict
+from coordcheck.transfer.fit import TRANSFERS, TransferRules, TransferVerdict
 from coordcheck.transfer.frame import TransferIdentity, concat_frames
 from coordcheck.transfer.report import (
+    DepthFit,
     TransferReport,
     build_transfer_report,
     write_transfer_report,
@@ -65,20 +67,37 @@ class TransferResult:
         return report
 
     @property
+    def _depth_only(self) -> bool:
+        return self._report.axes == ["depth"]
+
+    @property
     def optima(self) -> pd.DataFrame:
-        return self._report.optima
+        """Optima per width (a depth sweep at one width: per depth)."""
+        return self._report.depth.optima if self._depth_only else self._report.optima
 
     @property
     def shifts(self) -> pd.DataFrame:
-        return self._report.shifts
+        """Shifts per width doubling (a depth sweep at one width: per depth doubling)."""
+        return self._report.depth.verdict.shifts if self._depth_only else self._report.shifts
 
     @property
     def verdict(self) -> TransferVerdict:
-        return self._report.verdict
+        """The verdict across width (a depth sweep at one width: across depth; a grid: ``.depth.verdict`` too)."""
+        return self._report.depth.verdict if self._depth_only else self._report.verdict
+
+    @property
+    def depth(self) -> DepthFit | None:
+        """The fit across depth (optima, verdict, deeper-is-not-worse table) when depths were swept."""
+        return self._report.depth
+
+    @property
+    def status(self) -> str:
+        """The worst of the verdicts of the axes swept."""
+        return self._report.status
 
     @property
     def transfers(self) -> bool:
-        return self.verdict.transfers
+        return self.status == TRANSFERS
 
     def report(self) -> str:
         """The report as markdown (verdict first)."""
@@ -93,6 +112,8 @@ class TransferResult:
         from coordcheck.transfer.plot import plot_transfer
 
         r = self._report
+        if self._depth_only:
+            return plot_transfer(r.curves, r.depth.optima, path, title=r.depth.verdict.title, size=size, axis="depth")
         return plot_transfer(r.curves, r.optima, path, title=r.verdict.title, size=size)
 
 
@@ -125,9 +146,14 @@ def _lrs(lrs: Sequence[float]) -> list[float]:
 
 def transfer(
     build: Callable[..., nn.Module],
-    widths: Sequence[int],
-    lrs: Sequence[float],
+    widths: Sequence[int] | None = None,
+    lrs: Sequence[float] | None = None,
     *,
+    width: int | None = None,
+    depths: Sequence[int] | None = None,
+    base_depth: int = 2,
+    depth_scaling: str | DepthScaling = "none",
+    depth_key: str = "auto",
     parametrization: str | Parametrization | Sequence[str | Parametrization] = "mup",
     optimizer: str | OptimizerFactory = "adam",
     steps: int = 150,
@@ -161,13 +187,32 @@ def transfer(
     loss stops and is recorded as diverged. ``loss``, ``output``, ``forward_targets``, ``grad_clip``,
     ``base_width``, ``init``: as in :func:`coordcheck.coord_check`. ``rules``: the verdict's numbers
     (:class:`coordcheck.transfer.fit.TransferRules`).
+
+    Across depth: ``depths=[2, 4, 8]`` with ``width=64`` (or ``widths=[...]``: the grid) sweeps the number of
+    residual blocks as :func:`coordcheck.coord_check` does (``base_depth``, ``depth_scaling`` ``"none"`` /
+    ``"depth_mup"`` / ``"completep"`` or a :class:`coordcheck.depth.DepthScaling`, ``depth_key``); the result's
+    frame has ``depth`` and ``family_id``, and its report the optimum per depth and the verdict across depth.
     """
     from coordcheck.device import check_precision, resolve_device
 
-    if isinstance(widths, (int, str)) or not len(widths):
-        raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r}")
+    if widths is None and width is not None:
+        widths = [width]
+    elif width is not None:
+        raise CoordCheckError("pass widths=[...] or width=..., not both")
+    if widths is None or isinstance(widths, (int, str)) or not len(widths):
+        raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r} (or width=W "
+                              f"with depths=[...])")
     widths = sorted({check_width(w) for w in widths})
+    if lrs is None:
+        raise CoordCheckError("lrs: give the learning-rate grid, e.g. lrs=[2.0**k for k in range(-12, -3)]")
     lrs = _lrs(lrs)
+    if depths is not None and (isinstance(depths, (int, str)) or not len(depths)):
+        raise CoordCheckError(f"depths must be a non-empty list of positive integers, got {depths!r}")
+    depth_list = sorted({check_depth(d) for d in depths}) if depths is not None else [None]
+    scaling = DEPTH_SCALINGS.get(depth_scaling) if isinstance(depth_scaling, str) else depth_scaling
+    if not isinstance(scaling, DepthScaling):
+        raise CoordCheckError(f"unknown depth_scaling {depth_scaling!r}: use one of {', '.join(DEPTH_SCALINGS)} or a "
+                              f"coordcheck.depth.DepthScaling")
     seeds = resolve_seeds(seeds)
     pars = _parametrizations(parametrization)
     device = str(resolve_device(device))
@@ -186,7 +231,7 @@ def transfer(
     init_fn = resolve_init(init)
     opt_name = optimizer if isinstance(optimizer, str) else short_name(qualified_name(optimizer), "coordcheck.optim")
     model_name = short_name(qualified_name(build), "coordcheck.models")
-    bar = tqdm(total=len(pars) * len(widths) * len(lrs) * len(seeds) * steps, desc="μTransfer grid",
+    bar = tqdm(total=len(pars) * len(depth_list) * len(widths) * len(lrs) * len(seeds) * steps, desc="μTransfer grid",
                disable=not progress)
     frames, facts = [], []
     try:
@@ -197,20 +242,26 @@ def transfer(
                    loss if loss in (None, "model") else qualified_name(loss),
                    *([precision] if precision != "fp32" else []),
                    *(["init", init if isinstance(init, str) else qualified_name(init)] if init_fn else [])]
-            identity = TransferIdentity(config_id=digest(key), model=model_name, parametrization=par.name,
-                                        optimizer=opt_name, data=data_name)
-            par.prepare(builder, base_width)
-            for width in widths:
-                for lr in lrs:
-                    bar.set_postfix(parametrization=par.name, width=width, lr=f"{lr:.3g}")
-                    frame, fact = run_cell(
-                        builder, width, lr, seeds=seeds, parametrization=par, optimizer=factory, data=source,
-                        steps=steps, eval_batches=eval_batches, identity=identity, base_width=base_width,
-                        loss_fn=loss or cross_entropy, output=output, forward_targets=forward_targets,
-                        grad_clip=grad_clip, diverge=diverge, device=device, precision=precision, progress=bar,
-                        prepared=True, init=init_fn)
-                    frames.append(frame)
-                    facts.append({"parametrization": par.name, **fact})
+            if depths is not None or scaling.active:  # keeps earlier ids unchanged
+                key += ["depth", base_depth, scaling.name, scaling.alpha, depth_key]
+            for d in depth_list:
+                depth = Depth(depth=d, base_depth=base_depth, scaling=scaling, key=depth_key)
+                identity = TransferIdentity(config_id=digest(key if d is None else [*key, d]), model=model_name,
+                                            parametrization=par.name, optimizer=opt_name, data=data_name,
+                                            family_id=digest(key), depth=d or 0)
+                par.prepare(depth.builder(builder), base_width)
+                for w in widths:
+                    for lr in lrs:
+                        bar.set_postfix(parametrization=par.name, width=w, **({"depth": d} if d else {}),
+                                        lr=f"{lr:.3g}")
+                        frame, fact = run_cell(
+                            builder, w, lr, seeds=seeds, parametrization=par, optimizer=factory, data=source,
+                            steps=steps, eval_batches=eval_batches, identity=identity, base_width=base_width,
+                            loss_fn=loss or cross_entropy, output=output, forward_targets=forward_targets,
+                            grad_clip=grad_clip, diverge=diverge, device=device, precision=precision, progress=bar,
+                            prepared=True, init=init_fn, depth=depth)
+                        frames.append(frame)
+                        facts.append({"parametrization": par.name, **fact})
     finally:
         bar.close()
     return TransferResult(concat_frames(frames), facts, rules or TransferRules())

@@ -28,11 +28,15 @@ from coordcheck.config import (  # noqa: F401  (transfer_options: re-exported)
 from coordcheck.errors import check_loss
 from coordcheck.frame import digest
 
-__all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "rules_of", "grid_size", "NOT_IN_ID"]
+__all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "rules_of", "grid_size", "NOT_IN_ID",
+           "NOT_IN_FAMILY"]
 
 log = logging.getLogger("coordcheck")
 
-NOT_IN_ID = ("width", "lr", "device", *NOT_IN_JOB)  # a grid's config_id: the same for every (width, lr)
+NOT_IN_ID = ("width", "lr", "device", *NOT_IN_JOB)  # a grid's config_id: the same for every (width, lr) of a depth
+NOT_IN_FAMILY = ("depth", *NOT_IN_ID)  # its family_id: the same for every depth too (the depth axis groups by it)
+
+
 def rules_of(options: Mapping[str, Any]) -> Any:
     """:class:`TransferRules` from the report knobs (``config.TRANSFER_REPORT.rules_of``)."""
     return TRANSFER_REPORT.rules_of(options)
@@ -59,14 +63,18 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
     data = check_data_source(instantiate_node(cfg.data, "data"))
     loss = check_loss(cfg.get("loss"))
+    depth = app.job_depth(cfg)
+    cid = digest(resolved_config(cfg, NOT_IN_ID))
     identity = TransferIdentity(
-        config_id=digest(resolved_config(cfg, NOT_IN_ID)),
+        config_id=cid, family_id=cid if cfg.get("depth") is None else digest(resolved_config(cfg, NOT_IN_FAMILY)),
+        depth=depth.depth or 0,
         model=short_name(cfg.model._target_, "coordcheck.models"),
         parametrization=parametrization.name,
         optimizer=short_name(cfg.optimizer._target_, "coordcheck.optim"),
         data=short_name(cfg.data.get("_target_", "custom"), "coordcheck.data").removesuffix("_stream"),
     )
-    log.info("width=%d lr=%g (2^%.2f) parametrization=%s steps=%s seeds=%s device=%s", width, lr, math.log2(lr),
+    log.info("width=%d%s lr=%g (2^%.2f) parametrization=%s steps=%s seeds=%s device=%s", width,
+             f" depth={depth.depth} ({depth.scaling.name})" if depth.depth else "", lr, math.log2(lr),
              identity.parametrization, cfg.steps, seeds, device)
     frame, facts = run_cell(
         build, width, lr, seeds=seeds, parametrization=parametrization, optimizer=optimizer, data=data,
@@ -74,7 +82,7 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
         grad_clip=cfg.get("grad_clip"), diverge=diverge, device=device, precision=precision,
         progress=bool(cfg.progress) and TransferCallback.bar is None,  # under the grid's bar: no bar per job
-        init=init,
+        init=init, depth=depth,
     )
     write_frame(frame, output_dir / FRAME_NAME)
     held = frame[frame["split"] == "heldout"]["loss"]
@@ -87,7 +95,8 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
 
 def main(cfg: DictConfig) -> None:
     """Hydra task function (registered in ``coordcheck.transfer.__main__``)."""
-    app.execute(cfg, run_transfer_job, lambda c: f"width={c.get('width')} lr={c.get('lr')}",
+    app.execute(cfg, run_transfer_job, lambda c: f"width={c.get('width')}"
+                + (f" depth={c.get('depth')}" if c.get("depth") is not None else "") + f" lr={c.get('lr')}",
                 hint="one (width, lr) only: sweep the grid for a verdict, python -m coordcheck.transfer --multirun",
                 kind="transfer")
 

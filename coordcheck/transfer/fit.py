@@ -33,6 +33,13 @@ The numbers, in order:
    expected not to transfer.
 6. **Wider is not worse.** The held-out loss of every width at the narrowest width's optimum
    (interpolated in log2(lr)): under muP it should not rise with width. Reported, not judged.
+
+Across depth (``axis="depth"`` of :func:`fit_optima`, :func:`fit_shifts`, :func:`wider_not_worse`,
+:func:`judge_transfer`): the same numbers over the depths of one family (``family_id``) at one width, the shift per
+depth doubling, causes worded for depth, and one rule more: **deeper is not worse** — the best held-out loss
+regressed on log2(depth), per seed; a slope whose interval lies above 0 does not transfer across depth, whatever
+the shift (measured, docs/transfer.md: at 150 steps the optima of a model without branch multipliers stay as flat
+as CompleteP's, while its best loss rises +0.12 per depth doubling).
 """
 
 from __future__ import annotations
@@ -57,6 +64,45 @@ STATUSES = (TRANSFERS, DOES_NOT, INCONCLUSIVE)
 CONTROL = "sp"  # swept beside another parametrization, standard parametrization is the control
 PAR_ORDER = ("mup", "none", CONTROL)  # reports and figures: muP first, the control last
 KEYS = ["config_id", "parametrization"]
+AXES = ("width", "depth")
+# What one shift is fitted over: the width axis groups the jobs of one configuration (config_id includes the depth: a
+# width x depth grid has a width shift per depth); the depth axis groups the depths of one family (family_id: the
+# configuration minus its depth) at one width (a width x depth grid has a depth shift per width).
+AXIS_KEYS: dict[str, list[str]] = {"width": KEYS, "depth": ["family_id", "parametrization", "width"]}
+
+
+def axis_keys(axis: str) -> list[str]:
+    """The columns that name one curve family of ``axis`` (``AXIS_KEYS``); one line for an unknown axis."""
+    if axis not in AXIS_KEYS:
+        raise CoordCheckError(f"axis must be one of {', '.join(AXES)}, got {axis!r}")
+    return AXIS_KEYS[axis]
+
+
+def with_depth(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with ``depth`` (0: not set) and ``family_id`` (its ``config_id``) where a frame lacks them (older
+    frames, hand-made ones), as ``coordcheck.frame.conform`` fills them."""
+    fill = {}
+    if "depth" not in frame.columns:
+        fill["depth"] = 0
+    if "family_id" not in frame.columns:
+        fill["family_id"] = frame["config_id"]
+    elif frame["family_id"].isna().any():
+        fill["family_id"] = frame["family_id"].fillna(frame["config_id"])
+    return frame.assign(**fill) if fill else frame
+
+
+def swept(frame: pd.DataFrame, axis: str) -> bool:
+    """Whether ``axis`` is swept: some curve family of it (``axis_keys``) holds two or more of its values."""
+    frame = with_depth(frame)
+    held = frame[frame["split"] == "heldout"]
+    if held.empty:
+        return False
+    return bool((held.groupby(axis_keys(axis))[axis].nunique() > 1).any())
+
+
+def axes_of(frame: pd.DataFrame) -> list[str]:
+    """The axes a frame's verdict is about: those swept (width first); width when none is (its verdict says why)."""
+    return [a for a in AXES if swept(frame, a)] or ["width"]
 
 
 @dataclass(frozen=True)
@@ -108,12 +154,13 @@ def t_quantile(p: float, df: int) -> float:
 
 
 def curves(frame: pd.DataFrame) -> pd.DataFrame:
-    """Held-out loss per (config_id, parametrization, width, lr): mean over seeds, NaN if any seed diverged."""
-    held = frame[frame["split"] == "heldout"].copy()
+    """Held-out loss per (config_id, parametrization, width, lr), with its ``family_id`` and ``depth``: mean over
+    seeds, NaN if any seed diverged (one table for both axes: a config_id is one family at one depth)."""
+    held = with_depth(frame)[lambda d: d["split"] == "heldout"].copy()
     if held.empty:
         raise CoordCheckError("the frame has no held-out losses: is it a transfer sweep's frame?")
     held["log2_lr"] = np.log2(held["lr"])
-    grouped = held.groupby([*KEYS, "width", "lr", "log2_lr"], sort=True)
+    grouped = held.groupby([*KEYS, "family_id", "width", "depth", "lr", "log2_lr"], sort=True)
     out = grouped.agg(loss=("loss", lambda s: s.mean() if s.notna().all() else np.nan),
                       n_seeds=("seed", "nunique"),
                       diverged=("status", lambda s: int((s != "ok").sum()))).reset_index()
@@ -181,22 +228,34 @@ def _one_optimum(x: np.ndarray, y: np.ndarray, grid: np.ndarray, rules: Transfer
     return out
 
 
-def fit_optima(frame: pd.DataFrame, rules: TransferRules | None = None) -> pd.DataFrame:
-    """One row per (config_id, parametrization, width): the optimum log2 lr, its SE and interval, and why not."""
+def _select(df: pd.DataFrame, keys: Sequence[str], values: Sequence[Any]) -> pd.DataFrame:
+    mask = np.ones(len(df), dtype=bool)
+    for k, v in zip(keys, values):
+        mask &= (df[k] == v).to_numpy()
+    return df[mask]
+
+
+def fit_optima(frame: pd.DataFrame, rules: TransferRules | None = None, axis: str = "width") -> pd.DataFrame:
+    """One row per curve: the optimum log2 lr, its SE and interval, and why not. ``axis="width"``: a row per
+    (config_id, parametrization, width); ``"depth"``: per (family_id, parametrization, width, depth), with the
+    ``config_id`` of that depth and each seed's best held-out loss on the grid (``seed_best_losses``)."""
     rules = rules or TransferRules()
+    keys = axis_keys(axis)
+    frame = with_depth(frame)
     held = frame[frame["split"] == "heldout"].assign(log2_lr=lambda d: np.log2(d["lr"]))
     curve = curves(frame)
     rows = []
-    for (cid, par), part in curve.groupby(KEYS, sort=True):
-        grid = np.sort(held.loc[(held.config_id == cid) & (held.parametrization == par), "log2_lr"].unique())
-        for width, c in part.groupby("width", sort=True):
+    for group, part in curve.groupby(keys, sort=True):
+        grid = np.sort(_select(held, keys, group)["log2_lr"].unique())
+        for value, c in part.groupby(axis, sort=True):
             c = c.sort_values("log2_lr")
             best = _one_optimum(c["log2_lr"].to_numpy(), c["loss"].to_numpy(), grid, rules)
-            seeds = held[(held.config_id == cid) & (held.parametrization == par) & (held.width == width)]
-            per_seed = []
+            seeds = _select(held, [*keys, axis], [*group, value])
+            per_seed, seed_best = [], []
             for _, s in seeds.groupby("seed"):
                 s = s.sort_values("log2_lr")
                 per_seed.append(_one_optimum(s["log2_lr"].to_numpy(), s["loss"].to_numpy(), grid, rules)["optimum"])
+                seed_best.append(float(s["loss"].min()) if s["loss"].notna().any() else math.nan)
             per_seed = np.array([o for o in per_seed if math.isfinite(o)])
             if len(per_seed) >= 2:
                 se, df, source = float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))), len(per_seed) - 1, "seeds"
@@ -206,8 +265,11 @@ def fit_optima(frame: pd.DataFrame, rules: TransferRules | None = None) -> pd.Da
             half = t_quantile(0.5 + rules.level / 2, df) * se if df >= 1 else math.nan
             opt = best["optimum"]
             finite_lr = c.loc[np.isfinite(c["loss"]), "log2_lr"]
+            where = dict(zip(keys, group)) | {axis: int(value)}
+            if axis == "depth":
+                where["config_id"] = str(c["config_id"].iloc[0])
             rows.append({
-                "config_id": cid, "parametrization": par, "width": int(width), "optimum": opt,
+                **where, "optimum": opt,
                 "optimum_loss": best["optimum_loss"],
                 "se": half / rules.z if math.isfinite(opt) else math.nan, "se_source": source, "df": df,
                 "ci_low": opt - half, "ci_high": opt + half,
@@ -217,47 +279,77 @@ def fit_optima(frame: pd.DataFrame, rules: TransferRules | None = None) -> pd.Da
                 "n_seed_optima": len(per_seed), "edge": best["edge"],
                 "grid_low": float(grid.min()), "grid_high": float(grid.max()),
                 "max_stable": float(finite_lr.max()) if finite_lr.size else math.nan,
+                **({"seed_best_losses": seed_best} if axis == "depth" else {}),
             })
     return pd.DataFrame(rows)
 
 
-def fit_shifts(optima: pd.DataFrame, rules: TransferRules | None = None) -> pd.DataFrame:
-    """One row per (config_id, parametrization): the optimum's shift per width doubling and its interval."""
+def _slope(x: np.ndarray, y: np.ndarray, se: np.ndarray) -> tuple[float, float]:
+    """Least-squares slope of ``y`` on ``x`` and its SE propagated from each point's ``se`` (unweighted)."""
+    coef = (x - x.mean()) / np.sum((x - x.mean()) ** 2)  # least squares: slope = coef @ y
+    used = coef != 0  # a point at the centre has no say in the slope, nor in its error
+    return float(coef @ y), float(math.sqrt(np.sum(coef[used] ** 2 * se[used] ** 2)))  # NaN: a point without error
+
+
+def fit_shifts(optima: pd.DataFrame, rules: TransferRules | None = None, axis: str = "width") -> pd.DataFrame:
+    """One row per curve family of ``axis`` (``axis_keys``: (config_id, parametrization) for width; (family_id,
+    parametrization, width) for depth): the optimum's shift per doubling of ``axis`` and its interval (``n_widths``
+    or ``n_depths``: the points; ``n_optima``: those with an optimum). Across depth also ``loss_slope``: the change of
+    the best held-out loss per depth doubling (each depth's lowest grid point; interval from the seeds' own slopes
+    when two or more seeds have one at every depth): deeper should not be worse."""
     rules = rules or TransferRules()
+    keys = axis_keys(axis)
     rows = []
-    for (cid, par), o in optima.groupby(KEYS, sort=True):
+    for group, o in optima.groupby(keys, sort=True):
+        o = o.sort_values(axis)
         ok = o[np.isfinite(o["optimum"])]
-        row = {"config_id": cid, "parametrization": par, "n_widths": int(len(o)), "n_optima": int(len(ok)),
+        row = {**dict(zip(keys, group)), f"n_{axis}s": int(len(o)), "n_optima": int(len(ok)),
                "shift": math.nan, "se": math.nan, "ci_low": math.nan, "ci_high": math.nan}
         if len(ok) >= 2:
-            x = np.log2(ok["width"].to_numpy(float))
-            y = ok["optimum"].to_numpy(float)
-            se = ok["se"].to_numpy(float)
-            coef = (x - x.mean()) / np.sum((x - x.mean()) ** 2)  # least squares: slope = coef @ y
-            slope = float(coef @ y)
-            used = coef != 0  # a width at the centre has no say in the slope, nor in its error
-            slope_se = float(math.sqrt(np.sum(coef[used] ** 2 * se[used] ** 2)))  # NaN: an optimum without error
+            slope, slope_se = _slope(np.log2(ok[axis].to_numpy(float)), ok["optimum"].to_numpy(float),
+                                     ok["se"].to_numpy(float))
             row.update(shift=slope, se=slope_se, ci_low=slope - rules.z * slope_se, ci_high=slope + rules.z * slope_se)
+        if axis == "depth":
+            row.update(_loss_slope(o, rules))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def wider_not_worse(frame: pd.DataFrame, optima: pd.DataFrame) -> pd.DataFrame:
-    """Per (config_id, parametrization, width): held-out loss at the narrowest width's optimum learning rate."""
+def _loss_slope(o: pd.DataFrame, rules: TransferRules) -> dict[str, float]:
+    """The best held-out loss against log2(depth): its slope per doubling, with an interval over seeds."""
+    out = {"loss_slope": math.nan, "loss_slope_low": math.nan, "loss_slope_high": math.nan}
+    best = o[np.isfinite(o["best_loss"])]
+    if len(best) < 2:
+        return out
+    x = np.log2(best["depth"].to_numpy(float))
+    out["loss_slope"] = _slope(x, best["best_loss"].to_numpy(float), np.zeros(len(x)))[0]
+    per_seed = np.array([list(s) for s in best["seed_best_losses"]], dtype=float) if len(
+        {len(s) for s in best["seed_best_losses"]}) == 1 else np.empty((0, 0))
+    if per_seed.ndim == 2 and per_seed.shape[1] >= 2 and np.isfinite(per_seed).all():
+        slopes = np.array([_slope(x, per_seed[:, k], np.zeros(len(x)))[0] for k in range(per_seed.shape[1])])
+        half = t_quantile(0.5 + rules.level / 2, len(slopes) - 1) * slopes.std(ddof=1) / math.sqrt(len(slopes))
+        out.update(loss_slope_low=out["loss_slope"] - float(half), loss_slope_high=out["loss_slope"] + float(half))
+    return out
+
+
+def wider_not_worse(frame: pd.DataFrame, optima: pd.DataFrame, axis: str = "width") -> pd.DataFrame:
+    """Per curve (``axis_keys`` and ``axis``): held-out loss at the optimum learning rate of the smallest ``axis``
+    value that has one (the narrowest width; across depth the shallowest depth: deeper is not worse)."""
+    keys = axis_keys(axis)
     curve = curves(frame)
     rows = []
-    for (cid, par), o in optima.groupby(KEYS, sort=True):
-        o = o.sort_values("width")
+    for group, o in optima.groupby(keys, sort=True):
+        o = o.sort_values(axis)
         ref = o[np.isfinite(o["optimum"])]
         if ref.empty:
             continue
         x0 = float(ref["optimum"].iloc[0])
-        for width, c in curve[(curve.config_id == cid) & (curve.parametrization == par)].groupby("width"):
+        for value, c in _select(curve, keys, group).groupby(axis):
             c = c[np.isfinite(c["loss"])].sort_values("log2_lr")
             inside = len(c) >= 2 and c["log2_lr"].min() <= x0 <= c["log2_lr"].max()
             loss = float(np.interp(x0, c["log2_lr"], c["loss"])) if inside else math.nan
-            rows.append({"config_id": cid, "parametrization": par, "width": int(width),
-                         "reference_width": int(ref["width"].iloc[0]), "log2_lr": x0, "loss": loss})
+            rows.append({**dict(zip(keys, group)), axis: int(value),
+                         f"reference_{axis}": int(ref[axis].iloc[0]), "log2_lr": x0, "loss": loss})
     return pd.DataFrame(rows)
 
 
@@ -265,24 +357,24 @@ def _octaves(x: float) -> str:
     return f"{x:+.2f}"
 
 
-def _why_no_optimum(o: pd.Series) -> str:
-    w, best = int(o["width"]), math.log2(o["best_lr"]) if o["best_lr"] > 0 else math.nan
+def _why_no_optimum(o: pd.Series, axis: str = "width") -> str:
+    who, best = f"{axis} {int(o[axis])}", math.log2(o["best_lr"]) if o["best_lr"] > 0 else math.nan
     if o["edge"] == "flat":
-        return (f"width {w}'s losses around its best learning rate 2^{best:g} do not fit a parabola with its "
+        return (f"{who}'s losses around its best learning rate 2^{best:g} do not fit a parabola with its "
                 f"vertex among them (flat or irregular): add seeds or steps")
     if o["edge"] == "few":
         if o["n_finite"] == o["n_lrs"]:
-            return (f"width {w} has {int(o['n_lrs'])} learning rate(s), fewer than min_points: sweep more, one per "
+            return (f"{who} has {int(o['n_lrs'])} learning rate(s), fewer than min_points: sweep more, one per "
                     f"octave around the expected optimum")
-        return (f"width {w} has {int(o['n_finite'])} finite points of {int(o['n_lrs'])} (the others diverged): "
+        return (f"{who} has {int(o['n_finite'])} finite points of {int(o['n_lrs'])} (the others diverged): "
                 f"widen the grid towards smaller learning rates")
     if o["edge"] == "low":
-        return (f"width {w}'s best learning rate 2^{best:g} is the grid's smallest: extend the grid to smaller "
+        return (f"{who}'s best learning rate 2^{best:g} is the grid's smallest: extend the grid to smaller "
                 f"learning rates (add {2 ** (best - 1):.3g}, {2 ** (best - 2):.3g})")
     if o["edge"] == "high":
-        return (f"width {w}'s best learning rate 2^{best:g} is the grid's largest: extend the grid to larger "
+        return (f"{who}'s best learning rate 2^{best:g} is the grid's largest: extend the grid to larger "
                 f"learning rates (add {2 ** (best + 1):.3g}, {2 ** (best + 2):.3g})")
-    return (f"width {w}'s best learning rate 2^{best:g} is next to one that diverged (or is missing): the "
+    return (f"{who}'s best learning rate 2^{best:g} is next to one that diverged (or is missing): the "
             f"optimum is at the edge of stability, refine the grid around it")
 
 
@@ -295,33 +387,79 @@ class TransferVerdict:
     reason: str
     shifts: pd.DataFrame
     rules: TransferRules = field(default_factory=TransferRules)
+    axis: str = "width"  # what the optimum is fitted against: width, or depth (its statuses read "... across depth")
 
     @property
     def transfers(self) -> bool:
         return self.status == TRANSFERS
 
     @property
+    def label(self) -> str:
+        """The status in words: across depth, ``transfers across depth`` / ``does not transfer across depth``."""
+        return across(self.status, self.axis)
+
+    @property
     def title(self) -> str:
         parts = []
         for _, s in self.shifts.iterrows():
             shift = f" (shift {s['shift']:+.2f}/doubling)" if math.isfinite(s["shift"]) else ""
-            parts.append(f"{s['parametrization']}: {s['status']}{shift}")
+            if self.axis == "depth" and math.isfinite(s.get("loss_slope", math.nan)):
+                shift = shift[:-1] + f", best loss {s['loss_slope']:+.3f}/doubling)" if shift else \
+                    f" (best loss {s['loss_slope']:+.3f}/doubling)"
+            parts.append(f"{s['parametrization']}: {across(s['status'], self.axis)}{shift}")
+        if self.axis == "depth":
+            return f"μTransfer across depth: {self.label.upper()} — " + "; ".join(parts)
         return f"μTransfer {self.status.upper()} — " + "; ".join(parts)
 
 
-def _judge_one(s: pd.Series, o: pd.DataFrame, rules: TransferRules) -> tuple[str, str]:
+def across(status: str, axis: str) -> str:
+    """A status in words for ``axis``: ``transfers across depth``; width's and ``inconclusive`` as they are."""
+    return f"{status} across depth" if axis == "depth" and status != INCONCLUSIVE else status
+
+
+def _depth_causes(shift: float) -> str:
+    if shift < 0:
+        return ("residual branches are not scaled by depth^-α: add the branch multiplier (depth_scaling=completep or "
+                "depth_mup), or the hidden learning rate is not scaled with depth")
+    return "the hidden learning rate is scaled with depth twice (a depth factor by hand on top of depth_scaling)"
+
+
+def _deeper_worse(s: pd.Series) -> str:
+    """Across depth: the reason when the best loss rises with depth beyond its interval (else empty)."""
+    if not (math.isfinite(s.get("loss_slope_low", math.nan)) and s["loss_slope_low"] > 0):
+        return ""
+    return (f"deeper is worse: the best held-out loss rises {s['loss_slope']:+.3f} [{s['loss_slope_low']:+.3f}, "
+            f"{s['loss_slope_high']:+.3f}] per depth doubling: {_depth_causes(-1)}")
+
+
+def _judge_one(s: pd.Series, o: pd.DataFrame, rules: TransferRules, axis: str = "width") -> tuple[str, str]:
+    status, reason = _judge_shift(s, o, rules, axis)
+    worse = _deeper_worse(s) if axis == "depth" else ""
+    if worse and status != DOES_NOT:  # the optimum may look put while the deeper models train worse at it
+        return DOES_NOT, worse + (f" (the optimum's shift alone: {status}: {reason})" if reason else "")
+    return status, reason
+
+
+def _judge_shift(s: pd.Series, o: pd.DataFrame, rules: TransferRules, axis: str) -> tuple[str, str]:
     missing = o[~np.isfinite(o["optimum"])]
     if len(missing):
-        return INCONCLUSIVE, "; ".join(_why_no_optimum(r) for _, r in missing.iterrows())
+        return INCONCLUSIVE, "; ".join(_why_no_optimum(r, axis) for _, r in missing.iterrows())
     if s["n_optima"] < rules.min_widths:
-        return INCONCLUSIVE, f"{int(s['n_optima'])} width(s) with an optimum: sweep at least {rules.min_widths} widths"
+        return INCONCLUSIVE, (f"{int(s['n_optima'])} {axis}(s) with an optimum: sweep at least {rules.min_widths} "
+                              f"{axis}s")
     shift, lo, hi = s["shift"], s["ci_low"], s["ci_high"]
-    interval = f"{_octaves(shift)} [{_octaves(lo)}, {_octaves(hi)}] octaves of lr per width doubling"
+    interval = f"{_octaves(shift)} [{_octaves(lo)}, {_octaves(hi)}] octaves of lr per {axis} doubling"
     if not (math.isfinite(lo) and math.isfinite(hi)):
-        return INCONCLUSIVE, (f"optimum shift {_octaves(shift)} per width doubling has no interval (one seed and too "
+        return INCONCLUSIVE, (f"optimum shift {_octaves(shift)} per {axis} doubling has no interval (one seed and too "
                               f"few learning rates around an optimum): add seeds or learning rates")
     if -rules.tol <= lo and hi <= rules.tol:
         return TRANSFERS, f"the optimum stays put: shift {interval}, within ±{rules.tol:g}"
+    if axis == "depth":
+        if not (hi < -rules.tol or lo > rules.tol):
+            return INCONCLUSIVE, f"shift {interval} straddles ±{rules.tol:g}: add seeds or steps"
+        way = "smaller" if shift < 0 else "larger"
+        return DOES_NOT, (f"the optimum moves to {way} learning rates as depth grows: shift {interval} (about "
+                          f"depth^{shift:+.1f}): {_depth_causes(shift)}")
     if hi < -rules.tol:
         return DOES_NOT, (f"the optimum moves to smaller learning rates as width grows: shift {interval} (about "
                           f"width^{shift:+.1f}): the learning rate is not scaled with width (standard "
@@ -334,24 +472,29 @@ def _judge_one(s: pd.Series, o: pd.DataFrame, rules: TransferRules) -> tuple[str
 
 
 def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRules | None = None,
-                   problems: Sequence[Any] = (), facts: Sequence[Mapping[str, Any]] = ()) -> TransferVerdict:
+                   problems: Sequence[Any] = (), facts: Sequence[Mapping[str, Any]] = (),
+                   axis: str = "width") -> TransferVerdict:
     """The sweep's verdict: each parametrization's status, and the sweep's from those under test.
 
     ``problems``: the jobs that left no frame (objects with ``job`` and ``error``, as ``coordcheck.sweep.JobProblem``);
     any turns ``transfers`` into ``inconclusive`` (a missing point can hide the optimum). ``facts``: the jobs' facts
     (``job.json``, or ``TransferResult.facts``): a parametrization whose widths built the same model, or models that
-    do not grow, does not transfer (:func:`coordcheck.shapes.width_problem`), whatever its optima say."""
+    do not grow, does not transfer (:func:`coordcheck.shapes.width_problem`), whatever its optima say.
+    ``axis="depth"``: the same rules over the depths of one family at one width (``fit_optima(..., axis="depth")``),
+    the causes worded for depth, and one more: deeper is worse (the best loss rises with depth beyond its interval)
+    does not transfer across depth, whatever the shift."""
+    keys = axis_keys(axis)
     rules = rules or TransferRules()
     if shifts.empty:
         raise CoordCheckError("nothing to judge: the frame has no held-out losses")
     rank = {p: i for i, p in enumerate(PAR_ORDER)}
     shifts = shifts.sort_values("parametrization", key=lambda s: s.map(lambda p: rank.get(p, 1.5)), kind="stable")
     shifts = shifts.reset_index(drop=True)
-    judged = [_judge_one(s, optima[(optima.config_id == s.config_id) & (optima.parametrization == s.parametrization)],
-                         rules) for _, s in shifts.iterrows()]
-    built = shapes_by_config(facts)  # identical models at every width: the optimum stays put because nothing changed
-    judged = [(DOES_NOT, p) if (p := width_problem(built.get(str(s.config_id), {}))) else j
-              for j, (_, s) in zip(judged, shifts.iterrows())]
+    judged = [_judge_one(s, _select(optima, keys, [s[k] for k in keys]), rules, axis) for _, s in shifts.iterrows()]
+    if axis == "width":
+        built = shapes_by_config(facts)  # identical models at every width: the optimum stays put as nothing changed
+        judged = [(DOES_NOT, p) if (p := width_problem(built.get(str(s.config_id), {}))) else j
+                  for j, (_, s) in zip(judged, shifts.iterrows())]
     shifts["status"] = [j[0] for j in judged]
     shifts["reason"] = [j[1] for j in judged]
     shifts["control"] = (shifts["parametrization"] == CONTROL) & (shifts["parametrization"].nunique() > 1)
@@ -359,7 +502,7 @@ def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRu
     order = {DOES_NOT: 0, INCONCLUSIVE: 1, TRANSFERS: 2}
     worst = tested.iloc[int(np.argmin([order[s] for s in tested["status"]]))]
     status = str(worst["status"])
-    reason = f"{worst['parametrization']}: {worst['reason']}"
+    reason = f"{worst['parametrization']}{f', width {worst.width}' if axis == 'depth' else ''}: {worst['reason']}"
     control = shifts[shifts["control"]]
     for _, c in control.iterrows():
         if c["status"] == TRANSFERS:
@@ -369,4 +512,4 @@ def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRu
         status = INCONCLUSIVE
         reason = (f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error}): a missing point "
                   f"can hide the optimum; re-run the sweep (finished jobs are skipped)")
-    return TransferVerdict(status, reason, shifts, rules)
+    return TransferVerdict(status, reason, shifts, rules, axis)

@@ -6,12 +6,18 @@ Stage: storage (the μTransfer twin of ``coordcheck.frame``). One row per (run, 
 column              dtype    meaning
 ==================  =======  ====================================================
 ``config_id``       str      hash of the resolved configuration minus width, lr
-                             and parametrization: the same for a whole grid
+                             and parametrization: the same for a whole grid (of
+                             one depth: a depth is part of a configuration)
+``family_id``       str      the same hash minus the depth too: the depths of a
+                             depth sweep share it (= ``config_id`` when no depth
+                             is set; filled so in older frames)
 ``model``           str      builder name (``gpt`` or its dotted path)
 ``parametrization`` str      ``mup`` / ``sp`` / ``none``
 ``optimizer``       str      ``adam`` / ``adamw`` / ``sgd`` or a factory's path
 ``data``            str      data name (``text``, or the callable's dotted path)
 ``width``           int64    model width
+``depth``           int64    residual blocks, as set by ``depth`` (0: not set, the
+                             model's own; 0 in older frames)
 ``lr``              float64  base learning rate of the run
 ``seed``            int64    ``torch.manual_seed`` before building; also the
                              training batches' seed
@@ -52,7 +58,9 @@ COLUMNS: dict[str, str] = {
     "parametrization": "str",
     "optimizer": "str",
     "data": "str",
+    "family_id": "str",
     "width": "int64",
+    "depth": "int64",
     "lr": "float64",
     "seed": "int64",
     "step": "int64",
@@ -64,13 +72,16 @@ COLUMNS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class TransferIdentity:
-    """The identity columns of a loss frame, apart from width and lr."""
+    """The identity columns of a loss frame, apart from width and lr. ``depth``: the depth the job set (0: the
+    model's own); ``family_id``: the configuration minus its depth (None: ``config_id``)."""
 
     config_id: str
     model: str
     parametrization: str
     optimizer: str
     data: str
+    family_id: str | None = None
+    depth: int = 0
 
 
 def empty_frame() -> pd.DataFrame:

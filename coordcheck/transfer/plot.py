@@ -1,5 +1,8 @@
 """The μTransfer figures (Tensor Programs V, figure 1): loss against log2 learning rate, and optimum against width.
 
+Across depth (``axis="depth"``) the same figures with a line per depth, and the optimum against depth beside the best
+held-out loss against depth (deeper must not be worse).
+
 Stage: figures (analysis side; never imports torch). Input: the curves and optima tables of
 ``coordcheck.transfer.fit``. Output: matplotlib figures, saved as PDF + PNG when a path is given.
 """
@@ -23,7 +26,7 @@ from coordcheck.plot import (
     save_figure,
     seaborn_modules,
 )
-from coordcheck.transfer.fit import PAR_ORDER
+from coordcheck.transfer.fit import PAR_ORDER, across
 
 __all__ = ["plot_transfer", "plot_optima"]
 
@@ -34,34 +37,50 @@ def _par_order(values) -> list[str]:
     return [p for p in PAR_ORDER if p in present] + [p for p in present if p not in PAR_ORDER]
 
 
+def _panels(df: pd.DataFrame) -> pd.Series:
+    """Across depth, a panel per (parametrization, family, width): the parametrization, and the family / width when
+    several share it."""
+    label = df["parametrization"].astype(str)
+    if df["family_id"].nunique() > 1:
+        label = label + " " + df["family_id"].astype(str).str[:6]
+    if df["width"].nunique() > 1:
+        label = label + " width " + df["width"].astype(str)
+    return label
+
+
 def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path | None = None, *,
-                  title: str | None = None, size: Size = "paper"):
+                  title: str | None = None, size: Size = "paper", axis: str = "width"):
     """Held-out loss against log2(lr), a line per width (light = narrow, dark = wide), a panel per
     parametrization on a shared y axis; each width's fitted optimum is a star, diverged learning rates
-    are crosses along the top."""
+    are crosses along the top. ``axis="depth"``: a line per depth (light = shallow, dark = deep), a panel per
+    parametrization (and family and width, when several)."""
     if curves.empty:
         raise ValueError("no held-out losses to plot")
-    if curves.groupby("parametrization")["config_id"].nunique().max() > 1:
+    if axis == "depth":
+        curves = curves.assign(parametrization=_panels(curves))
+        optima = optima.assign(parametrization=_panels(optima))
+    elif curves.groupby("parametrization")["config_id"].nunique().max() > 1:
         raise ValueError("a parametrization holds several configurations: plot one at a time")
     sns, plt = seaborn_modules()
     cols = _par_order(curves["parametrization"])
-    widths = np.sort(curves["width"].unique())
+    widths = np.sort(curves[axis].unique())
     palette = dict(zip(widths, sns.color_palette(WIDTH_PALETTE, len(widths))))
     facet_w, facet_h = facet_size(size, 1, len(cols), max_cols=2)
     finite = curves[np.isfinite(curves["loss"])]
     with figure_style(size):
         g = sns.FacetGrid(finite, col="parametrization", col_order=cols, sharey=True, height=facet_h,
                           aspect=facet_w / facet_h)
-        g.map_dataframe(sns.lineplot, x="log2_lr", y="loss", hue="width", hue_order=list(widths), palette=palette,
+        g.map_dataframe(sns.lineplot, x="log2_lr", y="loss", hue=axis, hue_order=list(widths), palette=palette,
                         marker="o", markersize=4, linewidth=1.4, legend=False)
         for par, ax in zip(cols, g.axes.flat):
             o = optima[(optima["parametrization"] == par) & np.isfinite(optima["optimum"])]
             for row in o.itertuples():
-                ax.plot(row.optimum, row.optimum_loss, marker="*", markersize=11, color=palette[row.width],
+                ax.plot(row.optimum, row.optimum_loss, marker="*", markersize=11, color=palette[getattr(row, axis)],
                         markeredgecolor="black", markeredgewidth=0.6, linestyle="none", zorder=5)
             div = curves[(curves["parametrization"] == par) & ~np.isfinite(curves["loss"])]
             for row in div.itertuples():
-                ax.plot(row.log2_lr, 0.97, marker="x", color=palette[row.width], transform=ax.get_xaxis_transform(),
+                ax.plot(row.log2_lr, 0.97, marker="x", color=palette[getattr(row, axis)],
+                        transform=ax.get_xaxis_transform(),
                         linestyle="none", clip_on=False)
             ax.set_xticks(np.sort(curves["log2_lr"].unique()))
             ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:g}"))
@@ -73,7 +92,7 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
         if (~np.isfinite(curves["loss"])).any():
             handles["diverged"] = Line2D([], [], color="0.3", marker="x", markersize=6, markeredgewidth=1.5,
                                          linestyle="none")
-        add_legend(g.figure, handles, "width")
+        add_legend(g.figure, handles, axis)
         if title:
             g.figure.suptitle(title, fontsize="medium", y=1.02)
     save_figure(g.figure, path)
@@ -81,34 +100,50 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
 
 
 def plot_optima(optima: pd.DataFrame, path: str | Path | None = None, *, shifts: pd.DataFrame | None = None,
-                size: Size = "paper"):
-    """The fitted optimum log2(lr) against width (log2 axis), a line per parametrization, with its interval."""
+                size: Size = "paper", axis: str = "width"):
+    """The fitted optimum log2(lr) against width (log2 axis), a line per parametrization, with its interval.
+    ``axis="depth"``: against depth, a line per parametrization (and family and width), and beside it the best
+    held-out loss against depth."""
     sns, plt = seaborn_modules()
+    if axis == "depth":
+        optima = optima.assign(parametrization=_panels(optima))
+        if shifts is not None:
+            shifts = shifts.assign(parametrization=_panels(shifts))
     ok = optima[np.isfinite(optima["optimum"])]
     if ok.empty:
-        raise ValueError("no width has a fitted optimum (see the report for why)")
+        raise ValueError(f"no {axis} has a fitted optimum (see the report for why)")
     pars = _par_order(ok["parametrization"])
     colours = dict(zip(pars, sns.color_palette("colorblind", len(pars))))
     facet_w, facet_h = facet_size(size, 1, 1, max_cols=2)
     with figure_style(size):
-        fig, ax = plt.subplots(figsize=(facet_w + 1.2, facet_h))
+        if axis == "depth":
+            fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(2 * facet_w + 1.2, facet_h))
+        else:
+            fig, ax = plt.subplots(figsize=(facet_w + 1.2, facet_h))
         for par in pars:
-            o = ok[ok["parametrization"] == par].sort_values("width")
+            o = ok[ok["parametrization"] == par].sort_values(axis)
             label = par
             if shifts is not None:
                 s = shifts[shifts["parametrization"] == par]
                 if len(s) and math.isfinite(s["shift"].iloc[0]):
-                    label = f"{par}: {s['shift'].iloc[0]:+.2f}/doubling ({s['status'].iloc[0]})"
+                    label = f"{par}: {s['shift'].iloc[0]:+.2f}/doubling ({across(s['status'].iloc[0], axis)})"
             err = np.vstack([o["optimum"] - o["ci_low"], o["ci_high"] - o["optimum"]])
-            ax.errorbar(o["width"], o["optimum"], yerr=np.where(np.isfinite(err), err, 0), marker="o", capsize=3,
+            ax.errorbar(o[axis], o["optimum"], yerr=np.where(np.isfinite(err), err, 0), marker="o", capsize=3,
                         color=colours[par], label=label)
-        ax.set_xscale("log", base=2)
-        widths = np.sort(optima["width"].unique())
-        ax.set_xticks(widths)
-        ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:g}"))
-        ax.xaxis.set_minor_formatter(plt.NullFormatter())
-        ax.set_xlabel("width")
+            if axis == "depth":
+                b = optima[optima["parametrization"] == par].sort_values(axis)
+                ax_loss.plot(b[axis], b["best_loss"], marker="o", color=colours[par], label=par)
+        widths = np.sort(optima[axis].unique())
+        for a in ([ax, ax_loss] if axis == "depth" else [ax]):
+            a.set_xscale("log", base=2)
+            a.set_xticks(widths)
+            a.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:g}"))
+            a.xaxis.set_minor_formatter(plt.NullFormatter())
+            a.set_xlabel(axis)
         ax.set_ylabel("optimum log2 learning rate")
         ax.legend(fontsize="small", frameon=False)
+        if axis == "depth":
+            ax_loss.set_ylabel("best held-out loss")
+            ax_loss.set_title("deeper is not worse", fontsize="medium")
     save_figure(fig, path)
     return fig

@@ -29,6 +29,15 @@ written atomically. Never imports torch.
     notes           [figures that could not be drawn, and why]
     environment     [{device, device_name, torch, cuda, precision}]: where the jobs ran (from job.json)
     command, config the exact command line and resolved config, when known
+    axes            the axes judged: ["width"], ["depth"] or ["width", "depth"] (those swept); status is the
+                    worst of their verdicts, and the fields above are width's
+    depth           across depth (when depth is swept; else absent): {status, label ("transfers across
+                    depth" ...), reason, depths, families: [{family_id, parametrization, width, status,
+                    reason, shift, se, ci_low, ci_high, n_depths, n_optima, loss_slope, loss_slope_low,
+                    loss_slope_high}] (shift: octaves of lr per depth doubling; loss_slope: best held-out
+                    loss per depth doubling), optima: [{family_id, config_id, parametrization, width,
+                    depth, optimum, ... as above, seed_best_losses}], deeper_not_worse: [{family_id,
+                    parametrization, width, depth, reference_depth, log2_lr, loss}]}
 
 NaN is written as ``null``. Exit status with ``--strict``: 0 transfers, 1 does not transfer,
 2 inconclusive (a CI gate); without it, 0 whenever a report was written. Bad input: one line,
@@ -54,8 +63,13 @@ from coordcheck.sweep import JobProblem, aggregate, job_facts, sweep_config
 from coordcheck.text import md_escape, num, records, write_json
 from coordcheck.transfer import frame as transfer_frame
 from coordcheck.transfer.fit import (
+    DOES_NOT,
+    INCONCLUSIVE,
+    TRANSFERS,
     TransferRules,
     TransferVerdict,
+    across,
+    axes_of,
     curves,
     fit_optima,
     fit_shifts,
@@ -74,6 +88,16 @@ def _lr(log2_lr: float) -> str:
 
 
 @dataclass
+class DepthFit:
+    """The fit across depth (``fit_optima(..., axis="depth")``): optima per depth, the verdict, and the loss of every
+    depth at the shallowest depth's optimum (``deeper``)."""
+
+    optima: pd.DataFrame
+    verdict: TransferVerdict
+    deeper: pd.DataFrame
+
+
+@dataclass
 class TransferReport:
     """A judged learning-rate sweep: the verdict plus what the report files are made of."""
 
@@ -89,10 +113,20 @@ class TransferReport:
     figures: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     environment: list[dict] = field(default_factory=list)  # where the jobs ran (coordcheck.report.environments)
+    depth: DepthFit | None = None  # across depth, when depth is swept
+    axes: list[str] = field(default_factory=lambda: ["width"])  # the axes judged (fit.axes_of)
+
+    @property
+    def verdicts(self) -> list[TransferVerdict]:
+        """The verdict of each axis judged (width's, then depth's)."""
+        return [self.verdict if a == "width" else self.depth.verdict for a in self.axes
+                if a == "width" or self.depth is not None]
 
     @property
     def status(self) -> str:
-        return self.verdict.status
+        """The worst of the axes' verdicts."""
+        order = {DOES_NOT: 0, INCONCLUSIVE: 1, TRANSFERS: 2}
+        return min((v.status for v in self.verdicts), key=order.__getitem__)
 
     @property
     def shifts(self) -> pd.DataFrame:
@@ -100,21 +134,23 @@ class TransferReport:
 
     def summary(self, path: Path) -> list[str]:
         """What the command line prints: the verdict, jobs that left no frame, where the report is."""
-        return [f"coordcheck: μTransfer {self.status.upper()} — {self.verdict.reason}",
+        return [*(f"coordcheck: μTransfer {v.status.upper()} — {v.reason}" if v.axis == "width" else
+                  f"coordcheck: μTransfer across depth: {v.label.upper()} — {v.reason}" for v in self.verdicts),
                 *(f"coordcheck: job {p.job} {p.status}: {p.error}" for p in self.problems),
                 f"coordcheck: report {path}"]
 
     def diverged(self) -> pd.DataFrame:
         held = self.frame[(self.frame["split"] == "heldout") & (self.frame["status"] != "ok")]
-        return (held.groupby(["parametrization", "width", "lr"])["seed"].apply(sorted).reset_index(name="seeds")
-                if len(held) else pd.DataFrame(columns=["parametrization", "width", "lr", "seeds"]))
+        return (held.groupby(["parametrization", "width", "depth", "lr"])["seed"].apply(sorted)
+                .reset_index(name="seeds")
+                if len(held) else pd.DataFrame(columns=["parametrization", "width", "depth", "lr", "seeds"]))
 
     def payload(self) -> dict:
         v = self.verdict
-        return {
+        out = {
             "schema": SCHEMA,
-            "status": v.status,
-            "transfers": v.transfers,
+            "status": self.status,
+            "transfers": self.status == TRANSFERS,
             "reason": v.reason,
             "rules": asdict(v.rules),
             "widths": sorted(int(w) for w in self.frame["width"].unique()),
@@ -123,16 +159,89 @@ class TransferReport:
                                                     "shift", "se", "ci_low", "ci_high", "n_widths", "n_optima"]),
             "optima": records(self.optima, list(self.optima.columns)),
             "wider_not_worse": records(self.wider, list(self.wider.columns)),
-            "diverged": records(self.diverged(), ["parametrization", "width", "lr", "seeds"]),
+            "diverged": records(self.diverged(), ["parametrization", "width", "depth", "lr", "seeds"]),
             "jobs": {"ok": self.jobs, "problems": [asdict(p) for p in self.problems]},
             "figures": self.figures,
             "notes": self.notes,
             "environment": self.environment,
             "command": self.command,
             "config": self.config,
+            "axes": self.axes,
         }
+        if self.depth is not None:
+            d = self.depth
+            out["depth"] = {
+                "status": d.verdict.status, "label": d.verdict.label, "reason": d.verdict.reason,
+                "depths": sorted(int(x) for x in self.frame["depth"].unique()),
+                "families": records(d.verdict.shifts, [c for c in ("family_id", "parametrization", "width", "control",
+                                                                   "status", "reason", "shift", "se", "ci_low",
+                                                                   "ci_high", "n_depths", "n_optima", "loss_slope",
+                                                                   "loss_slope_low", "loss_slope_high")
+                                                       if c in d.verdict.shifts.columns]),
+                "optima": records(d.optima, list(d.optima.columns)),
+                "deeper_not_worse": records(d.deeper, list(d.deeper.columns)),
+            }
+        return out
 
     def markdown(self) -> str:
+        if self.axes == ["depth"] and self.depth is not None:
+            lines = [*self._depth_lines(title=True), *self._tail_lines()]
+            return "\n".join(lines) + "\n"
+        lines = self._width_lines()
+        if self.depth is not None:
+            lines += ["", *self._depth_lines(title=False)]
+        return "\n".join([*lines, *self._tail_lines()]) + "\n"
+
+    def _depth_lines(self, title: bool) -> list[str]:
+        d, r = self.depth, self.depth.verdict.rules
+        v = d.verdict
+        depths = sorted(int(x) for x in self.frame["depth"].unique())
+        lrs = np.log2(sorted(self.frame["lr"].unique()))
+        steps = int(self.frame.loc[self.frame["split"] == "heldout", "step"].max())
+        seeds = int(self.frame["seed"].nunique())
+        lines = ["# Does the learning rate transfer across depth?" if title else "## Across depth", "",
+                 f"**Verdict across depth: {v.label.upper()}** — {md_escape(v.reason)}", ""]
+        if title:
+            lines += [
+                f"Depths {depths}; widths {sorted(int(w) for w in self.frame['width'].unique())}; learning rates "
+                f"2^{lrs.min():g} … 2^{lrs.max():g} ({len(lrs)} values); {steps} steps on fresh batches; {seeds} "
+                f"seed(s); held-out loss after training.", ""]
+        lines += [
+            f"Per depth the optimum is fitted as per width; the shift is its slope against log2(depth) (octaves of "
+            f"learning rate per depth doubling), with a {r.level:.0%} interval: it transfers across depth when the "
+            f"interval lies within ±{r.tol:g}. The best held-out loss against log2(depth) must not rise (deeper is "
+            f"not worse): a rise beyond its interval over seeds does not transfer, whatever the shift.", "",
+            "### Shift of the optimum per depth doubling", "",
+            "| parametrization | family | width | status | shift | interval | best loss per doubling | interval | "
+            "reason |", "|---|---|---|---|---|---|---|---|---|"]
+        for s in v.shifts.itertuples():
+            name = f"{s.parametrization} (control)" if s.control else s.parametrization
+            lines.append(f"| {md_escape(name)} | {s.family_id} | {s.width} | {across(s.status, 'depth')} | "
+                         f"{num(s.shift)} | [{num(s.ci_low)}, {num(s.ci_high)}] | {num(s.loss_slope, '{:+.3f}')} | "
+                         f"[{num(s.loss_slope_low, '{:+.3f}')}, {num(s.loss_slope_high, '{:+.3f}')}] | "
+                         f"{md_escape(s.reason)} |")
+        lines += ["", "### Optimum and loss at the optimum per depth", "",
+                  "| parametrization | width | depth | optimum lr | interval (log2) | from | best grid lr | best "
+                  "held-out loss | loss at the fitted optimum | largest stable lr |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for o in d.optima.itertuples():
+            lines.append(f"| {md_escape(o.parametrization)} | {o.width} | {o.depth} | {_lr(o.optimum)} | "
+                         f"[{num(o.ci_low)}, {num(o.ci_high)}] | {o.se_source if math.isfinite(o.optimum) else o.edge} "
+                         f"| {o.best_lr:.3g} | {num(o.best_loss, '{:.4f}')} | {num(o.optimum_loss, '{:.4f}')} | "
+                         f"{_lr(o.max_stable)} |")
+        if len(d.deeper):
+            lines += ["", "### Deeper is not worse", "",
+                      "Held-out loss of every depth at the shallowest depth's optimum learning rate (interpolated).",
+                      "", "| parametrization | width | lr | " + " | ".join(f"depth {x}" for x in depths) + " |",
+                      "|---|---|---|" + "---|" * len(depths)]
+            for _, part in d.deeper.groupby(["family_id", "parametrization", "width"]):
+                by = dict(zip(part["depth"], part["loss"]))
+                lines.append(f"| {md_escape(part['parametrization'].iloc[0])} | {part['width'].iloc[0]} | "
+                             f"{_lr(part['log2_lr'].iloc[0])} | "
+                             + " | ".join(num(by.get(x, math.nan), "{:.4f}") for x in depths) + " |")
+        return lines
+
+    def _width_lines(self) -> list[str]:
         v, r = self.verdict, self.verdict.rules
         widths = sorted(int(w) for w in self.frame["width"].unique())
         lrs = np.log2(sorted(self.frame["lr"].unique()))
@@ -143,8 +252,8 @@ class TransferReport:
             "",
             f"**Verdict: {v.status.upper()}** — {md_escape(v.reason)}",
             "",
-            f"Widths {widths}; learning rates 2^{lrs.min():g} … 2^{lrs.max():g} ({len(lrs)} values); {steps} steps on "
-            f"fresh batches; {seeds} seed(s); held-out loss after training. The optimum is the vertex of a parabola "
+            f"Widths {widths}; learning rates 2^{lrs.min():g} … 2^{lrs.max():g} ({len(lrs)} values); {steps} steps "
+            f"on fresh batches; {seeds} seed(s); held-out loss after training. The optimum is the vertex of a parabola "
             f"in log2(lr) through the best learning rate and its neighbours; the shift is its slope against "
             f"log2(width) (octaves of learning rate per width doubling), with a {r.level:.0%} interval. It transfers "
             f"when the interval lies within ±{r.tol:g}.",
@@ -175,13 +284,19 @@ class TransferReport:
                 by = dict(zip(part["width"], part["loss"]))
                 lines.append(f"| {md_escape(par)} | {_lr(part['log2_lr'].iloc[0])} | "
                              + " | ".join(num(by.get(w, math.nan), "{:.4f}") for w in widths) + " |")
+        return lines
+
+    def _tail_lines(self) -> list[str]:
+        lines = []
         div = self.diverged()
         lines += ["", "## Diverged runs", ""]
         if len(div):
+            deep = bool((div["depth"] > 0).any())  # a depth sweep: say which depth diverged
             lines += ["Stopped early (loss non-finite or above its limit); no held-out loss.", "",
-                      "| parametrization | width | lr | seeds |", "|---|---|---|---|"]
-            lines += [f"| {md_escape(d.parametrization)} | {d.width} | {d.lr:.3g} | {d.seeds} |"
-                      for d in div.itertuples()]
+                      f"| parametrization | width |{' depth |' if deep else ''} lr | seeds |",
+                      f"|---|---|{'---|' if deep else ''}---|---|"]
+            lines += [f"| {md_escape(d.parametrization)} | {d.width} |{f' {d.depth} |' if deep else ''} {d.lr:.3g} | "
+                      f"{d.seeds} |" for d in div.itertuples()]
         else:
             lines.append("None.")
         if self.problems:
@@ -192,7 +307,7 @@ class TransferReport:
             lines += [f"- {md_escape(n)}" for n in self.notes]
             lines += [f"![{name}]({path})\n" for name, path in self.figures.items() if path.endswith(".png")]
         lines += run_lines(self.environment, self.command, self.config)
-        return "\n".join(lines) + "\n"
+        return lines
 
 
 def build_transfer_report(
@@ -209,8 +324,15 @@ def build_transfer_report(
     optima = fit_optima(frame, rules)
     problems = list(problems or [])
     verdict = judge_transfer(optima, fit_shifts(optima, rules), rules, problems=problems, facts=list(facts or []))
+    axes = axes_of(frame)
+    depth = None
+    if "depth" in axes:
+        d_optima = fit_optima(frame, rules, axis="depth")
+        d_verdict = judge_transfer(d_optima, fit_shifts(d_optima, rules, axis="depth"), rules, problems=problems,
+                                   axis="depth")
+        depth = DepthFit(d_optima, d_verdict, wider_not_worse(frame, d_optima, axis="depth"))
     return TransferReport(frame, curves(frame), optima, verdict, wider_not_worse(frame, optima), problems,
-                          list(jobs or []), command, config)
+                          list(jobs or []), command, config, depth=depth, axes=axes)
 
 
 def write_transfer_report(report: TransferReport, out_dir: str | Path, *, figures: bool = True,
@@ -222,6 +344,9 @@ def write_transfer_report(report: TransferReport, out_dir: str | Path, *, figure
     atomic_write(out / "curves.csv", lambda p: report.curves.to_csv(p, index=False))
     atomic_write(out / "optima.csv", lambda p: report.optima.to_csv(p, index=False))
     atomic_write(out / "shifts.csv", lambda p: report.shifts.to_csv(p, index=False))
+    if report.depth is not None:
+        atomic_write(out / "depth_optima.csv", lambda p: report.depth.optima.to_csv(p, index=False))
+        atomic_write(out / "depth_shifts.csv", lambda p: report.depth.verdict.shifts.to_csv(p, index=False))
     report.figures, report.notes = {}, []  # this directory's own (a cached report may be written twice)
     if figures:
         report.figures = _write_figures(report, out, size)
@@ -237,10 +362,16 @@ def _write_figures(report: TransferReport, out: Path, size: str) -> dict[str, st
     from coordcheck.transfer.plot import plot_optima, plot_transfer
 
     title = report.verdict.title
-    jobs = {
+    jobs = {} if "width" not in report.axes else {
         "transfer": lambda: plot_transfer(report.curves, report.optima, out / "transfer", title=title, size=size),
         "optimum": lambda: plot_optima(report.optima, out / "optimum", shifts=report.shifts, size=size),
     }
+    if report.depth is not None:
+        d = report.depth
+        jobs["transfer_depth"] = lambda: plot_transfer(report.curves, d.optima, out / "transfer_depth",
+                                                       title=d.verdict.title, size=size, axis="depth")
+        jobs["optimum_depth"] = lambda: plot_optima(d.optima, out / "optimum_depth", shifts=d.verdict.shifts,
+                                                    size=size, axis="depth")
     figures = {}
     for name, draw in jobs.items():
         try:

@@ -30,6 +30,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from coordcheck.data import Batch, as_batch
+from coordcheck.depth import Depth
 from coordcheck.device import autocast, environment, grad_scaler
 from coordcheck.errors import CoordCheckError, check_count
 from coordcheck.parametrization import Builder, Parametrization
@@ -154,11 +155,14 @@ def run_cell(
     progress: bool | tqdm = True,
     prepared: bool = False,
     init: Init | None = None,
+    depth: Depth | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """Train every seed at one (width, lr); return the job's loss frame and facts about it.
 
     ``prepared``: ``parametrization.prepare`` already ran for this builder (the API prepares once per grid);
-    ``init``: re-initialises the built model (:mod:`coordcheck.init`; None: as built).
+    ``init``: re-initialises the built model (:mod:`coordcheck.init`; None: as built); ``depth``: the job's depth,
+    ``base_depth`` and depth scaling (:class:`coordcheck.depth.Depth`; None: the model's own, unscaled), applied as
+    the coordinate check applies it (``coordcheck.train.build_on``).
     """
     check_count(steps, "steps")
     check_count(eval_batches, "eval_batches")
@@ -167,15 +171,17 @@ def run_cell(
     if not diverge > 1:
         raise CoordCheckError(f"diverge must be a number > 1 (a multiple of the first loss), got {diverge!r}")
     t0 = time.perf_counter()
+    depth = depth or Depth()
     if not prepared:
-        parametrization.prepare(build, base_width)
+        parametrization.prepare(depth.builder(build), base_width)
     bar = progress if isinstance(progress, tqdm) else tqdm(
         total=len(seeds) * steps, desc=f"width {width} lr {lr:g}", disable=not progress, leave=False)
     rows, facts = [], {"config_id": identity.config_id, "width": width, "lr": lr, "seeds": list(seeds),
-                       "diverged": [], **environment(torch.device(device), precision)}
+                       "diverged": [], **depth.facts(), **environment(torch.device(device), precision)}
     try:
         for seed in seeds:
-            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init)
+            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init,
+                                  depth)
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.shapes)
             facts["n_params"] = n_params(facts["shapes"])
             losses, heldout, diverged = train_once(
