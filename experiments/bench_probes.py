@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -221,7 +222,10 @@ def op_counts(name: str, width: int) -> dict[str, tuple[int, float]]:
                     self.bytes += t.untyped_storage().nbytes()  # a new storage: neither a view nor out=
             return out
 
-    build, batch = {"gpt": (gpt, tokens()), "mlp": (mlp, gaussian())}[name]
+    if name.startswith("gpt_L"):  # the GPT at another depth (--depths)
+        build, batch = functools.partial(gpt, n_layer=int(name[len("gpt_L"):])), tokens()
+    else:
+        build, batch = {"gpt": (gpt, tokens()), "mlp": (mlp, gaussian())}[name]
     par = Mup()
     par.prepare(build, 128)
     kws = {"a": None, "b": {}, "c": {"tensors": ("out",), "stats": ("l1",)}, "f": {"tensors": CAUSE_TENSORS}}
@@ -330,6 +334,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"threads: {args.threads}")
     print(f"torch: {torch.__version__}")
+    if args.depths:
+        args.models = [m for m in args.models if m != "gpt"] + [f"gpt_L{d}" for d in args.depths]
     if args.ops:
         for name in args.models:
             for width in args.widths:
@@ -339,8 +345,6 @@ def main() -> None:
                     print(f"{name}_w{width}_{v}_{label}_fresh_mib: {counts[v][1]:.2f}")
         return
     units = Units(args.steps, args.seeds, args.depths)
-    if args.depths:
-        args.models = [m for m in args.models if m != "gpt"] + [f"gpt_L{d}" for d in args.depths]
     for name in args.models:  # warm-up: imports, allocator, first optimizer (torch._dynamo)
         for v in VARIANTS:
             units.run(name, min(args.widths), v, warm=True)
