@@ -352,7 +352,7 @@ def judge_depth(frame: pd.DataFrame, rules: Rules = Rules(), facts: Sequence[Map
     marked = mark_transients(series.rename(columns={"_key": "config_id", "place": "module", "config_id": "_cid"}),
                              in_window, ends, persist=rules.persist, gross=rules.gross)
     series = marked.rename(columns={"config_id": "_key", "module": "place"}).assign(in_window=in_window.astype(bool))
-    rows, all_causes, loss_rows = [], [], []
+    rows, all_causes, loss_rows, no_residual = [], [], [], []
     for key, g in series.groupby("_key", sort=False):
         fam, width = g["family_id"].iloc[0], int(g["width"].iloc[0])
         fl = loss[(loss["family_id"] == fam) & (loss["width"] == width)]
@@ -369,6 +369,9 @@ def judge_depth(frame: pd.DataFrame, rules: Rules = Rules(), facts: Sequence[Map
         fails = judged[judged["status"] == "fail"]
         causes, seen = _causes((fam, width), series[series["_key"] == key], params, family_alpha.get((fam, width)),
                                rules)
+        has_residual = bool((g["place"] == RESIDUAL).any())
+        if not has_residual:
+            no_residual.append(width)
         all_causes += causes
         updated = sorted(set(judged["step"]) - {0})
         undecided = judged[judged["status"] == "inconclusive"]
@@ -414,8 +417,9 @@ def judge_depth(frame: pd.DataFrame, rules: Rules = Rules(), facts: Sequence[Map
                       f"depths")
         else:
             status = "pass"
-            reason = (f"the residual stream, embeddings, final norm, readout and loss are flat over depths "
-                      f"{depths[0]}-{depths[-1]} at width {width}")
+            what = "the residual stream, embeddings, final norm, readout and loss" if has_residual else \
+                "the modules outside the blocks and the loss (no residual stream)"
+            reason = f"{what} are flat over depths {depths[0]}-{depths[-1]} at width {width}"
         rows.append({"family_id": fam, "width": width, "parametrization": g["parametrization"].iloc[0],
                      "depth_scaling": family_scaling.get((fam, width), ""), "status": status, "reason": reason, "n_depths": n_depths, "min_depth": int(depths[0]),
                      "max_depth": int(depths[-1]), "window_end": ends[key],
@@ -434,5 +438,10 @@ def judge_depth(frame: pd.DataFrame, rules: Rules = Rules(), facts: Sequence[Map
         reason = (f"the residual stream, embeddings, final norm, readout and loss are flat over depths "
                   f"{families['min_depth'].min()}-{families['max_depth'].max()} at widths {widths}")
     notes = [f"matching across depths: {MATCHING}"]
+    if no_residual:
+        notes.append(f"no residual stream at width(s) {', '.join(map(str, sorted(set(no_residual))))}: each block's "
+                     f"output is its last module's (no residual addition), so the residual rules and the depth causes "
+                     f"(branch multiplier, init, learning rate) do not apply; the modules outside the blocks and the "
+                     f"loss are judged")
     causes = pd.DataFrame(all_causes, columns=CAUSE_COLUMNS)
     return DepthVerdict(str(worst["status"]), reason, families, series.reset_index(drop=True), causes, notes)

@@ -10,8 +10,9 @@ How modules are matched (the report says so too, :data:`MATCHING`):
   the same names at every depth: the place is the module's name (``place_kind`` ``module``).
 * **the residual stream** — the last block's output, i.e. the residual stream before the final norm: in each
   configuration the module at the last block's ``layer_index`` whose name is a dotted prefix of every other name there
-  (the block itself, ``blocks.15``), else the one that finished last there (``place_kind`` ``residual``, place
-  :data:`RESIDUAL`).
+  (the block itself, ``blocks.15``; ``place_kind`` ``residual``, place :data:`RESIDUAL`). A block whose output is its
+  last module's (no residual addition: a plain MLP's ``act(fc(x))``) is not recorded as itself, and then there is no
+  residual place.
 * **pooled over blocks** — every module inside a block, by its name relative to its block (``blocks.3.attn.c_q`` ->
   ``blocks.*.attn.c_q``), pooled over the blocks as a geometric mean of the statistic (the mean of log2|value|), per
   (width, depth, seed, step, tensor, stat); the blocks' own outputs pool as ``blocks.*`` (``place_kind`` ``pooled``).
@@ -51,17 +52,19 @@ def _common_prefix(names: list[str]) -> str:
     return ".".join(out)
 
 
-def block_prefixes(modules: pd.DataFrame) -> dict[int, tuple[str, str]]:
+def block_prefixes(modules: pd.DataFrame) -> dict[int, tuple[str, str | None]]:
     """``{layer_index: (block name, name of its output module)}`` for the blocks (``1 .. L``) of one configuration,
-    from its modules' ``module``, ``layer_index`` and ``call_order`` (one row per module)."""
+    from its modules' ``module``, ``layer_index`` and ``call_order`` (one row per module). The output module is the
+    block itself when it was recorded — its output is not its last module's, as a residual addition makes it — and
+    None when it was not (``x = act(fc(x))``: the probes record a module whose output is its last child's once, under
+    the child's name): such blocks have no residual stream to judge."""
     inside = modules[(modules["layer_index"] >= 1) & (modules["layer_index"] < modules["layer_index"].max())]
     out: dict[int, tuple[str, str]] = {}
     for index, g in inside.groupby("layer_index", sort=True):
         names = g["module"].tolist()
         prefix = _common_prefix(names)
         exact = [n for n in names if n == prefix]
-        last = g.sort_values("call_order")["module"].iloc[-1]
-        out[int(index)] = (prefix, exact[0] if exact else last)
+        out[int(index)] = (prefix, exact[0] if exact else None)
     return out
 
 
@@ -105,9 +108,9 @@ def match_places(frame: pd.DataFrame) -> pd.DataFrame:
             agg = agg.reset_index().drop(columns=["log_value", "nonfinite"]).assign(place_kind="pooled")
             pieces.append(agg)
             _, output = blocks[last]
-            residual = acts[acts["module"] == output].assign(place=RESIDUAL, place_kind="residual",
-                                                             place_order=2.0 * SECTION)
-            pieces.append(residual)
+            if output is not None:
+                pieces.append(acts[acts["module"] == output].assign(place=RESIDUAL, place_kind="residual",
+                                                                    place_order=2.0 * SECTION))
         pieces.append(loss.assign(place=LOSS_MODULE, place_kind="module", place_order=-1.0))
         parts.append(pd.concat(pieces, ignore_index=True))
     columns = [*IDENTITY, "step", "place", "place_kind", "role", "place_order", "tensor", "stat", "value"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -317,3 +318,16 @@ def test_cli_depth_sweep_final_line_and_report(tmp_path):
     assert report["status"] == "pass" and report["depth"]["width_status"] == NOT_JUDGED
     assert report["depth"]["families"][0]["n_depths"] == 3
     assert "## Depth" in (sweep / "report" / "report.md").read_text()
+
+
+def test_blocks_without_a_residual_addition_get_no_residual_rules_or_causes():
+    # the built-in MLP: x = act(fc(x)) per block, so no block output of its own is recorded
+    from coordcheck.models import mlp
+    from coordcheck.plot import plot_depth
+
+    r = coord_check(mlp, width=32, depths=[2, 3, 4], steps=3, seeds=2, progress=False)
+    v = r.verdict.depth
+    assert RESIDUAL not in set(v.series["place"])
+    assert v.causes.empty and "residual" not in v.reason and "multiplier" not in v.reason
+    assert any("no residual stream at width(s) 32" in n for n in v.notes)
+    plt.close(plot_depth(r.frame))
