@@ -22,11 +22,10 @@ from tqdm.auto import tqdm
 from coordcheck import data as data_mod
 from coordcheck import models
 from coordcheck.data import Batch, as_batch
-from coordcheck.depth import DEPTH_SCALINGS, Depth, DepthScaling
+from coordcheck.depth import Depth, DepthScaling, sweep_axes
 from coordcheck.device import check_compile, check_precision, resolve_device
-from coordcheck.errors import CoordCheckError, check_depth
+from coordcheck.errors import CoordCheckError
 from coordcheck.frame import DEFAULT_TENSORS, STATS, concat_frames, digest
-from coordcheck.models import check_width
 from coordcheck.init import resolve_init
 from coordcheck.optim import OPTIMIZERS, with_mu
 from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
@@ -201,21 +200,7 @@ def coord_check(
     device = resolve_device(device)
     precision = check_precision(precision)
     check_compile(compile)
-    if widths is None and width is not None:
-        widths = [width]
-    elif width is not None:
-        raise CoordCheckError("pass widths=[...] or width=..., not both")
-    if widths is None or isinstance(widths, (int, str)) or not len(widths):
-        raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r} (or width=W "
-                              f"with depths=[...])")
-    widths = sorted({check_width(w) for w in widths})
-    if depths is not None and (isinstance(depths, (int, str)) or not len(depths)):
-        raise CoordCheckError(f"depths must be a non-empty list of positive integers, got {depths!r}")
-    depth_list = sorted({check_depth(d) for d in depths}) if depths is not None else [None]
-    scaling = DEPTH_SCALINGS.get(depth_scaling) if isinstance(depth_scaling, str) else depth_scaling
-    if not isinstance(scaling, DepthScaling):
-        raise CoordCheckError(f"unknown depth_scaling {depth_scaling!r}: use one of {', '.join(DEPTH_SCALINGS)} or a "
-                              f"coordcheck.depth.DepthScaling")
+    widths, depth_list, scaling = sweep_axes(widths, width, depths, depth_scaling)
     seeds = resolve_seeds(seeds)
     builder = functools.partial(build, **build_kwargs) if build_kwargs else build
 

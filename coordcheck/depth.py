@@ -36,8 +36,8 @@ from torch import nn
 from coordcheck.errors import CoordCheckError, check_depth  # noqa: F401  (check_depth: re-exported)
 
 __all__ = ["Depth", "DepthScaling", "NO_DEPTH_SCALING", "DEPTH_SCALINGS", "DEPTH_KEYS", "depth_keyword",
-           "depth_keywords", "check_depth", "scale_optimizer", "block_parameters", "not_adam", "NOT_ADAM",
-           "check_scaled_optimizer"]
+           "depth_keywords", "check_depth", "scale_optimizer", "block_parameters", "sweep_axes", "not_adam",
+           "NOT_ADAM", "check_scaled_optimizer"]
 
 # Keywords by which builders in the field take their number of blocks, tried in this order by ``depth_key=auto``.
 DEPTH_KEYS = ("depth", "n_layer", "n_layers", "num_layers", "num_hidden_layers", "n_blocks", "num_blocks")
@@ -234,3 +234,27 @@ class Depth:
             return {}
         return {"depth": self.depth or 0, "base_depth": self.base_depth, "depth_scaling": self.scaling.name,
                 "depth_alpha": self.scaling.alpha}
+
+
+def sweep_axes(widths: Sequence[int] | None, width: int | None, depths: Sequence[int] | None,
+               depth_scaling: str | DepthScaling) -> tuple[list[int], list[int | None], DepthScaling]:
+    """The Python APIs' axes (``coord_check``, ``coordcheck.transfer``), checked: the sorted widths (``widths=[...]``
+    or one ``width=``), the sorted depths (``[None]``: the model's own) and the :class:`DepthScaling` (a name of
+    :data:`DEPTH_SCALINGS` or one given). One line for each mistake."""
+    from coordcheck.errors import check_width
+
+    if widths is None and width is not None:
+        widths = [width]
+    elif width is not None:
+        raise CoordCheckError("pass widths=[...] or width=..., not both")
+    if widths is None or isinstance(widths, (int, str)) or not len(widths):
+        raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r} (or width=W "
+                              f"with depths=[...])")
+    if depths is not None and (isinstance(depths, (int, str)) or not len(depths)):
+        raise CoordCheckError(f"depths must be a non-empty list of positive integers, got {depths!r}")
+    scaling = DEPTH_SCALINGS.get(depth_scaling) if isinstance(depth_scaling, str) else depth_scaling
+    if not isinstance(scaling, DepthScaling):
+        raise CoordCheckError(f"unknown depth_scaling {depth_scaling!r}: use one of {', '.join(DEPTH_SCALINGS)} or a "
+                              f"coordcheck.depth.DepthScaling")
+    return (sorted({check_width(w) for w in widths}),
+            sorted({check_depth(d) for d in depths}) if depths is not None else [None], scaling)

@@ -18,10 +18,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from coordcheck import data as data_mod
-from coordcheck.depth import DEPTH_SCALINGS, Depth, DepthScaling
-from coordcheck.errors import CoordCheckError, check_depth
+from coordcheck.depth import Depth, DepthScaling, sweep_axes
+from coordcheck.errors import CoordCheckError
 from coordcheck.frame import digest
-from coordcheck.models import check_width
 from coordcheck.init import resolve_init
 from coordcheck.optim import OPTIMIZERS, with_mu
 from coordcheck.parametrization import (
@@ -195,24 +194,10 @@ def transfer(
     """
     from coordcheck.device import check_precision, resolve_device
 
-    if widths is None and width is not None:
-        widths = [width]
-    elif width is not None:
-        raise CoordCheckError("pass widths=[...] or width=..., not both")
-    if widths is None or isinstance(widths, (int, str)) or not len(widths):
-        raise CoordCheckError(f"widths must be a non-empty list of positive integers, got {widths!r} (or width=W "
-                              f"with depths=[...])")
-    widths = sorted({check_width(w) for w in widths})
+    widths, depth_list, scaling = sweep_axes(widths, width, depths, depth_scaling)
     if lrs is None:
         raise CoordCheckError("lrs: give the learning-rate grid, e.g. lrs=[2.0**k for k in range(-12, -3)]")
     lrs = _lrs(lrs)
-    if depths is not None and (isinstance(depths, (int, str)) or not len(depths)):
-        raise CoordCheckError(f"depths must be a non-empty list of positive integers, got {depths!r}")
-    depth_list = sorted({check_depth(d) for d in depths}) if depths is not None else [None]
-    scaling = DEPTH_SCALINGS.get(depth_scaling) if isinstance(depth_scaling, str) else depth_scaling
-    if not isinstance(scaling, DepthScaling):
-        raise CoordCheckError(f"unknown depth_scaling {depth_scaling!r}: use one of {', '.join(DEPTH_SCALINGS)} or a "
-                              f"coordcheck.depth.DepthScaling")
     seeds = resolve_seeds(seeds)
     pars = _parametrizations(parametrization)
     device = str(resolve_device(device))
