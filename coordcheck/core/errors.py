@@ -20,7 +20,7 @@ __all__ = ["CoordCheckError", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count
 
 OK, FAILED, USER_ERROR = 0, 1, 2  # a job that failed, or a sweep with no report, exits FAILED
 EXIT = {  # outcome -> exit status; a verdict's only with --strict / report.strict=true (a CI gate)
-    "pass": OK, "fail": FAILED, "inconclusive": USER_ERROR,  # coordinate check (coordcheck.verdict)
+    "pass": OK, "fail": FAILED, "inconclusive": USER_ERROR,  # coordinate check (coordcheck.judge.verdict)
     "transfers": OK, "does not transfer": FAILED,  # μTransfer (coordcheck.transfer.fit; inconclusive as above)
     "ok": OK, "warning": OK, "error": FAILED,  # gradient flow (always: a blocking diagnosis fails)
 }

@@ -50,14 +50,14 @@ column              dtype    meaning
                              its owning module's, only ``stat`` ``mean``:
                              the fraction of its coordinates where ε >=
                              0.1 sqrt(v_hat) after ``step`` updates;
-                             :mod:`coordcheck.eps`; not an activation, so
+                             :mod:`coordcheck.record.eps`; not an activation, so
                              the verdict's activation rules skip it)
 ``stat``            str      ``std`` / ``l1`` / ``rms`` / ``mean`` / ``absmax``;
                              ``value`` for loss rows
 ``value``           float64  the measurement (may be NaN or inf after divergence)
 ==================  =======  ====================================================
 
-Tensors ``in`` and ``own`` (:mod:`coordcheck.own`): recorded for every module that owns parameters
+Tensors ``in`` and ``own`` (:mod:`coordcheck.record.own`): recorded for every module that owns parameters
 directly (``module.parameters(recurse=False)``, some requiring grad) and whose output is recorded, on
 the *sampled rows* ``x_s``: the first ``own.sampled_rows(n)`` entries (at most ``SAMPLED_ROWS`` = 8,
 at most a quarter, at least one) of the leading dimension ``n`` of every tensor argument whose leading
@@ -134,10 +134,10 @@ QK_LOGITS = ("(sdpa)", "(mha)")
 
 STATS = ("std", "l1", "rms", "mean", "absmax")
 TENSORS = ("out", "delta", "in", "own", "loss", "eps")
-EPS_TENSOR = "eps"  # Adam's epsilon fraction per parameter (coordcheck.eps, judged by coordcheck.audit)
+EPS_TENSOR = "eps"  # Adam's epsilon fraction per parameter (coordcheck.record.eps, judged by coordcheck.judge.audit)
 NOT_ACTIVATIONS = ("loss", EPS_TENSOR)  # tensor kinds the activation rules of the verdict do not judge
 DEFAULT_TENSORS = ("out", "delta")  # what the probes record unless told otherwise (config: tensors)
-# The causes' tensors (coordcheck.causes: which parameter's init or learning rate is off): a setting, not the default,
+# The causes' tensors (coordcheck.judge.causes: which parameter's init or learning rate is off): a setting, not the default,
 # because the own update costs more than the probes' target allows at small width (experiments/bench_probes.py,
 # variant f: GPT width 256 about 1.6x bare training against <= 1.30; width 1024 about 1.15x).
 CAUSE_TENSORS = ("out", "delta", "in", "own")

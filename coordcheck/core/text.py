@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from coordcheck.frame import atomic_write
+from coordcheck.core.frame import atomic_write
 
 __all__ = ["md_escape", "num", "json_safe", "records", "write_json"]
 

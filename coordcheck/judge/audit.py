@@ -2,8 +2,8 @@
 exponent in width, beside what muP expects — and Adam's ε measured against √v̂.
 
 Stage: judge (beside the verdict; no training needed for the audit itself). Input: the jobs' facts (``audit``,
-recorded before training by :mod:`coordcheck.param_facts` at each width; ``job.json`` or
-``CoordCheckResult.facts``) and, for ε, the tidy frame's ``eps`` rows (:mod:`coordcheck.eps`). Output:
+recorded before training by :mod:`coordcheck.record.param_facts` at each width; ``job.json`` or
+``CoordCheckResult.facts``) and, for ε, the tidy frame's ``eps`` rows (:mod:`coordcheck.record.eps`). Output:
 
 * :func:`audit_long` — one row per (configuration, parameter, quantity): the value at the widest width, its
   exponent in width (least-squares slope of log2 value against log2 width, one point per width) with a 95 %
@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS  # noqa: F401  (re-exported: the schemas live there)
-from coordcheck.frame import EPS_TENSOR, LOSS_MODULE
-from coordcheck.slopes import t_quantile
+from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS  # noqa: F401  (re-exported: the schemas live there)
+from coordcheck.core.frame import EPS_TENSOR, LOSS_MODULE
+from coordcheck.judge.slopes import t_quantile
 
 if TYPE_CHECKING:  # the verdict may import this module (causes): its Rules are read, not imported, here
-    from coordcheck.verdict import Rules
+    from coordcheck.judge.verdict import Rules
 
 __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
            "TABLE_COLUMNS", "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table",
@@ -150,7 +150,7 @@ PLURAL = {"hidden": "hidden matrices", "input-like": "input-like matrices", "out
 
 def _rules(rules: Rules | None) -> Rules:
     if rules is None:
-        from coordcheck.verdict import Rules
+        from coordcheck.judge.verdict import Rules
 
         return Rules()
     return rules
@@ -396,7 +396,7 @@ EPS_COLUMNS = ["config_id", "parametrization", "parameter", "layer_index", "role
 
 
 def eps_table(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
-    """Per (configuration, parameter): the ε fraction (:mod:`coordcheck.eps`) over the last ``Rules.persist``
+    """Per (configuration, parameter): the ε fraction (:mod:`coordcheck.record.eps`) over the last ``Rules.persist``
     updated steps, at the narrowest and widest width (``narrow``, ``wide``: mean over those steps and seeds), its
     exponent in width (slope of log2 fraction against log2 width over every (width, seed, step) point where it is
     not zero, with a 95 % interval; the steps of one seed are not independent, so the interval is on the narrow

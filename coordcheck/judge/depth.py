@@ -1,14 +1,14 @@
 """The depth verdict: is the model's depth scaling right? Rules over the slopes against depth, per depth family.
 
-Stage: judge. Input: a tidy frame whose jobs set a ``depth`` (``coordcheck.frame``; a depth sweep or a width x depth
+Stage: judge. Input: a tidy frame whose jobs set a ``depth`` (``coordcheck.core.frame``; a depth sweep or a width x depth
 grid) and, optionally, the jobs' facts (``job.json``: the parameter audit's init std and learning rate per parameter).
 Output: a :class:`DepthVerdict` — ``pass`` / ``fail`` / ``inconclusive`` / ``not a depth sweep``, one row per
 (``family_id``, ``width``) (the depths of one configuration at one width), the judged series, the causes and the notes.
 Never imports torch.
 
-Series are matched across depths by place (:func:`coordcheck.places.match_places`, said in ``notes``) and fitted as
+Series are matched across depths by place (:func:`coordcheck.judge.places.match_places`, said in ``notes``) and fitted as
 ``log2 stat`` against ``log2 depth`` over every (depth, seed) point, with 95% intervals
-(:func:`coordcheck.slopes.fit_slopes`). What is judged, and why (measured with ``experiments/depth_known_answers.py``
+(:func:`coordcheck.judge.slopes.fit_slopes`). What is judged, and why (measured with ``experiments/depth_known_answers.py``
 on the built-in GPT, width 128, depths 2-16, 3 seeds, 10 Adam steps, lr 1e-2 and 1e-3; the slopes quoted are those):
 
 * **The residual stream's change since step 0** (``delta`` of the last block's output, steps >= 1): flat,
@@ -24,7 +24,7 @@ on the built-in GPT, width 128, depths 2-16, 3 seeds, 10 Adam steps, lr 1e-2 and
   multiplier with a fan-in init grows like depth^+0.38; GPT-2's init is flat here (+0.00) and wrong only after updates,
   so step 0 alone would pass it. The residual's value after updates is shown, not judged: its change judges it.
 * **Embeddings, the final norm, the readout**: their ``out`` / ``delta`` by role as in the width verdict
-  (:data:`coordcheck.verdict.EXPECT`): the final norm's output is flat by construction, which is why the logits
+  (:data:`coordcheck.judge.verdict.EXPECT`): the final norm's output is flat by construction, which is why the logits
   alone are nearly blind to depth errors.
 * **Modules inside the blocks** (pooled over blocks): shown, not judged. Depth-μP shrinks each block's update like
   depth^-1/2 by design (the pooled ``mlp.c_proj`` change: -0.23..-0.50) and CompleteP's per-block updates move with
@@ -36,8 +36,8 @@ on the built-in GPT, width 128, depths 2-16, 3 seeds, 10 Adam steps, lr 1e-2 and
   +0.007 (0.04 -> 0.08, below any threshold: the residual decides that one).
 
 Significance (the whole interval outside the band), persistence (``persist`` consecutive judged steps unless
-``gross``: :func:`coordcheck.verdict.mark_transients`), zeros, divergence and the stability window
-(:func:`coordcheck.verdict.find_instability` per depth; a family's window ends before the first instability at any of
+``gross``: :func:`coordcheck.judge.verdict.mark_transients`), zeros, divergence and the stability window
+(:func:`coordcheck.judge.verdict.find_instability` per depth; a family's window ends before the first instability at any of
 its depths) are the width verdict's. Fewer than ``min_depths`` depths is ``inconclusive``, never ``pass``.
 
 Causes (each only where its evidence is measured; else the reason says what was seen and names no knob):
@@ -68,10 +68,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.frame import LOSS_MODULE
-from coordcheck.places import MATCHING, RESIDUAL, match_places
-from coordcheck.slopes import fit_slopes, t_quantile
-from coordcheck.verdict import EXPECT, RANK, Rules, find_instability, mark_transients
+from coordcheck.core.frame import LOSS_MODULE
+from coordcheck.judge.places import MATCHING, RESIDUAL, match_places
+from coordcheck.judge.slopes import fit_slopes, t_quantile
+from coordcheck.judge.verdict import EXPECT, RANK, Rules, find_instability, mark_transients
 
 __all__ = ["DepthVerdict", "judge_depth", "NOT_A_DEPTH_SWEEP", "FAMILY_COLUMNS", "pooled_parameters"]
 

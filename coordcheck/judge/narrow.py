@@ -1,7 +1,7 @@
 """Narrow-width effects: series that leave the band only because of the narrowest width.
 
 Stage: judge (a pass of the verdict over its judged series). Input: the tidy frame and the judged series
-(``coordcheck.verdict``: slopes plus ``band_low``, ``band_high``, ``status``, ``direction``, ``diagnosis``).
+(``coordcheck.judge.verdict``: slopes plus ``band_low``, ``band_high``, ``status``, ``direction``, ``diagnosis``).
 Output: the same series with a ``narrow`` column (bool) and, where it is true, a diagnosis that says so and names
 the width to drop or the wider one to add; and the one-line reason of a configuration whose every undecided
 series is such an effect. Never imports torch.
@@ -9,7 +9,7 @@ series is such an effect. Never imports torch.
 A series outside the band (``fail`` or ``inconclusive``, growing or shrinking) is a narrow-width effect when both
 hold:
 
-1. **Without the narrowest width it is inside.** The same fit (:func:`coordcheck.slopes.fit_slopes`, every
+1. **Without the narrowest width it is inside.** The same fit (:func:`coordcheck.judge.slopes.fit_slopes`, every
    remaining (width, seed) point) over the widths above the narrowest has its slope inside the series' band.
 2. **The deviation shrinks as width grows.** The slope between each pair of adjacent widths (of the per-width
    mean over seeds of ``log2|value|``): the narrowest pair's is outside the band, every later one outside the
@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from coordcheck.slopes import CONFIG_COLUMNS, SERIES_COLUMNS, fit_slopes
+from coordcheck.judge.slopes import CONFIG_COLUMNS, SERIES_COLUMNS, fit_slopes
 
 __all__ = ["mark_narrow", "narrow_reason", "neighbour_slopes", "NARROW_DIAGNOSIS"]
 

@@ -1,6 +1,6 @@
 """Places: the series of a depth sweep matched across depths.
 
-Stage: fit (before the depth slopes). Input: a tidy frame (``coordcheck.frame`` schema) whose jobs set a ``depth``.
+Stage: fit (before the depth slopes). Input: a tidy frame (``coordcheck.core.frame`` schema) whose jobs set a ``depth``.
 Output: the same measurements keyed by *place* instead of module, so that a model of depth 16 and one of depth 2 can be
 compared although the deeper one has modules the other has not. Never imports torch.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from coordcheck.frame import LOSS_MODULE
+from coordcheck.core.frame import LOSS_MODULE
 
 __all__ = ["RESIDUAL", "MATCHING", "PLACE_KINDS", "block_prefixes", "match_places"]
 

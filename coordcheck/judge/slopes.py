@@ -1,6 +1,6 @@
 """Slopes: how each series scales with width.
 
-Stage: fit. Input: a tidy frame (``coordcheck.frame`` schema). Output: a tidy slopes table,
+Stage: fit. Input: a tidy frame (``coordcheck.core.frame`` schema). Output: a tidy slopes table,
 one row per (configuration, module, tensor, stat, step), with the least-squares slope of
 ``log2|value|`` against ``log2(width)`` over every (width, seed) point, its standard error,
 a 95% interval (Student t, ``n - 2`` degrees of freedom), the numbers of widths and points,
@@ -47,7 +47,7 @@ def fit_slopes(frame: pd.DataFrame, axis: str = "width", keys: list[str] | None 
     ``n_points``, ``all_zero`` (exactly 0 at every point), ``any_zero`` (0 at some point,
     e.g. only at some widths), ``nonfinite`` (a NaN/inf value) and ``min_width``/``max_width``.
 
-    ``axis="depth"`` with ``keys`` (the series' columns: a depth sweep's places, ``coordcheck.places``) fits
+    ``axis="depth"`` with ``keys`` (the series' columns: a depth sweep's places, ``coordcheck.judge.places``) fits
     against depth instead; the counts are then ``n_depths``, ``min_depth``, ``max_depth``.
     """
     df = frame[frame["tensor"] != "loss"]

@@ -7,7 +7,7 @@ Never imports torch.
 
 The rules, numbered as in docs/verdict.md (``Rules`` holds the numbers). A series = (configuration,
 module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(width)`` over every
-(width, seed) point and its 95% interval (``coordcheck.slopes``).
+(width, seed) point and its 95% interval (``coordcheck.judge.slopes``).
 
 1. **Statistic.** Only ``Rules.stat`` is judged (default ``std``).
 2. **Flat.** ``out`` of input / hidden / norm layers and ``delta`` (change since step 0) of
@@ -16,7 +16,7 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    ``own`` (the change of a parameter-owning module's output from its own parameters' update, as a
    gain: issue 17's probes) of input / hidden / norm layers, at step 0 (the init gain) and after
    updates: flat too. ``in`` (the module's input) is not judged (``skip``): it is some other
-   module's output, evidence for :mod:`coordcheck.causes`; nor is the readout's ``own``
+   module's output, evidence for :mod:`coordcheck.judge.causes`; nor is the readout's ``own``
    (:data:`READOUT_OWN`: a multiplier on its input hides in the gain's rms(x)).
 3. **No growth.** ``out`` of output layers and ``out``/``delta`` (and the step-0 ``own`` of a
    parameter-owning attention module) of attention logits: slope <= ``tol``; they may shrink (the
@@ -50,25 +50,25 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
 8. **Widths.** Fewer than ``min_widths`` widths is ``inconclusive``, never ``pass``; so is a sweep
    in which a job left no frame (``judge(..., problems=...)``): a width is missing from the evidence.
 9. **The model grows with width.** From the parameter shapes each job recorded (``judge(...,
-   facts=...)``, :mod:`coordcheck.shapes`): widths that built the same model (every name and shape
+   facts=...)``, :mod:`coordcheck.record.shapes`): widths that built the same model (every name and shape
    alike) fail — "the builder ignores `width`: every width built the same N-parameter model", or
    "widths 128 and 256 built the same ..." — and so does a sweep in which no parameter present at the
    narrowest and the widest width is larger at the widest. Identical models are flat at every step:
    without this rule they would pass. Jobs that recorded no shapes are not checked
    (:func:`_fail_fixed_models`).
-10. **Causes.** :func:`coordcheck.causes.find_causes` walks each configuration's modules in call
+10. **Causes.** :func:`coordcheck.judge.causes.find_causes` walks each configuration's modules in call
    order over these statuses: a module whose ``own`` fails is a cause, a failing module after it
    inherits (``Verdict.causes``, ``Verdict.evidence``, the module table's ``cause`` /
    ``inherited_from``); a failing configuration's reason leads with its first cause, and one without
    a cause says what was seen instead. A frame without ``own`` rows is judged as before (no causes;
    the report's Cause section says they need the ``own`` tensor). An undecided ``own`` series makes
    no configuration undecided (:data:`DECIDING`): it is evidence, and only a failing one is a cause.
-   Then the parameter audit's and Adam's ε judged violations (:mod:`coordcheck.audit`, from the jobs'
+   Then the parameter audit's and Adam's ε judged violations (:mod:`coordcheck.judge.audit`, from the jobs'
    facts and ``eps`` rows) join the causes (:func:`_add_parameter_causes`): one the walk already named
    is left out; a new one fails its configuration.
 11. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
    ``pass``.
-12. **Depth.** A frame run at two depths or more is also judged along depth (:mod:`coordcheck.depth_verdict`,
+12. **Depth.** A frame run at two depths or more is also judged along depth (:mod:`coordcheck.judge.depth`,
    ``Verdict.depth``) and the overall status is the worse of the two; a pure depth sweep (one width) leaves width
    invariance ``not judged (one width)`` (``Verdict.width_status``) and the depth verdict decides (:func:`_add_depth`).
 """
@@ -82,16 +82,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.audit import audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
-from coordcheck.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes, own_diagnosis
-from coordcheck.errors import check_knobs, knob
-from coordcheck.frame import EPS_TENSOR, NOT_ACTIVATIONS, QK_LOGITS, STATS
-from coordcheck.narrow import mark_narrow, narrow_reason
-from coordcheck.shapes import model_table, shapes_by_config, width_problem
-from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
+from coordcheck.judge.audit import audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
+from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes, own_diagnosis
+from coordcheck.core.errors import check_knobs, knob
+from coordcheck.core.frame import EPS_TENSOR, NOT_ACTIVATIONS, QK_LOGITS, STATS
+from coordcheck.judge.narrow import mark_narrow, narrow_reason
+from coordcheck.record.shapes import model_table, shapes_by_config, width_problem
+from coordcheck.judge.slopes import CONFIG_COLUMNS, fit_slopes
 
 if TYPE_CHECKING:  # the depth verdict builds on this module
-    from coordcheck.depth_verdict import DepthVerdict
+    from coordcheck.judge.depth import DepthVerdict
 
 __all__ = ["Rules", "Verdict", "judge", "find_instability", "mark_transients", "likely_cause", "head_dim_growth",
            "STATUSES", "RANK"]
@@ -108,7 +108,7 @@ RANK = _RANK  # severity of a status (the depth verdict ranks its families with 
 @dataclass(frozen=True)
 class Rules:
     """The numbers behind the verdict; every one can be overridden (sweep: ``report.tol``; CLI: ``--tol``), and each
-    is checked against its range when set (:func:`coordcheck.errors.check_knobs`)."""
+    is checked against its range when set (:func:`coordcheck.core.errors.check_knobs`)."""
 
     stat: str = knob("std", choices=STATS,
                      help="statistic judged: std (activation std) or l1 (mean |x|, as the mup package)")
@@ -305,7 +305,7 @@ class Verdict:
     divergence: list[str] = field(default_factory=list)
     models: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (configuration, width): n_params, fingerprint
     notes: list[str] = field(default_factory=list)  # what was judged otherwise than usual, or not at all, and why
-    causes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CAUSE_COLUMNS))  # coordcheck.causes
+    causes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CAUSE_COLUMNS))  # coordcheck.judge.causes
     evidence: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVIDENCE_COLUMNS))
     depth: DepthVerdict | None = None  # the depth verdict of a depth sweep or grid; None otherwise
     width_status: str = ""  # the width verdict alone, when a depth verdict joined it ("not judged (one width)": a
@@ -585,10 +585,10 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
     """Judge a sweep's tidy frame; see the module docstring for the rules.
 
     ``problems``: the sweep's jobs that left no frame (objects with ``job`` and ``error``, as
-    ``coordcheck.sweep.JobProblem``); any makes a passing verdict inconclusive (rule 8).
+    ``coordcheck.run.sweep.JobProblem``); any makes a passing verdict inconclusive (rule 8).
     ``facts``: the jobs' facts (``job.json``, or ``CoordCheckResult.facts``); their ``config_id``, ``width`` and
     ``shapes`` say whether the model grows with width (rule 9), and feed the parameter audit (rule 10); ``audit``: that
-    audit already computed (:func:`coordcheck.audit.audit_long` of the same facts), so that it is not done twice.
+    audit already computed (:func:`coordcheck.judge.audit.audit_long` of the same facts), so that it is not done twice.
     """
     verdict = _judge(frame, slopes, rules)
     if problems and verdict.status == "pass":
@@ -604,12 +604,12 @@ NOT_JUDGED = "not judged (one width)"
 
 
 def _add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequence[Mapping[str, Any]]) -> None:
-    """Rule 12: a frame run at several depths gets the depth verdict too (:mod:`coordcheck.depth_verdict`), and the
+    """Rule 12: a frame run at several depths gets the depth verdict too (:mod:`coordcheck.judge.depth`), and the
     overall status combines both. A pure depth sweep (one width per depth) has its width invariance ``not judged (one
     width)`` — not "inconclusive: only 1 width" — unless a depth failed there (divergence, the model's audit): the
     depth verdict decides. A width x depth grid must pass both (the width verdict per depth, the depth verdict per
     width). A pure width sweep is left as it was."""
-    from coordcheck.depth_verdict import judge_depth  # it builds on this module's rules and windows
+    from coordcheck.judge.depth import judge_depth  # it builds on this module's rules and windows
 
     depth = judge_depth(frame, rules, facts)
     if not depth.judged:
@@ -630,7 +630,7 @@ def _add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Seque
 
 def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]],
                           rules: Rules, long: pd.DataFrame | None = None) -> None:
-    """The parameter audit's and Adam's ε causes (:mod:`coordcheck.audit`), after the walk's. An audit cause whose
+    """The parameter audit's and Adam's ε causes (:mod:`coordcheck.judge.audit`), after the walk's. An audit cause whose
     modules the walk already named is the same knob seen as configured: left out of ``causes`` (its evidence stays).
     A judged audit or ε violation is significant by construction, so it fails a configuration that passed or was
     undecided, and its line leads that configuration's reason."""

@@ -8,7 +8,7 @@ at every step), :mod:`~coordcheck.plot.loss` (:func:`plot_loss`), :mod:`~coordch
 :mod:`~coordcheck.plot.depth` (:func:`plot_depth`: the coordinate check against depth; :func:`plot_grid_slopes`: the
 width and depth slopes of a width x depth grid) and
 :mod:`~coordcheck.plot.helpers` (sizes, theme, legends, checks, :func:`save_figure`). Input: a tidy frame
-(:mod:`coordcheck.frame`), a slopes table (:mod:`coordcheck.slopes`) or the verdict's evidence table.
+(:mod:`coordcheck.core.frame`), a slopes table (:mod:`coordcheck.judge.slopes`) or the verdict's evidence table.
 Output: a matplotlib Figure, and, when a path is given, the same figure as ``<path>.pdf`` and
 ``<path>.png`` written atomically next to each other. The public names are re-exported here.
 """

@@ -1,7 +1,7 @@
 """Adam's epsilon, measured: per parameter and step, the fraction of coordinates where ε is not small against √v̂.
 
 Stage: measure (beside the probes; optimizer side). Input: an Adam-family optimizer (state ``exp_avg_sq``) right
-after each ``optimizer.step()``. Output: rows of the tidy frame (``coordcheck.frame`` schema) with ``tensor="eps"``,
+after each ``optimizer.step()``. Output: rows of the tidy frame (``coordcheck.core.frame`` schema) with ``tensor="eps"``,
 ``module`` = the parameter's dotted name, the owning module's ``layer_index`` / ``role`` / ``call_order``, ``stat``
 ``mean`` and ``value`` = the fraction, at ``step`` t = after t updates (the step whose forward sees them).
 
@@ -10,7 +10,7 @@ Adam's update of a coordinate is ``m̂ / (√v̂ + ε)`` with ``v̂ = exp_avg_sq
 ε = 0 — more than the seed-to-seed scatter of a step, and at ``ε = √v̂`` it halves it. Under muP the gradient of a
 hidden matrix shrinks like 1/width, so √v̂ does too, and a fixed ε takes over the update at large width: the
 fraction grows with width (Everett et al. 2024, *Scaling exponents across parameterizations and optimizers*). The
-fraction is judged in :mod:`coordcheck.audit` (:func:`coordcheck.audit.eps_causes`).
+fraction is judged in :mod:`coordcheck.judge.audit` (:func:`coordcheck.judge.audit.eps_causes`).
 
 Coordinates whose gradient has been exactly zero so far (``v̂ = 0``: upstream of a zero-initialised readout at the
 first update, say) are not counted: their step is zero with any ε.
@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from coordcheck.frame import COLUMNS, EPS_TENSOR, ROOT_MODULE, conform
+from coordcheck.core.frame import COLUMNS, EPS_TENSOR, ROOT_MODULE, conform
 
 __all__ = ["EPS_RATIO", "EPS_TENSOR", "SAMPLE", "EpsProbe", "eps_frame"]
 

@@ -1,6 +1,6 @@
 """Layout: where each recorded module sits in the model's depth, and what it does there.
 
-Stage: measure (shared by both probes, ``coordcheck.probes`` and ``coordcheck.gradflow.probe``).
+Stage: measure (shared by both probes, ``coordcheck.record.probes`` and ``coordcheck.gradflow.probe``).
 Input: an ``nn.Module`` and the names its probe recorded, in the order they first ran (plus the
 captured attention logits and the module that computed each). Output: ``{name: (layer_index,
 role, call_order)}`` (:func:`infer_layout`), the frames' ``layer_index`` and ``role`` columns.
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from mup import MuReadout
 from torch import nn
 
-from coordcheck.frame import ROOT_MODULE
+from coordcheck.core.frame import ROOT_MODULE
 
 __all__ = ["is_norm", "NORM_TYPES", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks", "infer_layout"]
 

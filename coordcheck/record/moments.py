@@ -1,6 +1,6 @@
 """Moments: one definition of what is reduced on the device and how statistics follow from it.
 
-Stage: measure (shared by both probes, ``coordcheck.probes`` and ``coordcheck.gradflow.probe``).
+Stage: measure (shared by both probes, ``coordcheck.record.probes`` and ``coordcheck.gradflow.probe``).
 Input: activation tensors on their device. Output: a few float32 moments per tensor (``MOMENTS``,
 or the subset a probe needs by name: :func:`needed_moments`; :func:`moments`, or :func:`moment_terms`
 for a caller that concatenates those of many tensors at once), moved to the host by the caller,
@@ -16,7 +16,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.core.errors import CoordCheckError
 
 __all__ = ["N", "MEAN", "VAR", "ABSSUM", "ABSMAX", "MOMENTS", "NEEDS", "STAT_FUNCS", "needed_moments", "moments",
            "moment_terms", "batched_moments", "moment_rows", "masked_moments", "pool_moments", "pool_calls",

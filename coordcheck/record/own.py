@@ -1,10 +1,10 @@
 """Own update: what a module's own parameters do to its output, apart from what its input brings.
 
-Stage: measure (a companion of :mod:`coordcheck.probes`, which attaches it when ``tensors`` holds ``in`` or
+Stage: measure (a companion of :mod:`coordcheck.record.probes`, which attaches it when ``tensors`` holds ``in`` or
 ``own``). Input: every module that owns parameters directly (``parameters(recurse=False)``, some requiring grad)
 and each of its calls (args, kwargs, output) during the probed forward. Output: per call, two more tensors pushed
 into the probes' step record under the module's name: ``in`` (its input on the sampled rows) and ``own`` (the
-effect of its own parameters, as a gain); the tidy frame documents both (:mod:`coordcheck.frame`).
+effect of its own parameters, as a gain); the tidy frame documents both (:mod:`coordcheck.core.frame`).
 
 What is measured, on the *sampled rows* ``x_s`` (the first :func:`sampled_rows` entries of the leading dimension
 of every tensor argument whose leading size equals the first tensor argument's; the batch is fixed, so the rows
@@ -59,9 +59,9 @@ import torch
 from mup import MuReadout
 from torch import nn
 
-from coordcheck.frame import ROOT_MODULE
-from coordcheck.layout import is_norm
-from coordcheck.moments import batched_moments, moment_terms
+from coordcheck.core.frame import ROOT_MODULE
+from coordcheck.record.layout import is_norm
+from coordcheck.record.moments import batched_moments, moment_terms
 
 __all__ = ["SAMPLED_ROWS", "SAMPLED_SHARE", "LINEAR_FORWARDS", "OwnUpdate", "sampled_rows", "sample_rows",
            "owns_parameters"]
@@ -156,7 +156,7 @@ class OwnUpdate:
     handles join the probes', so ``probes.remove()`` removes them."""
 
     def __init__(self, probes) -> None:
-        from coordcheck.probes import first_tensor, select_output  # here, not at the top: the probes import us
+        from coordcheck.record.probes import first_tensor, select_output  # here, not at the top: the probes import us
 
         self.probes = probes
         self._first, self._select = first_tensor, select_output
@@ -274,7 +274,7 @@ class OwnUpdate:
     def flush(self, which: tuple[str, ...]) -> tuple[list[tuple[str, str]], list[int], torch.Tensor | None]:
         """This step's ``in`` / ``own`` rows: their keys, element counts and device moments ``which`` (R, k), all
         ``in`` rows before all ``own`` rows. Batched (the GPU): reduced here together in a fixed number of kernels
-        (:func:`coordcheck.moments.batched_moments`), ``own`` divided by the rms of its input here, also in one pass
+        (:func:`coordcheck.record.moments.batched_moments`), ``own`` divided by the rms of its input here, also in one pass
         for all modules; on the CPU reduced in the hooks already (:meth:`_reduce`) and only joined here."""
         if not self.probes.batched:  # the CPU: reduced in the hooks (_reduce); here only joined, ins before owns
             rows = self._in_rows + self._own_rows

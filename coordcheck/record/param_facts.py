@@ -1,8 +1,8 @@
 """Parameter facts: what each parameter is given before training, read from the model and its optimizer.
 
 Stage: build (the audit's torch side). Input: the parametrized model and its optimizer as built at one width
-(``coordcheck.train.build_on``), before any step. Output: a JSON-able dict recorded in the job's facts as
-``audit`` (so in ``job.json`` too) and judged across widths by :mod:`coordcheck.audit` (which never imports
+(``coordcheck.run.train.build_on``), before any step. Output: a JSON-able dict recorded in the job's facts as
+``audit`` (so in ``job.json`` too) and judged across widths by :mod:`coordcheck.judge.audit` (which never imports
 torch)::
 
     {"parametrization": "mup",
@@ -36,7 +36,7 @@ import math
 import torch
 from torch import nn
 
-from coordcheck.optim import MUON_ADJUST_LR
+from coordcheck.setup.optim import MUON_ADJUST_LR
 
 __all__ = ["param_facts", "optimizer_family", "effective_lr"]
 
@@ -54,7 +54,7 @@ def optimizer_family(optimizer: torch.optim.Optimizer, group: dict) -> str:
 
 
 def muon_adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: torch.Size) -> float:
-    """The lr ``torch.optim.Muon`` applies to a parameter of ``shape`` (:data:`coordcheck.optim.MUON_ADJUST_LR`:
+    """The lr ``torch.optim.Muon`` applies to a parameter of ``shape`` (:data:`coordcheck.setup.optim.MUON_ADJUST_LR`:
     A = fan-out, B = fan-in; ``original`` when unset, unchanged for a setting it does not know)."""
     factor = MUON_ADJUST_LR.get(adjust_lr_fn or "original")
     return lr if len(shape) < 2 or factor is None else lr * factor(float(shape[0]), float(shape[1]))

@@ -73,8 +73,8 @@ Deliberate choices (documented for users):
 * **Hooks outside the forward** (activation-checkpoint recomputation in backward, an extra
   eval pass) record nothing: ``recording`` is only on during the probed forward.
 
-Layout rules (``layer_index``, ``role``): :mod:`coordcheck.layout`. Moments and the statistics
-from them: :mod:`coordcheck.moments`.
+Layout rules (``layer_index``, ``role``): :mod:`coordcheck.record.layout`. Moments and the statistics
+from them: :mod:`coordcheck.record.moments`.
 """
 
 from __future__ import annotations
@@ -91,16 +91,16 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from coordcheck.errors import CoordCheckError
-from coordcheck.frame import DEFAULT_TENSORS, ROOT_MODULE, STATS
-from coordcheck.layout import (  # noqa: F401  (the layout names: re-exported for old imports)
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.frame import DEFAULT_TENSORS, ROOT_MODULE, STATS
+from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-exported for old imports)
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout,
 )
-from coordcheck.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
+from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
     pool_calls, pool_moments, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
 )
-from coordcheck.own import OwnUpdate
+from coordcheck.record.own import OwnUpdate
 
 __all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", "masked_moments", "stats_from_moments",
            "pool_moments", "STAT_FUNCS", "first_tensor", "select_output", "infer_layout", "LOGITS_MODULE", "MASK_BELOW"]
@@ -317,7 +317,7 @@ class Probes:
             self._enter_handles = []
 
     def _enter(self, name: str, module: nn.Module, inputs: object) -> None:
-        if not (self._tracking and self.recording):  # not recording: the own update's extra calls (coordcheck.own)
+        if not (self._tracking and self.recording):  # not recording: the own update's extra calls (coordcheck.record.own)
             return
         self._stack.append(name)
         if name == ROOT_MODULE and not self._mode_on:

@@ -1,7 +1,7 @@
 """Parameter shapes per width: the evidence that the builder uses the width it is given.
 
 Stage: judge (the setup, before any slope). Input: the parameter shapes of the model each job
-built (``{name: [dims]}``, recorded by ``coordcheck.train`` and ``coordcheck.transfer.train`` in
+built (``{name: [dims]}``, recorded by ``coordcheck.run.train`` and ``coordcheck.transfer.train`` in
 the job's facts as ``shapes``, so in ``job.json`` too). Output: one line saying what is wrong
 with the setup (:func:`width_problem`), or ``None``, and a per-width table of parameter counts
 and fingerprints for the reports (:func:`model_table`). Identical models at every width give flat
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from coordcheck.frame import digest
+from coordcheck.core.frame import digest
 
 if TYPE_CHECKING:
     from torch import nn

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from coordcheck.errors import CoordCheckError
-from coordcheck.frame import FRAME_NAME, FrameError, concat_frames, read_frame
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.frame import FRAME_NAME, FrameError, concat_frames, read_frame
 
 __all__ = ["Sweep", "JobProblem", "aggregate", "sweep_config", "job_facts", "JOB_NAME"]
 

@@ -1,7 +1,7 @@
 """The engine: train one width for a few steps with probes attached, return a tidy frame.
 
 Stage: train. Input: a builder, a width, seeds, a parametrization, an optimizer factory, a
-fixed batch and a loss. Output: the tidy frame of one job (``coordcheck.frame`` schema) and
+fixed batch and a loss. Output: the tidy frame of one job (``coordcheck.core.frame`` schema) and
 a small dict of facts about the run (parameter count, seconds, divergence). The CLI (one
 Hydra job per width) and the Python API (``coord_check``) both call :func:`run_width`.
 
@@ -27,19 +27,19 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from coordcheck.data import Batch
-from coordcheck.depth import Depth
-from coordcheck.device import autocast, environment, grad_scaler
-from coordcheck.errors import CoordCheckError, check_count
-from coordcheck.frame import COLUMNS, DEFAULT_TENSORS, LOSS_MODULE, ROOT_MODULE, STATS, conform
-from coordcheck.parametrization import Builder, Parametrization, build_model, named_keywords
-from coordcheck import probes as probes_module
-from coordcheck.moments import stats_from_moments
-from coordcheck.errors import resolve_seeds  # noqa: F401  (re-exported: its home was here)
-from coordcheck.probes import Probes, StepRecord, first_tensor, select_output
-from coordcheck.shapes import n_params, param_shapes
-from coordcheck.eps import EPS_TENSOR, EpsProbe, eps_frame
-from coordcheck.param_facts import param_facts
+from coordcheck.setup.data import Batch
+from coordcheck.setup.depth import Depth
+from coordcheck.setup.device import autocast, environment, grad_scaler
+from coordcheck.core.errors import CoordCheckError, check_count
+from coordcheck.core.frame import COLUMNS, DEFAULT_TENSORS, LOSS_MODULE, ROOT_MODULE, STATS, conform
+from coordcheck.setup.parametrization import Builder, Parametrization, build_model, named_keywords
+from coordcheck.record import probes as probes_module
+from coordcheck.record.moments import stats_from_moments
+from coordcheck.core.errors import resolve_seeds  # noqa: F401  (re-exported: its home was here)
+from coordcheck.record.probes import Probes, StepRecord, first_tensor, select_output
+from coordcheck.record.shapes import n_params, param_shapes
+from coordcheck.record.eps import EPS_TENSOR, EpsProbe, eps_frame
+from coordcheck.record.param_facts import param_facts
 
 __all__ = ["RunIdentity", "cross_entropy", "forward_loss", "train_with_probes", "to_frame", "run_width",
            "resolve_seeds"]
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 LossFn = Callable[[object, torch.Tensor], torch.Tensor]
 OptimizerFactory = Callable[[nn.Module, float], torch.optim.Optimizer]
-Init = Callable[..., None]  # init(model, **the context its signature names): coordcheck.init
+Init = Callable[..., None]  # init(model, **the context its signature names): coordcheck.setup.init
 
 
 @dataclass(frozen=True)
@@ -193,10 +193,10 @@ def build_on(device: torch.device | str, build: Builder, width: int, seed: int, 
              base_width: int, optimizer: OptimizerFactory, lr: float,
              init: Init | None = None, depth: Depth | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The seeded, parametrized model built directly on ``device``, re-initialised by ``init``
-    (:mod:`coordcheck.init`), and its optimizer (checked). ``init`` and the optimizer factory also get those of
+    (:mod:`coordcheck.setup.init`), and its optimizer (checked). ``init`` and the optimizer factory also get those of
     ``build``, ``width``, ``base_width`` (and, for ``init``, ``seed``, ``parametrization``; for the factory
-    ``depth``, ``base_depth``, ``depth_alpha``) that their signatures name (``coordcheck.optim.mup_groups``,
-    ``coordcheck.init.mup_init``). ``depth``: the job's depth and its scaling (:mod:`coordcheck.depth`): the
+    ``depth``, ``base_depth``, ``depth_alpha``) that their signatures name (``coordcheck.setup.optim.mup_groups``,
+    ``coordcheck.setup.init.mup_init``). ``depth``: the job's depth and its scaling (:mod:`coordcheck.setup.depth`): the
     builder gets its depth keywords, and under ``mup``/``sp`` the optimizer's depth factors are applied."""
     depth = depth or Depth()
     build = depth.builder(build)  # the builder with the job's depth keywords bound (the base shapes' too)
@@ -238,7 +238,7 @@ def train_with_probes(
     ``grad_clip``: clip the global gradient norm to this before each update; ``precision``:
     ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (autocast and a gradient scaler);
     ``skipped_out`` receives the steps after which the fp16 scaler skipped the update; ``eps``
-    (:class:`coordcheck.eps.EpsProbe`) records Adam's ε fraction after each update.
+    (:class:`coordcheck.record.eps.EpsProbe`) records Adam's ε fraction after each update.
     """
     check_count(steps, "steps")
     device = next(model.parameters(), torch.empty(0)).device
@@ -330,9 +330,9 @@ def run_width(
     """Train every seed at one width; return the job's tidy frame and facts about the run.
 
     ``device``: where the model is built (directly, under a ``torch.device`` context) and trained;
-    ``precision``: ``fp32`` / ``bf16`` / ``fp16`` (see :mod:`coordcheck.device`); ``init``: re-initialises the
-    built model (:mod:`coordcheck.init`; None: as built); ``depth``: the job's depth, ``base_depth`` and depth
-    scaling (:class:`coordcheck.depth.Depth`; None: the model's own, unscaled)."""
+    ``precision``: ``fp32`` / ``bf16`` / ``fp16`` (see :mod:`coordcheck.setup.device`); ``init``: re-initialises the
+    built model (:mod:`coordcheck.setup.init`; None: as built); ``depth``: the job's depth, ``base_depth`` and depth
+    scaling (:class:`coordcheck.setup.depth.Depth`; None: the model's own, unscaled)."""
     if grad_clip is not None and (isinstance(grad_clip, bool) or not grad_clip > 0):
         raise CoordCheckError(
             f"grad_clip must be a positive number (a global gradient norm) or null, got {grad_clip!r}")
@@ -348,9 +348,9 @@ def run_width(
     try:
         for seed in seeds:
             model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init, depth)
-            facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.shapes)
+            facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.record.shapes)
             facts["n_params"] = n_params(facts["shapes"])
-            if "audit" not in facts:  # coordcheck.audit, from the first seed (setdefault would build it every seed)
+            if "audit" not in facts:  # coordcheck.judge.audit, from the first seed (setdefault would build it every seed)
                 facts["audit"] = param_facts(model, opt, parametrization.name)
             eps = EpsProbe(model, opt) if EPS_TENSOR in tensors else None
             records, layout = train_with_probes(

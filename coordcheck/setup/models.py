@@ -12,7 +12,7 @@ scaled by fan-in, which is muP-correct for hidden (width x width) matrices and c
 for input matrices; readout and query are zero-initialised, as muP recommends.
 
 Modules may carry ``coordcheck_role`` / ``coordcheck_layer_index`` attributes to
-override the probes' defaults (see ``coordcheck.probes``).
+override the probes' defaults (see ``coordcheck.record.probes``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from mup import MuReadout
 from torch import nn
 
-from coordcheck.errors import CoordCheckError, check_width  # check_width: re-exported (its home was here)
+from coordcheck.core.errors import CoordCheckError, check_width  # check_width: re-exported (its home was here)
 
 __all__ = ["gpt", "mlp", "GPT", "MLP", "AttentionScores", "check_width"]
 
@@ -74,7 +74,7 @@ class FeedForward(nn.Module):
 
 class Block(nn.Module):
     """Pre-LN transformer block: x + m * attn(ln(x)), then x + m * mlp(ln(x)); m = the branch multiplier
-    (depth / base_depth)^-alpha under depth scaling (coordcheck.depth), else 1."""
+    (depth / base_depth)^-alpha under depth scaling (coordcheck.setup.depth), else 1."""
 
     def __init__(self, width: int, n_head: int, context: int, attn_mult: float, mlp_ratio: int,
                  branch_mult: float = 1.0):
@@ -164,7 +164,7 @@ class GPT(nn.Module):
 
 def gpt(width: int, n_layer: int = 2, depth_alpha: float = 0.0, base_depth: int | None = None, **kwargs) -> GPT:
     """Build the built-in muP GPT at ``width`` (d_model) with ``n_layer`` blocks; see :class:`GPT` for kwargs
-    (the depth keywords are named here so that the harness hands them over: ``coordcheck.depth``)."""
+    (the depth keywords are named here so that the harness hands them over: ``coordcheck.setup.depth``)."""
     return GPT(width, n_layer=n_layer, depth_alpha=depth_alpha, base_depth=base_depth, **kwargs)
 
 

@@ -7,7 +7,7 @@ when ``mu=True`` — the optimizer configs set it from ``parametrization.mu_opti
 the plain torch optimizer otherwise. Any callable with the signature
 ``factory(model, lr)`` can replace them (``optimizer=factory optimizer._target_=pkg.make``),
 for models that implement muP by hand. A factory whose signature also names ``build``, ``width`` or
-``base_width`` gets them as keywords (``coordcheck.parametrization.named_keywords``).
+``base_width`` gets them as keywords (``coordcheck.setup.parametrization.named_keywords``).
 
 ``mup_groups`` is muP by hand without writing a factory: a plain torch AdamW / Adam / SGD whose
 parameter groups get the learning rates mup's MuAdamW / MuAdam / MuSGD would give, the growing
@@ -36,8 +36,8 @@ import torch
 from mup.infshape import InfShape
 from torch import nn
 
-from coordcheck.errors import CoordCheckError
-from coordcheck.parametrization import width_infshapes
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.setup.parametrization import width_infshapes
 
 __all__ = ["adam", "adamw", "sgd", "muon", "MuonWithAdamW", "hidden_matrices", "muon_lr_factor", "MUON_ADJUST_LR",
            "MUON_WIDTH_INVARIANT", "mup_groups", "mup_param_groups", "GROUP_KINDS", "OPTIMIZERS", "with_mu"]
@@ -181,7 +181,7 @@ GROUP_KINDS: dict[str, type[torch.optim.Optimizer]] = {
 def mup_param_groups(model: nn.Module, infshapes: Mapping[str, InfShape], lr: float, weight_decay: float,
                      kind: GroupKind) -> list[dict]:
     """The parameter groups mup's optimizers make (mup 1.0.0, ``mup/optim.py``), from ``infshapes``
-    (:func:`coordcheck.parametrization.width_infshapes`) instead of ``p.infshape``; one group per multiplier.
+    (:func:`coordcheck.setup.parametrization.width_infshapes`) instead of ``p.infshape``; one group per multiplier.
 
     Adam family (MuAdam, MuAdamW): a matrix with two dimensions that grow (``ninf() == 2``, "hidden") gets
     ``lr / width_mult`` and ``weight_decay * width_mult`` (``width_mult`` = fan_in / base fan_in, i.e. width /
@@ -220,7 +220,7 @@ def mup_groups(
     carry the learning rates (and weight decays) mup's MuAdamW / MuAdam / MuSGD would give (:func:`mup_param_groups`).
 
     Which dimensions grow with width is found as mup's base shapes find it: the builder at ``base_width`` and
-    ``2 * base_width`` on the meta device (:func:`coordcheck.parametrization.width_infshapes`), against the model's
+    ``2 * base_width`` on the meta device (:func:`coordcheck.setup.parametrization.width_infshapes`), against the model's
     own shapes; the harness passes ``build`` and ``base_width`` because this factory's signature names them. Nothing
     is set on the model, so it works under ``parametrization=none`` for models whose forward carries the muP
     multipliers (an output multiplier such as Granite's ``logits_scaling``), and gives MuAdamW's learning rates under

@@ -6,14 +6,14 @@ parameters changed in place.
 
 * ``none`` (:func:`as_built`) — the model's own initialisation, as the builder and the parametrization left it.
 * ``mup`` (:func:`mup_init`) — the hidden matrices (both dimensions grow with width, found as mup's base shapes
-  find them: :func:`coordcheck.parametrization.width_infshapes`) get std ``std_base * sqrt(base_fan_in /
+  find them: :func:`coordcheck.setup.parametrization.width_infshapes`) get std ``std_base * sqrt(base_fan_in /
   fan_in)``, where ``std_base`` is that parameter's std in the model the harness builds at ``base_width`` with
   the same seed (and parametrization) — what ``mup.init`` does to a constant-std sampler. Every other parameter
   is left as built. For libraries whose init is one std for every weight (Granite's ``initializer_range``,
   GPT-2's 0.02), where muP needs the hidden ones to shrink like fan_in^-1/2.
 
 An init is any callable ``init(model, **context)`` whose signature names what it needs of ``build``, ``width``,
-``base_width``, ``seed`` and ``parametrization`` (``coordcheck.parametrization.named_keywords``).
+``base_width``, ``seed`` and ``parametrization`` (``coordcheck.setup.parametrization.named_keywords``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from coordcheck.errors import CoordCheckError
-from coordcheck.parametrization import Builder, Parametrization, build_model, width_infshapes
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.setup.parametrization import Builder, Parametrization, build_model, width_infshapes
 
 __all__ = ["as_built", "mup_init", "resolve_init", "INITS"]
 
@@ -58,7 +58,7 @@ INITS = {"none": as_built, "mup": mup_init}
 
 
 def resolve_init(init: str | Callable[..., None] | None) -> Callable[..., None] | None:
-    """``init=`` of the APIs: a name of :data:`coordcheck.init.INITS`, a callable, or None (as built)."""
+    """``init=`` of the APIs: a name of :data:`coordcheck.setup.init.INITS`, a callable, or None (as built)."""
     if init is None or init == "none":
         return None
     if isinstance(init, str):

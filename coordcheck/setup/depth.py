@@ -20,7 +20,7 @@ The rules (CompleteP, Dey et al. 2025, arXiv 2505.01618, Table 1, with m_L = dep
 The harness applies the optimizer side (:func:`scale_optimizer`) under ``parametrization=mup`` and ``sp`` with the
 built-in Adam-family optimizers and ``mup_groups``; under ``parametrization=none`` the user's optimizer factory does
 (it gets ``depth``, ``base_depth`` and ``depth_alpha`` when it names them). Residual blocks are found as the probes
-find them (:func:`coordcheck.layout.find_blocks`).
+find them (:func:`coordcheck.record.layout.find_blocks`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from coordcheck.errors import CoordCheckError, check_depth  # noqa: F401  (check_depth: re-exported)
+from coordcheck.core.errors import CoordCheckError, check_depth  # noqa: F401  (check_depth: re-exported)
 
 __all__ = ["Depth", "DepthScaling", "NO_DEPTH_SCALING", "DEPTH_SCALINGS", "DEPTH_KEYS", "depth_keyword",
            "depth_keywords", "check_depth", "scale_optimizer", "block_parameters", "sweep_axes", "not_adam",
@@ -45,9 +45,9 @@ ADAM_FAMILY = (torch.optim.Adam, torch.optim.AdamW)
 # The built-in optimizer configs (their ``_target_``) whose optimizer is not Adam-family, from the config node alone:
 # the command line refuses them with depth scaling before any job runs (a user's factory is seen when it is built).
 NOT_ADAM: dict[str, Callable[[Mapping], str | None]] = {
-    "coordcheck.optim.sgd": lambda node: "SGD",
-    "coordcheck.optim.muon": lambda node: "MuonWithAdamW",
-    "coordcheck.optim.mup_groups": lambda node: "SGD" if node.get("kind") == "sgd" else None,
+    "coordcheck.setup.optim.sgd": lambda node: "SGD",
+    "coordcheck.setup.optim.muon": lambda node: "MuonWithAdamW",
+    "coordcheck.setup.optim.mup_groups": lambda node: "SGD" if node.get("kind") == "sgd" else None,
 }
 
 
@@ -97,7 +97,7 @@ def depth_keyword(build: Callable, key: str = "auto", given: Collection[str] = (
     """The keyword by which ``build`` takes its depth: ``key`` itself, or with ``auto`` the first of
     :data:`DEPTH_KEYS` that its signature names or that its config sets (``given``; a ``functools.partial``'s bound
     keywords count: ``model.n_layer`` of the built-in GPT). One line when there is none (the depth cannot be set)."""
-    from coordcheck.parametrization import qualified_name
+    from coordcheck.setup.parametrization import qualified_name
 
     params = _parameters(build) or {}
     names = {*params, *(build.keywords if isinstance(build, functools.partial) else {}), *given}
@@ -117,7 +117,7 @@ def depth_keywords(build: Callable, depth: int | None, base_depth: int | None, s
                    key: str = "auto") -> dict[str, object]:
     """The keywords the harness adds to ``build(width=...)`` for a depth: ``{<depth key>: depth}``, and
     ``base_depth`` / ``depth_alpha`` where the builder's signature names them. None: the model's own depth."""
-    from coordcheck.parametrization import named_keywords
+    from coordcheck.setup.parametrization import named_keywords
 
     if depth is None:
         if scaling.active:  # a multiplier needs a depth to scale by
@@ -128,8 +128,8 @@ def depth_keywords(build: Callable, depth: int | None, base_depth: int | None, s
 
 
 def block_parameters(model: nn.Module) -> set[int]:
-    """``id`` of every parameter inside a residual block (:func:`coordcheck.layout.find_blocks`)."""
-    from coordcheck.layout import find_blocks
+    """``id`` of every parameter inside a residual block (:func:`coordcheck.record.layout.find_blocks`)."""
+    from coordcheck.record.layout import find_blocks
 
     modules = dict(model.named_modules())
     return {id(p) for name in find_blocks(model) for p in modules[name].parameters()}
@@ -187,7 +187,7 @@ def scale_optimizer(opt: torch.optim.Optimizer, model: nn.Module, scaling: Depth
 @dataclass(frozen=True)
 class Depth:
     """A job's depth: ``depth`` (None: the model's own), ``base_depth``, the :class:`DepthScaling` and the builder's
-    depth keyword (``depth_key``; ``auto``: :func:`depth_keyword`). What the engine (``coordcheck.train``) asks of it:
+    depth keyword (``depth_key``; ``auto``: :func:`depth_keyword`). What the engine (``coordcheck.run.train``) asks of it:
     the builder with the depth keywords bound, the optimizer factory's keywords, and the optimizer's depth factors."""
 
     depth: int | None = None
@@ -211,7 +211,7 @@ class Depth:
 
     def of(self, model: nn.Module) -> int:
         """The depth of ``model``: the one set, else its number of residual blocks."""
-        from coordcheck.layout import find_blocks
+        from coordcheck.record.layout import find_blocks
 
         return self.depth if self.depth is not None else max(len(find_blocks(model)), 1)
 
@@ -241,7 +241,7 @@ def sweep_axes(widths: Sequence[int] | None, width: int | None, depths: Sequence
     """The Python APIs' axes (``coord_check``, ``coordcheck.transfer``), checked: the sorted widths (``widths=[...]``
     or one ``width=``), the sorted depths (``[None]``: the model's own) and the :class:`DepthScaling` (a name of
     :data:`DEPTH_SCALINGS` or one given). One line for each mistake."""
-    from coordcheck.errors import check_width
+    from coordcheck.core.errors import check_width
 
     if widths is None and width is not None:
         widths = [width]
@@ -255,6 +255,6 @@ def sweep_axes(widths: Sequence[int] | None, width: int | None, depths: Sequence
     scaling = DEPTH_SCALINGS.get(depth_scaling) if isinstance(depth_scaling, str) else depth_scaling
     if not isinstance(scaling, DepthScaling):
         raise CoordCheckError(f"unknown depth_scaling {depth_scaling!r}: use one of {', '.join(DEPTH_SCALINGS)} or a "
-                              f"coordcheck.depth.DepthScaling")
+                              f"coordcheck.setup.depth.DepthScaling")
     return (sorted({check_width(w) for w in widths}),
             sorted({check_depth(d) for d in depths}) if depths is not None else [None], scaling)

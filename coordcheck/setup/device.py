@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import torch
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.core.errors import CoordCheckError
 
 __all__ = ["DEVICES", "PRECISIONS", "resolve_device", "check_precision", "autocast", "grad_scaler", "environment",
            "check_compile"]

@@ -1,7 +1,7 @@
 """Parametrizations: how a freshly built model is turned into the model that is trained.
 
 Stage: parametrize. Input: a builder ``build(width, **kw)``, the width, ``base_width`` and a
-seed. Output: the seeded model, ready for its optimizer (``coordcheck.optim``).
+seed. Output: the seeded model, ready for its optimizer (``coordcheck.setup.optim``).
 
 * ``mup`` — base and delta shapes come from the same builder at ``base_width`` and
   ``2 * base_width``, built on the meta device inside ``torch.random.fork_rng`` (no wide
@@ -31,7 +31,7 @@ from mup.infshape import InfShape
 from mup.shape import zip_infshapes
 from torch import nn
 
-from coordcheck.errors import CoordCheckError, check_width
+from coordcheck.core.errors import CoordCheckError, check_width
 
 __all__ = ["Parametrization", "Mup", "Standard", "AsGiven", "build_model", "check_builder", "PARAMETRIZATIONS",
            "base_shapes", "width_infshapes", "named_keywords"]
@@ -97,7 +97,7 @@ def qualified_name(obj: object) -> str:
 
 
 def short_name(target: str, package: str) -> str:
-    """``coordcheck.models.gpt`` -> ``gpt``; a user's dotted path stays whole."""
+    """``coordcheck.setup.models.gpt`` -> ``gpt``; a user's dotted path stays whole."""
     return target.rsplit(".", 1)[-1] if target.startswith(package + ".") else target
 
 

@@ -19,7 +19,7 @@ dropout would only add noise between steps and widths.
 ``num_hidden_layers`` (GPT-2's ``n_layer``, T5's ``num_layers``: :func:`depth_field`), over the one ``config_kwargs``
 sets; unset, the config's own.
 
-Width-dependent fields are written in YAML with the resolvers of ``coordcheck.config`` (``${cc.ratio:}`` =
+Width-dependent fields are written in YAML with the resolvers of ``coordcheck.app.config`` (``${cc.ratio:}`` =
 width / base_width, ``${cc.head_dim:-1}`` = 1/head_dim), as ``conf/experiment/granite_mup.yaml`` does. The model's
 output (a ``ModelOutput``) is read as its ``.logits`` by the harness; ``labels`` given to it (``loss=model
 forward_targets=labels``) are the batch's next-token targets, which the model is told not to shift again.
@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from omegaconf import OmegaConf
 
-from coordcheck.errors import CoordCheckError, check_depth, check_width
+from coordcheck.core.errors import CoordCheckError, check_depth, check_width
 
 __all__ = ["build", "check_node", "config_class", "hf_config", "depth_field", "INSTALL", "OFFLINE", "WIDTH_FIELDS",
            "INNER_FIELDS", "DEPTH_FIELDS"]
@@ -65,7 +65,7 @@ def config_class(config: str | type) -> type:
         raise CoordCheckError(f"model.config={config!r}: name a config class (transformers.GraniteConfig) or a "
                               "model_type (granite, llama, gpt2)")
     if "." in config:
-        from coordcheck.config import locate
+        from coordcheck.app.config import locate
 
         cls = locate(config, "model.config")
         if not (isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig)):
@@ -202,7 +202,7 @@ def build(width: int, config: str | type = "granite", *, grows: Literal["head_di
 def check_node(node: Mapping[str, Any], width: Any, depth: Any = None) -> None:
     """The ``model`` config node of ``model=hf`` checked at ``width`` and ``depth`` (None: as configured) as
     :func:`build` will use it, nothing built:
-    the command line calls it (``coordcheck.config.check_targets``), so a bad class or field is one line and exit 2
+    the command line calls it (``coordcheck.app.config.check_targets``), so a bad class or field is one line and exit 2
     before any job runs."""
     kwargs = dict(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node)
     kwargs = {k: v for k, v in kwargs.items() if not k.startswith("_")}
@@ -212,7 +212,7 @@ def check_node(node: Mapping[str, Any], width: Any, depth: Any = None) -> None:
     try:
         hf_config(width, **kwargs, depth=depth)
     except TypeError as e:  # a key the builder does not take
-        raise CoordCheckError(f"model: {e}".replace("hf_config()", "coordcheck.hf.build()")) from None
+        raise CoordCheckError(f"model: {e}".replace("hf_config()", "coordcheck.setup.hf.build()")) from None
 
 
 build.check_node = check_node  # type: ignore[attr-defined]

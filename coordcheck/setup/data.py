@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.core.errors import CoordCheckError
 
 __all__ = ["Batch", "tokens", "text", "gaussian", "as_batch", "text_stream", "SPLITS", "HELDOUT_FRACTION"]
 
