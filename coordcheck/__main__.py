@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from coordcheck import app
-from coordcheck.config import GROUPS, check_choices, options  # noqa: F401  (re-exported for old imports)
-
-
+from coordcheck.app import jobs as app
+from coordcheck.app.config import GROUPS, check_choices, options  # noqa: F401  (re-exported for old imports)
 
 
 def cli() -> None:

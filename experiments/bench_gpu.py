@@ -44,9 +44,9 @@ class Bench:
     def __init__(self, device: torch.device, steps: int):
         import mup  # noqa: F401
 
-        from coordcheck.data import tokens
-        from coordcheck.models import gpt
-        from coordcheck.parametrization import Mup
+        from coordcheck.setup.data import tokens
+        from coordcheck.setup.models import gpt
+        from coordcheck.setup.parametrization import Mup
 
         self.device, self.steps, self.gpt = device, steps, gpt
         self.batch = tokens()
@@ -54,7 +54,7 @@ class Bench:
         self.par.prepare(gpt, 128)
 
     def build(self, width: int, on_device: bool = True):
-        from coordcheck.parametrization import build_model
+        from coordcheck.setup.parametrization import build_model
 
         if on_device:
             with torch.device(self.device):
@@ -65,8 +65,8 @@ class Bench:
         import mup
         from mup.coord_check import get_coord_data
 
-        from coordcheck.optim import adam
-        from coordcheck.train import RunIdentity, cross_entropy, run_width
+        from coordcheck.setup.optim import adam
+        from coordcheck.run.train import RunIdentity, cross_entropy, run_width
 
         sync(self.device)
         t = time.perf_counter()
@@ -144,7 +144,7 @@ def main() -> None:
     p.add_argument("--no-cli", action="store_true", help="skip the CLI sweep")
     p.add_argument("--cli-widths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     args = p.parse_args()
-    from coordcheck.device import environment, resolve_device
+    from coordcheck.setup.device import environment, resolve_device
 
     device = resolve_device(args.device)
     t0 = time.perf_counter()

@@ -28,11 +28,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from coordcheck.data import tokens
+from coordcheck.setup.data import tokens
 from coordcheck.gradflow import GradFlowProbe
-from coordcheck.models import gpt
-from coordcheck.optim import adam
-from coordcheck.parametrization import Mup, build_model
+from coordcheck.setup.models import gpt
+from coordcheck.setup.optim import adam
+from coordcheck.setup.parametrization import Mup, build_model
 
 
 def main() -> None:

@@ -80,7 +80,7 @@ def startup() -> dict[str, float]:
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from coordcheck.app import CONF_DIR
+    from coordcheck.app.config import CONF_DIR
 
     mark("import hydra + coordcheck")
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
@@ -88,7 +88,7 @@ def startup() -> dict[str, float]:
     build, par = instantiate(cfg.model), instantiate(cfg.parametrization)
     opt_factory, batch = instantiate(cfg.optimizer), instantiate(cfg.data)
     mark("compose + instantiate config")
-    from coordcheck.parametrization import build_model
+    from coordcheck.setup.parametrization import build_model
 
     par.prepare(build, cfg.base_width)
     mark("base shapes (meta device)")
@@ -124,8 +124,8 @@ class Units:
 
         import torch
 
-        from coordcheck.data import gaussian, tokens
-        from coordcheck.models import gpt, mlp
+        from coordcheck.setup.data import gaussian, tokens
+        from coordcheck.setup.models import gpt, mlp
 
         self.torch = torch
         self.steps, self.seeds = steps, list(range(seeds))
@@ -137,7 +137,7 @@ class Units:
         self.frames = {}
 
     def _model(self, name: str, width: int, seed: int, par):
-        from coordcheck.parametrization import build_model
+        from coordcheck.setup.parametrization import build_model
 
         return build_model(self.builders[name], width, seed, par)
 
@@ -145,10 +145,10 @@ class Units:
         import mup
         from mup.coord_check import get_coord_data
 
-        from coordcheck.optim import adam
-        from coordcheck.frame import CAUSE_TENSORS
-        from coordcheck.parametrization import Mup
-        from coordcheck.train import RunIdentity, cross_entropy, run_width
+        from coordcheck.setup.optim import adam
+        from coordcheck.core.frame import CAUSE_TENSORS
+        from coordcheck.setup.parametrization import Mup
+        from coordcheck.run.train import RunIdentity, cross_entropy, run_width
 
         batch = self.batches[name]
         gc.collect()
@@ -200,12 +200,12 @@ def op_counts(name: str, width: int) -> dict[str, tuple[int, float]]:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from coordcheck.data import gaussian, tokens
-    from coordcheck.frame import CAUSE_TENSORS
-    from coordcheck.models import gpt, mlp
-    from coordcheck.parametrization import Mup, build_model
-    from coordcheck.probes import Probes
-    from coordcheck.train import cross_entropy
+    from coordcheck.setup.data import gaussian, tokens
+    from coordcheck.core.frame import CAUSE_TENSORS
+    from coordcheck.setup.models import gpt, mlp
+    from coordcheck.setup.parametrization import Mup, build_model
+    from coordcheck.record.probes import Probes
+    from coordcheck.run.train import cross_entropy
 
     class Count(TorchDispatchMode):
         def __init__(self):
@@ -254,10 +254,10 @@ def step_time(width: int, repeats: int) -> dict[str, float]:
     import mup
     import torch
 
-    from coordcheck.data import tokens
-    from coordcheck.models import gpt
-    from coordcheck.parametrization import Mup, Standard, build_model
-    from coordcheck.train import cross_entropy
+    from coordcheck.setup.data import tokens
+    from coordcheck.setup.models import gpt
+    from coordcheck.setup.parametrization import Mup, Standard, build_model
+    from coordcheck.run.train import cross_entropy
 
     batch = tokens()
     setups = {}
@@ -284,7 +284,7 @@ def report_time(frames: dict, tmp: Path) -> dict[str, float]:
     """Aggregate + slopes + figures + report for a sweep directory, in process and as a command."""
     import pandas as pd
 
-    from coordcheck.frame import write_frame
+    from coordcheck.core.frame import write_frame
     from coordcheck.report import report_sweep
 
     rows = 0

@@ -19,8 +19,9 @@ import time
 
 CASE = """
 import hashlib, torch
-from coordcheck import coord_check, models
-from coordcheck.data import tokens
+from coordcheck import coord_check
+from coordcheck.setup import models
+from coordcheck.setup.data import tokens
 torch.set_num_threads(2)
 r = coord_check(models.gpt, [64, 128, 256], data=tokens(batch_size=2, seq_len=16), steps=4, seeds=2, progress=False)
 print(hashlib.sha256(r.frame["value"].to_numpy().tobytes()).hexdigest()[:16])

@@ -1,4 +1,4 @@
-"""The causes each known-answer model gets (coordcheck.causes), from real frames with the `own` tensor.
+"""The causes each known-answer model gets (coordcheck.judge.causes), from real frames with the `own` tensor.
 
 Prints per case: the verdict, every cause line (or what was seen instead), the modules that inherit, and
 with ``--evidence`` the init / own exponents of every parameter-owning module. The ``pgpt-*`` cases are the
@@ -18,8 +18,8 @@ import sys
 import torch
 
 from coordcheck import CAUSE_TENSORS, coord_check
-from coordcheck.data import tokens
-from coordcheck.models import gpt, mlp
+from coordcheck.setup.data import tokens
+from coordcheck.setup.models import gpt, mlp
 from coordcheck.testing import known_models as km
 from coordcheck.testing import public_models as pm
 

@@ -45,13 +45,13 @@ import pandas as pd
 import torch
 
 from coordcheck import CAUSE_TENSORS, coord_check
-from coordcheck.data import tokens
-from coordcheck.models import gpt, mlp
-from coordcheck.parametrization import PARAMETRIZATIONS, build_model
+from coordcheck.setup.data import tokens
+from coordcheck.setup.models import gpt, mlp
+from coordcheck.setup.parametrization import PARAMETRIZATIONS, build_model
 from coordcheck.testing import known_models as km
 from coordcheck.testing import planted as pl
 from coordcheck.testing import public_models as pm
-from coordcheck.train import build_on
+from coordcheck.run.train import build_on
 
 WIDTHS, FULL_WIDTHS = [128, 256, 512], [128, 256, 512, 1024]
 RUN, FULL_RUN = (dict(steps=4, seeds=2, progress=False, tensors=CAUSE_TENSORS),
@@ -97,7 +97,7 @@ def parameter_facts(build: Callable, widths: list[int], parametrization: str = "
                     **kwargs: object) -> pd.DataFrame:
     """One row per (parameter, width): its param group's lr and its init rms (the std of a zero-mean init; a
     norm's ones stay 1), as the harness builds them (``build_on``, seed 0, on the CPU)."""
-    from coordcheck.optim import OPTIMIZERS
+    from coordcheck.setup.optim import OPTIMIZERS
 
     par = PARAMETRIZATIONS[parametrization]()
     factory = optimizer or (lambda m, lr_: OPTIMIZERS["adam"](m, lr_, mu=par.mu_optimizer))

@@ -4,7 +4,7 @@ For each setting (depth scaling, init, learning rate) it runs ``coord_check`` ov
 Adam steps on the default batch) and prints, per setting, the slope against log2(depth) (mean [95% interval] over
 seeds) of the residual stream's change since step 0 (``delta`` of the last block's output) at steps 1 / 5 / 10, of its
 value at initialisation (``out`` at step 0), and the loss at the last step (mean over seeds) at each depth. Then the
-depth verdict of each setting (:func:`coordcheck.depth_verdict.judge_depth`).
+depth verdict of each setting (:func:`coordcheck.judge.depth.judge_depth`).
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python experiments/depth_known_answers.py --width 128 --depths 2,4,8,16
 
@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 
 from coordcheck import coord_check
-from coordcheck.depth_verdict import judge_depth
-from coordcheck.models import gpt
-from coordcheck.places import RESIDUAL, match_places
-from coordcheck.slopes import fit_slopes
+from coordcheck.judge.depth import judge_depth
+from coordcheck.setup.models import gpt
+from coordcheck.judge.places import RESIDUAL, match_places
+from coordcheck.judge.slopes import fit_slopes
 
 
 def gpt_half(width: int, n_layer: int = 2, base_depth: int | None = None, **kwargs):

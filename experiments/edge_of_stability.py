@@ -55,7 +55,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from coordcheck import coord_check
-from coordcheck.data import tokens
+from coordcheck.setup.data import tokens
 from coordcheck.testing import public_models as pm
 
 WIDTHS = [128, 256, 512, 1024]

@@ -25,11 +25,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from coordcheck.api import coord_check
-from coordcheck.audit import eps_causes, eps_table
-from coordcheck.eps import EpsProbe
-from coordcheck.models import gpt, mlp
-from coordcheck.optim import adam
+from coordcheck.app.api import coord_check
+from coordcheck.judge.audit import eps_causes, eps_table
+from coordcheck.record.eps import EpsProbe
+from coordcheck.setup.models import gpt, mlp
+from coordcheck.setup.optim import adam
 
 BASE = 64
 WIDTHS = [64, 256, 1024]
@@ -59,7 +59,7 @@ def case(steps: int, seeds: int) -> None:
         steps_wide = e[e["width"] == max(WIDTHS)].pivot_table(index="module", columns="step", values="value")
         print(f"by step at width {max(WIDTHS)}:")
         print(steps_wide.round(3).to_string())
-        print("judged on the last steps (coordcheck.audit.eps_table):")
+        print("judged on the last steps (coordcheck.judge.audit.eps_table):")
         print(t[["parameter", "narrow", "wide", "exponent", "ci_low", "ci_high", "violates"]].round(3)
               .to_string(index=False))
         causes = eps_causes(r.frame)
@@ -88,9 +88,9 @@ class Count(TorchDispatchMode):
 
 
 def cost(widths: list[int]) -> None:
-    from coordcheck.data import tokens
-    from coordcheck.parametrization import Mup, build_model
-    from coordcheck.train import cross_entropy
+    from coordcheck.setup.data import tokens
+    from coordcheck.setup.parametrization import Mup, build_model
+    from coordcheck.run.train import cross_entropy
 
     batch = tokens(vocab_size=256, seq_len=32)
     print("| width | params | fwd+bwd calls | fwd+bwd elements | Adam step calls | Adam step elements | eps calls "

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from coordcheck.models import gpt, mlp
+from coordcheck.setup.models import gpt, mlp
 from coordcheck.testing import assert_mup
 from coordcheck.testing import known_models as km
 from coordcheck.testing import planted as pl

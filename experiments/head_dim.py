@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 
 from coordcheck import coord_check
-from coordcheck.data import tokens
+from coordcheck.setup.data import tokens
 from coordcheck.testing import public_models as pm
 
 RUN = dict(parametrization="none", optimizer=pm.titan_mup_optimizer, data=tokens(batch_size=4, seq_len=32),

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from coordcheck import coord_check
-from coordcheck.data import tokens
-from coordcheck.models import gpt, mlp
+from coordcheck.setup.data import tokens
+from coordcheck.setup.models import gpt, mlp
 from coordcheck.testing import known_models as km
 
 MLP_W, GPT_W = [64, 128, 256, 512], [64, 128, 256]

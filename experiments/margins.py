@@ -37,11 +37,11 @@ import pandas as pd
 import torch
 
 from coordcheck import coord_check
-from coordcheck.data import gaussian, tokens
-from coordcheck.models import gpt, mlp
+from coordcheck.setup.data import gaussian, tokens
+from coordcheck.setup.models import gpt, mlp
 from coordcheck.testing import known_models as km
 from coordcheck.testing import public_models as pm
-from coordcheck.verdict import Verdict
+from coordcheck.judge.verdict import Verdict
 
 Margins = dict[str, float]
 

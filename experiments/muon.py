@@ -1,6 +1,6 @@
 """Muon and muP: which ``adjust_lr_fn`` keeps hidden updates width-invariant, measured.
 
-``optimizer=muon`` (:func:`coordcheck.optim.muon`) puts ``torch.optim.Muon`` on the hidden matrices of the built-in
+``optimizer=muon`` (:func:`coordcheck.setup.optim.muon`) puts ``torch.optim.Muon`` on the hidden matrices of the built-in
 muP GPT and (Mu)AdamW on the rest. Two parts, one thread:
 
 * ``spectral``: the spectral norm of each hidden matrix's update, ``||W_t - W_{t-1}||_2``
@@ -38,10 +38,10 @@ import torch
 import torch.nn.functional as F
 
 from coordcheck import coord_check
-from coordcheck.data import tokens
-from coordcheck.models import gpt
-from coordcheck.optim import MUON_ADJUST_LR, hidden_matrices, muon
-from coordcheck.parametrization import Mup, build_model
+from coordcheck.setup.data import tokens
+from coordcheck.setup.models import gpt
+from coordcheck.setup.optim import MUON_ADJUST_LR, hidden_matrices, muon
+from coordcheck.setup.parametrization import Mup, build_model
 from coordcheck.testing.public_models import gpt_builder
 
 LR = 0.01

@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 
 from coordcheck import coord_check
-from coordcheck.data import tokens
-from coordcheck.verdict import Rules, judge
+from coordcheck.setup.data import tokens
+from coordcheck.judge.verdict import Rules, judge
 
 BASE = 128
 RUN = dict(parametrization="none", steps=10, seeds=3, lr=1e-2, base_width=BASE, output="logits",

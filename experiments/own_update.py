@@ -6,7 +6,7 @@ and the hand-written muP GPT of ``coordcheck.testing.public_models`` (``parametr
 widths 128 256 512, 2 seeds, 4 steps, one thread. Prints, per case, role and step, the slope of ``own`` (std)
 against width: the median over the role's modules and their range, ``zero`` where every module's own is exactly
 zero at every width (nothing moved yet, e.g. everything before a zero readout at step 1; ``(2z)``: two such
-modules). The prediction (``coordcheck.frame``): muP flat (0) for every role after updates, at step 0 flat for
+modules). The prediction (``coordcheck.core.frame``): muP flat (0) for every role after updates, at step 0 flat for
 input/hidden/norm and shrinking or exactly 0 for the output; SP with Adam: hidden and readout about +1, the
 embedding flat. A multiplier applied outside the readout module (the hand-written GPT's ``logits = lm_head(x) *
 base / width``) is not in the readout's own: its exponent (``(root)`` out minus the readout's out) is printed, and
@@ -27,9 +27,9 @@ import pandas as pd
 import torch
 
 from coordcheck import CAUSE_TENSORS, coord_check
-from coordcheck.data import tokens
-from coordcheck.models import gpt, mlp
-from coordcheck.slopes import fit_slopes
+from coordcheck.setup.data import tokens
+from coordcheck.setup.models import gpt, mlp
+from coordcheck.judge.slopes import fit_slopes
 from coordcheck.testing import public_models as pm
 
 WIDTHS = [128, 256, 512]
@@ -128,9 +128,9 @@ def count_work(width: int, tensors: tuple[str, ...] | None, steps: int = 2) -> t
     import mup
     from torch.profiler import ProfilerActivity, profile
 
-    from coordcheck.data import tokens as default_tokens
-    from coordcheck.parametrization import PARAMETRIZATIONS, build_model
-    from coordcheck.train import cross_entropy, train_with_probes
+    from coordcheck.setup.data import tokens as default_tokens
+    from coordcheck.setup.parametrization import PARAMETRIZATIONS, build_model
+    from coordcheck.run.train import cross_entropy, train_with_probes
 
     par = PARAMETRIZATIONS["mup"]()
     par.prepare(gpt, 128)

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from coordcheck import CAUSE_TENSORS, coord_check
-from coordcheck.data import tokens
+from coordcheck.setup.data import tokens
 from coordcheck.testing import public_models as pm
 
 W_SMALL, W_LARGE = [64, 128, 256, 512], [128, 256, 512, 1024]

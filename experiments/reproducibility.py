@@ -27,7 +27,7 @@ def run(experiment: str, threads: int) -> dict:
     import torch
 
     import coordcheck
-    from coordcheck import models
+    from coordcheck.setup import models
 
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
@@ -44,10 +44,11 @@ def run(experiment: str, threads: int) -> dict:
 def where(width: int, steps: int = 3) -> None:
     import torch
 
-    from coordcheck import data, models
-    from coordcheck.optim import OPTIMIZERS
-    from coordcheck.parametrization import PARAMETRIZATIONS
-    from coordcheck.train import build_on, cross_entropy, forward_loss
+    from coordcheck.setup import data
+    from coordcheck.setup import models
+    from coordcheck.setup.optim import OPTIMIZERS
+    from coordcheck.setup.parametrization import PARAMETRIZATIONS
+    from coordcheck.run.train import build_on, cross_entropy, forward_loss
 
     par = PARAMETRIZATIONS["sp"]()
     par.prepare(models.gpt, 128)

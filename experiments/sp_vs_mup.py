@@ -23,7 +23,7 @@ import pandas as pd
 
 from coordcheck import CoordCheckResult
 from coordcheck.plot import plot_coords
-from coordcheck.sweep import aggregate
+from coordcheck.run.sweep import aggregate
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 GRID_STEPS = (0, 1, 4, 10)  # the grid layout's panels (those the sweep has)

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 import coordcheck
-from coordcheck import models
+from coordcheck.setup import models
 from coordcheck.testing.public_models import configure_optimizers, gpt_builder
 from coordcheck.transfer.plot import plot_optima, plot_transfer
 from coordcheck.transfer.report import build_transfer_report, report_transfer_sweep

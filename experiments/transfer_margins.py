@@ -48,7 +48,7 @@ def run_unit(case: str, seed: int, width: int, out: Path) -> None:
     import torch
 
     import coordcheck
-    from coordcheck import models
+    from coordcheck.setup import models
     from coordcheck.testing.public_models import configure_optimizers, gpt_builder
 
     torch.set_num_threads(1)

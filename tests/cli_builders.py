@@ -8,7 +8,7 @@ import time
 from mup import MuReadout
 from torch import nn
 
-from coordcheck.models import gpt, mlp
+from coordcheck.setup.models import gpt, mlp
 
 
 def flaky(width: int, **kwargs) -> nn.Module:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from coordcheck.frame import conform
+from coordcheck.core.frame import conform
 
 IDENTITY = dict(config_id="cfg", model="toy", parametrization="mup", optimizer="adam", lr=0.01, data="toy",
                 data_policy="fixed")

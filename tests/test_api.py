@@ -1,4 +1,4 @@
-"""The Python API (``coordcheck.api``): ``coord_check(build, widths)`` and the :class:`CoordCheckResult` it returns."""
+"""The Python API (``coordcheck.app.api``): ``coord_check(build, widths)`` and the :class:`CoordCheckResult` it returns."""
 
 import pytest
 import torch
@@ -8,10 +8,10 @@ from test_verdict import HEALTHY
 from torch import nn
 
 from coordcheck import CoordCheckResult, coord_check
-from coordcheck.data import gaussian
-from coordcheck.errors import CoordCheckError
-from coordcheck.models import gpt, mlp
-from coordcheck.verdict import Rules, judge
+from coordcheck.setup.data import gaussian
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.setup.models import gpt, mlp
+from coordcheck.judge.verdict import Rules, judge
 
 TINY = dict(steps=1, seeds=1, progress=False)
 

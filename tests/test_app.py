@@ -7,8 +7,9 @@ from conftest import run_cli
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from coordcheck.app import CONF_DIR, config_id
-from coordcheck.frame import COLUMNS, read_frame
+from coordcheck.app.config import CONF_DIR
+from coordcheck.app.jobs import config_id
+from coordcheck.core.frame import COLUMNS, read_frame
 
 TINY = ["seeds=2", "steps=2", "progress=false", "model.n_layer=1", "model.context=8", "data.batch_size=2",
         "data.seq_len=8"]

@@ -1,14 +1,14 @@
-"""The causes walk (coordcheck.causes) on synthetic frames with `own` / `in` rows built per the contract."""
+"""The causes walk (coordcheck.judge.causes) on synthetic frames with `own` / `in` rows built per the contract."""
 
 import json
 
 import pytest
 from synthetic import make_frame
 
-from coordcheck.causes import MUON_FIX
+from coordcheck.judge.causes import MUON_FIX
 from coordcheck.report import build_report, write_report
-from coordcheck.text import md_escape
-from coordcheck.verdict import judge
+from coordcheck.core.text import md_escape
+from coordcheck.judge.verdict import judge
 
 HIDDEN = ("h0.fc", "h0.proj", "h1.fc", "h1.proj")
 
@@ -241,7 +241,7 @@ def test_report_without_own_says_the_causes_need_it(tmp_path):
 
 
 def test_the_commands_last_line_names_the_first_cause(tmp_path, capsys):
-    from coordcheck.frame import write_frame
+    from coordcheck.core.frame import write_frame
     from coordcheck.report import main
 
     frame = make_frame(gpt({**downstream_of("h1.proj", 1.0), ("h1.proj", "own"): init_then(0.0, 1.0)}))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from coordcheck.app import config_id, job_hash
-from coordcheck.config import compose_config, options
+from coordcheck.app.jobs import config_id, job_hash
+from coordcheck.app.config import compose_config, options
 
 
 @pytest.mark.parametrize("alias,name,model", [("gpt", "tokens", "gpt"), ("mlp", "gaussian", "mlp")])
@@ -15,7 +15,7 @@ def test_old_data_names_are_aliases(alias, name, model):
     assert OmegaConf.to_container(old.data) == OmegaConf.to_container(new.data)
     assert (config_id(old), job_hash(old)) == (config_id(new), job_hash(new))  # old sweeps still resume
     assert OmegaConf.to_container(compose_config([f"model={model}"]).data) == OmegaConf.to_container(new.data)
-    assert new.data._target_ == f"coordcheck.data.{name}"
+    assert new.data._target_ == f"coordcheck.setup.data.{name}"
 
 
 def test_data_options_are_listed_by_what_they_are():
@@ -26,7 +26,7 @@ def test_verdict_page_and_verdict_number_the_rules_alike():
     import re
     from pathlib import Path
 
-    import coordcheck.verdict as verdict
+    import coordcheck.judge.verdict as verdict
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "verdict.md").read_text()
     section = page.split("\n## The rules\n")[1].split("\n## ")[0]

@@ -1,4 +1,4 @@
-"""The configuration layer (``coordcheck.config``): knob schemas generated from rules dataclasses, their checks and
+"""The configuration layer (``coordcheck.app.config``): knob schemas generated from rules dataclasses, their checks and
 flags, the command-line checks made before Hydra runs anything, and the small helpers every command shares."""
 
 import argparse
@@ -11,14 +11,16 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from coordcheck import app, config, report
-from coordcheck.config import (
+from coordcheck import report
+from coordcheck.app import jobs as app
+from coordcheck.app import config
+from coordcheck.app.config import (
     REPORT, TRANSFER_REPORT, Knobs, check_choices, check_command_line, compose_config, instantiate_node,
     positive_number, resolved_config, safe_dirname, transfer_options,
 )
-from coordcheck.errors import CoordCheckError, knob
+from coordcheck.core.errors import CoordCheckError, knob
 from coordcheck.transfer.fit import TransferRules
-from coordcheck.verdict import Rules
+from coordcheck.judge.verdict import Rules
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ TOY = Knobs(name="toy_report", schema_name="ToyReportOptions", rules=ToyRules,
 def test_the_schema_is_the_rules_fields_then_the_own_knobs_with_their_defaults():
     assert [(f.name, f.type) for f in fields(TOY.schema)] == [
         ("tol", float), ("n", int), ("name", str), ("strict", bool), ("size", config.Size)]
-    assert TOY.schema.__name__ == "ToyReportOptions" and TOY.schema.__module__ == "coordcheck.config"
+    assert TOY.schema.__name__ == "ToyReportOptions" and TOY.schema.__module__ == "coordcheck.app.config"
     assert TOY.values() == {"tol": 0.5, "n": 3, "name": "a", "strict": False, "size": "paper"}
     assert TOY.values({"tol": 0.1, "size": "slides"}) == {**TOY.values(), "tol": 0.1, "size": "slides"}
     assert TOY.rules_of(TOY.values({"n": 5})) == ToyRules(n=5)
@@ -214,7 +216,7 @@ def test_resolved_config_is_plain_values_without_the_keys_asked_and_default_run_
     assert "width" not in plain and "report" not in plain and plain["lr"] == cfg.lr
     assert plain["precision"] == "bf16"  # a run key away from its default stays: it changes the frame
     assert "device" not in plain and "compile" not in plain  # at their defaults: left out, old ids stay
-    assert plain["data"]["_target_"] == "coordcheck.data.gaussian"  # data: ${model} resolved
+    assert plain["data"]["_target_"] == "coordcheck.setup.data.gaussian"  # data: ${model} resolved
     assert "${" not in repr(plain)
 
 
@@ -224,9 +226,9 @@ def test_instantiate_node_errors_name_the_group():
     assert str(e.value) == ("model._target_=nowhere.build: module 'nowhere' not found: check the spelling, or install "
                             "the package (or put its directory on PYTHONPATH)")  # the cause, never empty
     with pytest.raises(CoordCheckError) as e:
-        instantiate_node(OmegaConf.create({"_target_": "coordcheck.data.gaussian", "dim": "???"}), "data")
+        instantiate_node(OmegaConf.create({"_target_": "coordcheck.setup.data.gaussian", "dim": "???"}), "data")
     assert str(e.value) == "data: Missing mandatory value: dim (set it on the command line)"
-    batch = instantiate_node(OmegaConf.create({"_target_": "coordcheck.data.gaussian", "dim": 3}), "data")
+    batch = instantiate_node(OmegaConf.create({"_target_": "coordcheck.setup.data.gaussian", "dim": 3}), "data")
     assert batch.inputs.shape[1] == 3
 
 
@@ -264,7 +266,7 @@ def test_other_hydra_flags_leave_the_command_line_to_hydra():
 def test_check_values_reads_sweeps_as_hydra_parses_them():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from coordcheck.config import check_values
+    from coordcheck.app.config import check_values
 
     seen = []
     checks = {"lr": lambda v: seen.append(positive_number(v, "lr")), "width": lambda v: seen.append(v)}
@@ -299,11 +301,11 @@ def test_knob_ranges_and_help_come_from_the_rules_fields():
 @pytest.mark.parametrize("path, message", [
     ("nowhere.build", "model._target_=nowhere.build: module 'nowhere' not found: check the spelling, or install the "
                       "package (or put its directory on PYTHONPATH)"),
-    ("coordcheck.models.build", "model._target_=coordcheck.models.build: 'coordcheck.models' has no attribute 'build': "
+    ("coordcheck.setup.models.build", "model._target_=coordcheck.setup.models.build: 'coordcheck.setup.models' has no attribute 'build': "
                                 "check the name"),
     ("coordcheck.nowhere.build", "model._target_=coordcheck.nowhere.build: 'coordcheck' has no attribute 'nowhere': "
                                  "check the name"),
-    ("coordcheck.models.gpt.width", "model._target_=coordcheck.models.gpt.width: 'coordcheck.models.gpt' has no "
+    ("coordcheck.setup.models.gpt.width", "model._target_=coordcheck.setup.models.gpt.width: 'coordcheck.setup.models.gpt' has no "
                                     "attribute 'width': check the name"),
     ("bad_module.build", "model._target_=bad_module.build: importing 'bad_module' failed (ZeroDivisionError: division "
                          "by zero): fix that module"),
@@ -321,10 +323,10 @@ def test_locate_says_why_a_target_cannot_be_imported(monkeypatch, tmp_path, path
 
 
 def test_locate_finds_what_hydra_instantiates():
-    from coordcheck import models
+    from coordcheck.setup import models
 
-    assert config.locate("coordcheck.models.gpt", "model._target_") is models.gpt
-    assert config.locate("coordcheck.models.GPT.forward", "model._target_") is models.GPT.forward
+    assert config.locate("coordcheck.setup.models.gpt", "model._target_") is models.gpt
+    assert config.locate("coordcheck.setup.models.GPT.forward", "model._target_") is models.GPT.forward
     assert config.locate("math.pi", "x") == 3.141592653589793
 
 
@@ -359,7 +361,7 @@ def test_a_sweep_runs_with_multirun_however_it_is_asked_for():
     ("gradflow", ["width=256,512"], "width=256,512 is a sweep: add --multirun"),
     ("gradflow", ["width=[256,512]"], "width=[256,512] is a list, not one width"),
     ("gradflow", ["--multirun", "steps=2,0"], "steps must be an integer >= 1, got 0"),
-    ("gradflow", ["optimizer._target_=coordcheck.optim.lion"], "'coordcheck.optim' has no attribute 'lion'"),
+    ("gradflow", ["optimizer._target_=coordcheck.setup.optim.lion"], "'coordcheck.setup.optim' has no attribute 'lion'"),
 ])
 def test_the_transfer_and_gradflow_command_lines_share_the_checks(config_name, argv, message):
     from coordcheck.gradflow.app import check_overrides
@@ -375,7 +377,7 @@ def test_the_transfer_and_gradflow_command_lines_share_the_checks(config_name, a
 def test_check_values_takes_the_last_override_of_a_key_as_hydra_does():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from coordcheck.config import check_values
+    from coordcheck.app.config import check_values
 
     parse, seen = OverridesParser.create().parse_overrides, []
     check_values(compose_config(["width=64"]), parse(["width=0,16", "width=64"]), {"width": seen.append})

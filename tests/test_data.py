@@ -1,10 +1,10 @@
-"""Fixed and fresh batches (``coordcheck.data``): the same for every width and model seed, never the global RNG's."""
+"""Fixed and fresh batches (``coordcheck.setup.data``): the same for every width and model seed, never the global RNG's."""
 
 import pytest
 import torch
 
-from coordcheck.data import HELDOUT_FRACTION, Batch, as_batch, gaussian, text, text_stream, tokens
-from coordcheck.errors import CoordCheckError
+from coordcheck.setup.data import HELDOUT_FRACTION, Batch, as_batch, gaussian, text, text_stream, tokens
+from coordcheck.core.errors import CoordCheckError
 
 
 def take(it, n):

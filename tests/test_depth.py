@@ -1,4 +1,4 @@
-"""Depth plumbing (``coordcheck.depth`` through the engine and the command line): CompleteP's Table 1 factors of
+"""Depth plumbing (``coordcheck.setup.depth`` through the engine and the command line): CompleteP's Table 1 factors of
 ``scale_optimizer`` on the built-in GPT under muP, the identity at ``depth == base_depth``, and a depth sweep's job
 directories, frames, resume, failures and launchers as a width sweep has them."""
 
@@ -9,14 +9,15 @@ import pandas as pd
 import pytest
 
 from conftest import run_cli
-from coordcheck import coord_check, models
-from coordcheck.depth import DEPTH_SCALINGS, Depth, not_adam, scale_optimizer
-from coordcheck.errors import CoordCheckError
-from coordcheck.frame import FRAME_NAME, read_frame
-from coordcheck.optim import adam, with_mu
-from coordcheck.parametrization import Mup
-from coordcheck.sweep import JOB_NAME
-from coordcheck.train import build_on
+from coordcheck import coord_check
+from coordcheck.setup import models
+from coordcheck.setup.depth import DEPTH_SCALINGS, Depth, not_adam, scale_optimizer
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.frame import FRAME_NAME, read_frame
+from coordcheck.setup.optim import adam, with_mu
+from coordcheck.setup.parametrization import Mup
+from coordcheck.run.sweep import JOB_NAME
+from coordcheck.run.train import build_on
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -70,7 +71,7 @@ def _values(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_the_gpt_at_base_depth_under_depth_scaling_is_the_unscaled_one_bit_for_bit():
-    from coordcheck.data import tokens
+    from coordcheck.setup.data import tokens
 
     batch = tokens(seq_len=8, batch_size=2)
     run = {**TINY_API, "data": batch}

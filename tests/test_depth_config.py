@@ -1,11 +1,11 @@
-"""The depth keys on the command line (``coordcheck.config``): a bad depth, a builder that takes no depth, depth
+"""The depth keys on the command line (``coordcheck.app.config``): a bad depth, a builder that takes no depth, depth
 scaling with an optimizer it cannot scale and a misspelt key are one line before any job runs; the good ones pass."""
 
 import pytest
 
 from conftest import run_cli
-from coordcheck.config import check_command_line
-from coordcheck.errors import CoordCheckError
+from coordcheck.app.config import check_command_line
+from coordcheck.core.errors import CoordCheckError
 
 SCALES_ADAM = ("depth_scaling={} scales Adam's learning rate and ε with depth; {} has no such rule here: use "
                "optimizer=adam or adamw, or depth_scaling=none with parametrization=none and your own optimizer "
@@ -57,7 +57,7 @@ def test_a_bad_depth_command_is_one_line_before_any_job_runs(argv, message):
     ["-m", "depth=2,4", "model=custom", "model._target_=coordcheck.testing.depth_models.build", "data=tokens",
      "parametrization=none", "optimizer=factory",
      "optimizer._target_=coordcheck.testing.depth_models.make_optimizer"],
-    ["-m", "depth=2,3", "model=hf", "model.config=llama"],  # coordcheck.hf.build(depth=...)
+    ["-m", "depth=2,3", "model=hf", "model.config=llama"],  # coordcheck.setup.hf.build(depth=...)
 ])
 def test_a_good_depth_command_passes_the_checks(argv):
     check_command_line(argv)

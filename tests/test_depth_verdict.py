@@ -1,4 +1,4 @@
-"""The depth verdict (coordcheck.depth_verdict): fast rules on synthetic depth sweeps with known slopes, and the known
+"""The depth verdict (coordcheck.judge.depth): fast rules on synthetic depth sweeps with known slopes, and the known
 answers on the built-in GPT (slow: they train; width 64, depths 2-16, 3 seeds, 10 Adam steps)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 from conftest import run_cli
 
 from coordcheck import coord_check
-from coordcheck.depth_verdict import LOSS_PLACE, NOT_A_DEPTH_SWEEP, judge_depth
-from coordcheck.frame import conform
-from coordcheck.models import gpt
-from coordcheck.places import MATCHING, RESIDUAL
+from coordcheck.judge.depth import LOSS_PLACE, NOT_A_DEPTH_SWEEP, judge_depth
+from coordcheck.core.frame import conform
+from coordcheck.setup.models import gpt
+from coordcheck.judge.places import MATCHING, RESIDUAL
 from coordcheck.report import build_report
-from coordcheck.verdict import NOT_JUDGED, Rules, judge
+from coordcheck.judge.verdict import NOT_JUDGED, Rules, judge
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -322,7 +322,7 @@ def test_cli_depth_sweep_final_line_and_report(tmp_path):
 
 def test_blocks_without_a_residual_addition_get_no_residual_rules_or_causes():
     # the built-in MLP: x = act(fc(x)) per block, so no block output of its own is recorded
-    from coordcheck.models import mlp
+    from coordcheck.setup.models import mlp
     from coordcheck.plot import plot_depth
 
     r = coord_check(mlp, width=32, depths=[2, 3, 4], steps=3, seeds=2, progress=False)

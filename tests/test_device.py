@@ -1,4 +1,4 @@
-"""Device and precision (``coordcheck.device``): the logic on the CPU, bf16 and fp16 runs, and the
+"""Device and precision (``coordcheck.setup.device``): the logic on the CPU, bf16 and fp16 runs, and the
 verdict under bf16 autocast (muP GPT passes, SP fails). GPU-only checks live in test_gpu.py."""
 
 from __future__ import annotations
@@ -7,11 +7,13 @@ import pytest
 import torch
 from conftest import run_in_process
 
-from coordcheck import app, config, coord_check
-from coordcheck.data import tokens
-from coordcheck.device import autocast, check_compile, check_precision, environment, resolve_device
-from coordcheck.errors import CoordCheckError
-from coordcheck.models import gpt
+from coordcheck import coord_check
+from coordcheck.app import jobs as app
+from coordcheck.app import config
+from coordcheck.setup.data import tokens
+from coordcheck.setup.device import autocast, check_compile, check_precision, environment, resolve_device
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.setup.models import gpt
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback on a machine without CUDA")
 GPT_DATA = tokens(batch_size=2, seq_len=16)
@@ -104,7 +106,7 @@ def test_a_sweep_over_device_is_refused_and_remote_launchers_check_the_form_only
 
 
 def test_fp16_updates_the_scaler_skips_are_recorded():
-    from coordcheck.train import cross_entropy
+    from coordcheck.run.train import cross_entropy
 
     def huge(out, y):  # scaled by the GradScaler's 2^16, its gradients overflow float32: every update is skipped
         return cross_entropy(out, y) * 1e36

@@ -1,4 +1,4 @@
-"""Adam's epsilon measured (coordcheck.eps) and judged (coordcheck.audit.eps_table / eps_causes): exact fractions on
+"""Adam's epsilon measured (coordcheck.record.eps) and judged (coordcheck.judge.audit.eps_table / eps_causes): exact fractions on
 a hand-made state, the frame's eps rows, the verdict ignoring them, and a constructed case where ε takes over."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import torch
 from torch import nn
 
 from coordcheck import coord_check
-from coordcheck.audit import CAUSE_COLUMNS, EPS_MATERIAL, eps_causes, eps_table
-from coordcheck.eps import EpsProbe
-from coordcheck.models import mlp
-from coordcheck.optim import adam
-from coordcheck.verdict import judge
+from coordcheck.judge.audit import CAUSE_COLUMNS, EPS_MATERIAL, eps_causes, eps_table
+from coordcheck.record.eps import EpsProbe
+from coordcheck.setup.models import mlp
+from coordcheck.setup.optim import adam
+from coordcheck.judge.verdict import judge
 
 
 class Two(nn.Module):
@@ -117,7 +117,7 @@ def test_eps_judgement(fractions, violates):
 
 
 def test_eps_evidence_in_the_contract_schema():
-    from coordcheck.audit import EVIDENCE_COLUMNS, eps_evidence
+    from coordcheck.judge.audit import EVIDENCE_COLUMNS, eps_evidence
 
     ev = eps_evidence(_synthetic({64: 0.02, 256: 0.08, 1024: 0.32}))
     assert list(ev.columns) == EVIDENCE_COLUMNS and len(ev) == 1
@@ -129,7 +129,7 @@ def test_eps_evidence_in_the_contract_schema():
 def test_the_built_in_gpt_at_the_usual_eps_has_only_a_transient():
     # behind the zero-initialised query the keys are eps-dominated for a few steps, more at larger width; judged on
     # the last steps, that is no cause
-    from coordcheck.models import gpt
+    from coordcheck.setup.models import gpt
 
     r = coord_check(gpt, [64, 128, 256], steps=8, seeds=1, base_width=64, device="cpu", progress=False,
                     tensors=("out", "delta", "eps"))

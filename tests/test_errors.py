@@ -1,4 +1,4 @@
-"""``coordcheck.errors``: the one-line error, the exit table, and the checks every knob and value goes through."""
+"""``coordcheck.core.errors``: the one-line error, the exit table, and the checks every knob and value goes through."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from coordcheck.errors import (
+from coordcheck.core.errors import (
     EXIT, FAILED, OK, USER_ERROR, CoordCheckError, check_count, check_flag, check_knobs, check_loss, check_threads,
     check_width, expected, in_range, positive_number, resolve_seeds,
 )
 from coordcheck.transfer.fit import STATUSES as TRANSFER_STATUSES
 from coordcheck.transfer.fit import TransferRules
-from coordcheck.verdict import Rules
+from coordcheck.judge.verdict import Rules
 
 
 def test_an_error_is_always_one_line():

@@ -6,14 +6,14 @@ import pytest
 from conftest import run_cli
 from hydra import compose, initialize_config_dir
 
-from coordcheck.config import CONF_DIR, compose_config
+from coordcheck.app.config import CONF_DIR, compose_config
 
 
 def test_sp_vs_mup_overlay_only_adds_the_sweep():
     cfg, base = compose_config(["+experiment=sp_vs_mup"]), compose_config([])
     assert cfg == base  # every job value is config.yaml's: the overlay holds only what differs
     assert (cfg.model._target_, cfg.optimizer._target_, cfg.data._target_) == (
-        "coordcheck.models.gpt", "coordcheck.optim.adam", "coordcheck.data.tokens")
+        "coordcheck.setup.models.gpt", "coordcheck.setup.optim.adam", "coordcheck.setup.data.tokens")
     assert (cfg.lr, cfg.steps, cfg.seeds, cfg.base_width) == (0.01, 10, 3, 128)  # experiments/sp_vs_mup.py's run
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         params = compose("config", overrides=["+experiment=sp_vs_mup"], return_hydra_config=True).hydra.sweeper.params

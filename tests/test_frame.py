@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from coordcheck.frame import COLUMNS, FrameError, conform, empty_frame, read_frame, write_frame
+from coordcheck.core.frame import COLUMNS, FrameError, conform, empty_frame, read_frame, write_frame
 
 
 def _frame(n=4):
@@ -42,7 +42,7 @@ def test_atomic_files_get_the_umask_mode_not_mkstemps(tmp_path):
     import os
     import stat
 
-    from coordcheck.frame import atomic_write
+    from coordcheck.core.frame import atomic_write
 
     old = os.umask(0o022)
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from coordcheck.models import gpt, mlp
+from coordcheck.setup.models import gpt, mlp
 from coordcheck.testing import assert_mup
 from coordcheck.testing import known_models as km
 from coordcheck.testing import planted as pl

@@ -6,11 +6,11 @@ Skips cleanly without CUDA.
 import pytest
 import torch
 
-from coordcheck.data import tokens
-from coordcheck.models import gpt
-from coordcheck.parametrization import Mup, build_model
-from coordcheck.probes import Probes
-from coordcheck.train import cross_entropy
+from coordcheck.setup.data import tokens
+from coordcheck.setup.models import gpt
+from coordcheck.setup.parametrization import Mup, build_model
+from coordcheck.record.probes import Probes
+from coordcheck.run.train import cross_entropy
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -71,7 +71,7 @@ def test_bf16_and_fp16_on_cuda():
 
 def test_transfer_on_cuda():
     import coordcheck
-    from coordcheck import models
+    from coordcheck.setup import models
 
     r = coordcheck.transfer(models.gpt, [32, 64], [1e-3, 4e-3, 1.6e-2], steps=3, eval_batches=1, base_width=32,
                             device="cuda", progress=False)

@@ -14,10 +14,10 @@ import pytest
 from synthetic import make_frame
 
 from coordcheck import coord_check
-from coordcheck.data import tokens
-from coordcheck.frame import read_frame, write_frame
+from coordcheck.setup.data import tokens
+from coordcheck.core.frame import read_frame, write_frame
 from coordcheck.testing import public_models as pm
-from coordcheck.verdict import head_dim_growth, judge
+from coordcheck.judge.verdict import head_dim_growth, judge
 
 SDPA = "layers.0.attention.(sdpa)"
 BASE = {

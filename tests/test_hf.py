@@ -1,4 +1,4 @@
-"""``model=hf`` (coordcheck.hf): transformers models from a config class, the width's fields, the resolvers, labels,
+"""``model=hf`` (coordcheck.setup.hf): transformers models from a config class, the width's fields, the resolvers, labels,
 offline builds, the attention logits the probes see, and the one line without transformers."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from coordcheck.config import compose_config  # noqa: E402
-from coordcheck.data import tokens  # noqa: E402
-from coordcheck.errors import CoordCheckError  # noqa: E402
-from coordcheck.hf import INSTALL, OFFLINE, build, hf_config  # noqa: E402
-from coordcheck.train import cross_entropy, forward_loss, train_with_probes  # noqa: E402
+from coordcheck.app.config import compose_config  # noqa: E402
+from coordcheck.setup.data import tokens  # noqa: E402
+from coordcheck.core.errors import CoordCheckError  # noqa: E402
+from coordcheck.setup.hf import INSTALL, OFFLINE, build, hf_config  # noqa: E402
+from coordcheck.run.train import cross_entropy, forward_loss, train_with_probes  # noqa: E402
 
 TINY = dict(vocab_size=256, num_hidden_layers=1, max_position_embeddings=64, use_cache=False)
 
@@ -107,7 +107,7 @@ def test_without_transformers_one_line_says_what_to_install():
 
 
 def test_width_dependent_fields_keep_one_configuration_across_widths():
-    from coordcheck.app import config_id, job_hash
+    from coordcheck.app.jobs import config_id, job_hash
 
     narrow, wide = (compose_config(["model=hf", f"width={w}", "+model.config_kwargs.logits_scaling=${cc.ratio:}"])
                     for w in (128, 512))
@@ -180,7 +180,7 @@ def test_a_bad_model_node_is_one_line_before_any_job_runs(monkeypatch, capsys, t
 # -- depth: the number of blocks from the harness's depth ---------------------------------------------------------
 @pytest.mark.parametrize("config, field", [("llama", "num_hidden_layers"), ("gpt2", "n_layer"), ("t5", "num_layers")])
 def test_depth_sets_the_config_classes_own_number_of_layers(config, field):
-    from coordcheck.hf import depth_field
+    from coordcheck.setup.hf import depth_field
 
     c = hf_config(64, config, depth=3, config_kwargs={"num_hidden_layers": 2} if config == "llama" else None)
     assert depth_field(type(c)) == field and getattr(c, field) == 3 == c.num_hidden_layers  # over config_kwargs' 2
@@ -190,7 +190,7 @@ def test_depth_sets_the_config_classes_own_number_of_layers(config, field):
 
 
 def test_the_builder_takes_the_depth_and_builds_that_many_blocks():
-    from coordcheck.depth import depth_keyword
+    from coordcheck.setup.depth import depth_keyword
 
     assert depth_keyword(build) == "depth"
     model = build(64, "llama", config_kwargs=TINY, depth=3)

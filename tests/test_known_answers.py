@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from coordcheck import coord_check
-from coordcheck.data import tokens
-from coordcheck.models import gpt, mlp
+from coordcheck.setup.data import tokens
+from coordcheck.setup.models import gpt, mlp
 from coordcheck.testing import known_models as km
 
 pytestmark = pytest.mark.slow  # every case trains real models for its verdict

@@ -23,8 +23,8 @@ import torch
 
 from coordcheck import CAUSE_TENSORS
 from coordcheck import coord_check as _coord_check
-from coordcheck.data import tokens
-from coordcheck.models import gpt, mlp
+from coordcheck.setup.data import tokens
+from coordcheck.setup.models import gpt, mlp
 from coordcheck.testing import known_models as km
 from coordcheck.testing import planted as pl
 from coordcheck.testing import public_models as pm

@@ -1,11 +1,11 @@
-"""``coordcheck.layout``: blocks, layer indices and roles, inferred the same way for both probes."""
+"""``coordcheck.record.layout``: blocks, layer indices and roles, inferred the same way for both probes."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from coordcheck.layout import find_blocks, infer_layout
+from coordcheck.record.layout import find_blocks, infer_layout
 
 
 class Block(nn.Module):

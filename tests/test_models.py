@@ -2,9 +2,9 @@ import pytest
 import torch
 from torch import nn
 
-from coordcheck.errors import CoordCheckError
-from coordcheck.models import GPT, check_width, gpt, mlp
-from coordcheck.parametrization import Mup, Standard, build_model, call_builder
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.setup.models import GPT, check_width, gpt, mlp
+from coordcheck.setup.parametrization import Mup, Standard, build_model, call_builder
 
 
 @pytest.mark.parametrize("width,match", [

@@ -1,4 +1,4 @@
-"""``coordcheck.moments``: the one definition of the moments both probes reduce, checked against torch directly."""
+"""``coordcheck.record.moments``: the one definition of the moments both probes reduce, checked against torch directly."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from coordcheck.moments import (
+from coordcheck.record.moments import (
     ABSMAX, MEAN, MOMENTS, N, VAR, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
     pool_calls, pool_moments, stats_from_moments,
 )

@@ -1,4 +1,4 @@
-"""``optimizer=muon`` (``coordcheck.optim.muon``): Muon on the hidden matrices, (Mu)AdamW on the rest, and the
+"""``optimizer=muon`` (``coordcheck.setup.optim.muon``): Muon on the hidden matrices, (Mu)AdamW on the rest, and the
 ``adjust_lr_fn`` that keeps hidden updates width-invariant (the spectral condition) against the one that does not."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 
 from coordcheck import coord_check
-from coordcheck.config import compose_config, options
-from coordcheck.data import gaussian
-from coordcheck.errors import CoordCheckError
-from coordcheck.models import gpt, mlp
-from coordcheck.optim import (MUON_ADJUST_LR, MUON_WIDTH_INVARIANT, MuonWithAdamW, muon,
+from coordcheck.app.config import compose_config, options
+from coordcheck.setup.data import gaussian
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.setup.models import gpt, mlp
+from coordcheck.setup.optim import (MUON_ADJUST_LR, MUON_WIDTH_INVARIANT, MuonWithAdamW, muon,
                               muon_lr_factor)
-from coordcheck.parametrization import Mup, Standard, build_model
+from coordcheck.setup.parametrization import Mup, Standard, build_model
 from coordcheck.testing.public_models import gpt_builder
 
 LR = 0.01
@@ -126,7 +126,7 @@ def test_the_lr_factor_is_torchs(fn):
 def test_the_config_composes_to_the_factory(parametrization, mu, mu_adamw_calls):
     assert "muon" in options("optimizer")
     node = compose_config(["optimizer=muon", f"parametrization={parametrization}"]).optimizer
-    assert node._target_ == "coordcheck.optim.muon" and node.mu is mu and node.adjust_lr_fn == MUON_WIDTH_INVARIANT
+    assert node._target_ == "coordcheck.setup.optim.muon" and node.mu is mu and node.adjust_lr_fn == MUON_WIDTH_INVARIANT
     model = built(gpt, 32, Mup if mu else Standard)
     opt = instantiate(node)(model, LR)
     assert parts(model, opt)[0] == GPT_HIDDEN and len(mu_adamw_calls) == mu

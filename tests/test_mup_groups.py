@@ -1,5 +1,5 @@
-"""muP by hand without a factory: ``optimizer=mup_groups`` (``coordcheck.optim.mup_groups``) and ``init=mup``
-(``coordcheck.init.mup_init``) — mup's learning rates and init from the builder's shapes at two widths."""
+"""muP by hand without a factory: ``optimizer=mup_groups`` (``coordcheck.setup.optim.mup_groups``) and ``init=mup``
+(``coordcheck.setup.init.mup_init``) — mup's learning rates and init from the builder's shapes at two widths."""
 
 import pytest
 import torch
@@ -7,15 +7,15 @@ from hydra.utils import instantiate
 from torch import nn
 
 from coordcheck import coord_check
-from coordcheck.config import RUN_DEFAULTS, check_command_line, compose_config, options
-from coordcheck.data import tokens
-from coordcheck.errors import CoordCheckError
-from coordcheck.init import mup_init
-from coordcheck.models import gpt, mlp
-from coordcheck.optim import adam, adamw, mup_groups, sgd
-from coordcheck.parametrization import AsGiven, Mup, Standard, build_model
+from coordcheck.app.config import RUN_DEFAULTS, check_command_line, compose_config, options
+from coordcheck.setup.data import tokens
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.setup.init import mup_init
+from coordcheck.setup.models import gpt, mlp
+from coordcheck.setup.optim import adam, adamw, mup_groups, sgd
+from coordcheck.setup.parametrization import AsGiven, Mup, Standard, build_model
 from coordcheck.testing import library_style
-from coordcheck.train import build_on
+from coordcheck.run.train import build_on
 
 from conftest import run_in_process
 

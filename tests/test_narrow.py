@@ -1,4 +1,4 @@
-"""Narrow-width effects (coordcheck.narrow): said as such, and only where both conditions hold."""
+"""Narrow-width effects (coordcheck.judge.narrow): said as such, and only where both conditions hold."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from coordcheck.narrow import neighbour_slopes
+from coordcheck.judge.narrow import neighbour_slopes
 from coordcheck.report import build_report
-from coordcheck.slopes import fit_slopes
-from coordcheck.verdict import Rules, judge, likely_cause
+from coordcheck.judge.slopes import fit_slopes
+from coordcheck.judge.verdict import Rules, judge, likely_cause
 from tests.synthetic import make_frame
 
 WIDTHS = (128, 256, 512, 1024)

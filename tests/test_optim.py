@@ -1,4 +1,4 @@
-"""Optimizer factories (``coordcheck.optim``): the mup variant scales per-layer learning rates, torch's does not."""
+"""Optimizer factories (``coordcheck.setup.optim``): the mup variant scales per-layer learning rates, torch's does not."""
 
 import inspect
 
@@ -7,10 +7,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from coordcheck.config import compose_config, options
-from coordcheck.models import mlp
-from coordcheck.optim import OPTIMIZERS, adam, adamw, sgd
-from coordcheck.parametrization import Mup, build_model
+from coordcheck.app.config import compose_config, options
+from coordcheck.setup.models import mlp
+from coordcheck.setup.optim import OPTIMIZERS, adam, adamw, sgd
+from coordcheck.setup.parametrization import Mup, build_model
 
 LR = 0.01
 HIDDEN = ("blocks.0.fc.weight", "blocks.1.fc.weight")  # width x width: the matrix-like weights
@@ -75,7 +75,7 @@ def test_each_optimizer_config_is_its_factory_with_mu_from_the_parametrization(w
     assert set(with_mu) == {"adam", "adamw", "sgd", "muon"}  # mup_groups: tests/test_mup_groups.py
     for name, factory in with_mu.items():
         node = compose_config([f"optimizer={name}", f"parametrization={parametrization}"]).optimizer
-        assert node._target_ == f"coordcheck.optim.{name}" and node.mu is mu
+        assert node._target_ == f"coordcheck.setup.optim.{name}" and node.mu is mu
         opt = instantiate(node)(wide, LR)  # _partial_: called later as factory(model, lr)
         expected = lrs(wide, factory(wide, LR, mu=mu))
         assert lrs(wide, opt) == expected

@@ -1,4 +1,4 @@
-"""coordcheck.overrides: a typo on the command line is one line with the closest valid name, in every form and for
+"""coordcheck.app.overrides: a typo on the command line is one line with the closest valid name, in every form and for
 every command, before any job runs (issue 19, item 6)."""
 
 import importlib.metadata
@@ -6,9 +6,9 @@ import importlib.metadata
 import pytest
 from conftest import run_cli, run_in_process
 
-from coordcheck.config import TRANSFER_REPORT, check_command_line
-from coordcheck.errors import CoordCheckError
-from coordcheck.overrides import closest, is_near
+from coordcheck.app.config import TRANSFER_REPORT, check_command_line
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.app.overrides import closest, is_near
 
 WIDTH = "no key 'widht' in the config (did you mean width?)"
 TYPOS = [  # python -m coordcheck ARGV -> its one line (its start, where it ends in ...: lists of options that grow)
@@ -97,12 +97,12 @@ VALID = [  # overrides Hydra accepts stay accepted
     ["hydra.job.chdir=false", "hydra.verbose=true", "hydra.run.dir=/tmp/somewhere"],
     ["-m", "width=range(16,48,16)", "lr=interval(0.001,0.1)"],
     ["-m", "model=choice(gpt,mlp)", "model.output_mult=2"],  # a key both options have
-    ["-m", "model=glob(*)", "model._target_=coordcheck.models.gpt"],
+    ["-m", "model=glob(*)", "model._target_=coordcheck.setup.models.gpt"],
     ["--multi", "width=16,32"],
     ["--", "width=16"],
     ["-cjob", "model=custom"],  # it prints the config: a ??? is what it shows
     ["++width=64", "+note=baseline", "~forward_targets"],  # a new key no key is near is the user's own
-    ["model=custom", "model._target_=coordcheck.models.gpt", "data=tokens", "+model.n_layer=1"],
+    ["model=custom", "model._target_=coordcheck.setup.models.gpt", "data=tokens", "+model.n_layer=1"],
     ["+experiment=sp_vs_mup", "--multirun"],
     ["--multirun", "width=16,32", "hydra.mode=MULTIRUN", "hydra.sweep.subdir=w${width}"],
     ["model.n_layer=1", "model.n_head=2", "data.seq_len=8", "report.tol=0.2"],
@@ -116,7 +116,7 @@ def test_overrides_hydra_accepts_pass(argv):
 
 def test_a_new_key_the_builder_names_is_not_a_typo(monkeypatch, tmp_path):
     (tmp_path / "heads_builder.py").write_text(
-        "from coordcheck.models import gpt\n\n\n"
+        "from coordcheck.setup.models import gpt\n\n\n"
         "def build(width, n_heads=2, **kwargs):\n"
         "    return gpt(width, n_head=n_heads, **kwargs)\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -14,13 +14,13 @@ from pandas.testing import assert_frame_equal
 from torch import nn
 
 from coordcheck import coord_check
-from coordcheck.data import Batch
-from coordcheck.frame import CAUSE_TENSORS
-from coordcheck.models import gpt
-from coordcheck.moments import N
-from coordcheck.own import SAMPLED_ROWS, sample_rows, sampled_rows
-from coordcheck.probes import Probes, StepRecord, stats_from_moments
-from coordcheck.train import train_with_probes
+from coordcheck.setup.data import Batch
+from coordcheck.core.frame import CAUSE_TENSORS
+from coordcheck.setup.models import gpt
+from coordcheck.record.moments import N
+from coordcheck.record.own import SAMPLED_ROWS, sample_rows, sampled_rows
+from coordcheck.record.probes import Probes, StepRecord, stats_from_moments
+from coordcheck.run.train import train_with_probes
 
 ALL = ("out", "delta", "in", "own")
 
@@ -207,9 +207,9 @@ def test_a_module_that_rejects_its_sampled_rows_records_nothing_and_warns(caplog
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), Fussy(), nn.Linear(4, 2))
     batch = Batch(torch.randn(8, 3), torch.randint(0, 2, (8,)))
-    with caplog.at_level(logging.WARNING, logger="coordcheck.own"):
+    with caplog.at_level(logging.WARNING, logger="coordcheck.record.own"):
         records, _ = train_with_probes(model, torch.optim.Adam(model.parameters()), batch, steps=2, tensors=ALL)
-    warned = [r for r in caplog.records if r.name == "coordcheck.own"]
+    warned = [r for r in caplog.records if r.name == "coordcheck.record.own"]
     assert len(warned) == 1 and "1 (Fussy) rejected its sampled input" in warned[0].getMessage()
     for rec in records:
         assert not {("1", "in"), ("1", "own")} & set(rec.keys) and ("1", "out") in rec.keys
@@ -319,7 +319,7 @@ def test_the_parameter_change_is_written_into_one_reused_buffer(monkeypatch):
     probes.remove()
     assert not own._delta and not own._delta_views
     # the same numbers as a fresh tensor per parameter and step (the code before the buffer)
-    from coordcheck.own import OwnUpdate
+    from coordcheck.record.own import OwnUpdate
 
     monkeypatch.setattr(OwnUpdate, "_delta_view", lambda self, name, key, like: torch.empty_like(like))
     _, fresh, _ = _own_records()

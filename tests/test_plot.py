@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 from matplotlib.container import ErrorbarContainer
 
-from coordcheck.frame import COLUMNS, LOSS_MODULE, FrameError, conform
+from coordcheck.core.frame import COLUMNS, LOSS_MODULE, FrameError, conform
 from coordcheck.plot import (
     DRAWN_COLUMNS, HIGHLIGHT_WIDTH, INSIDE_LABEL, NO_EVIDENCE, NO_SLOPE, VIOLATES_COLOUR, VIOLATES_LABEL,
     activation_kind, plot_causes, plot_coords, plot_loss, plot_slopes,
 )
-from coordcheck.slopes import fit_slopes
+from coordcheck.judge.slopes import fit_slopes
 
 WIDTHS = (64, 128, 256)
 SEEDS = (0, 1)
@@ -617,8 +617,8 @@ def test_report_writes_the_causes_figure_only_when_the_verdict_has_evidence(tmp_
 
 
 def test_result_plot_kind_causes_draws_the_verdicts_evidence():
-    from coordcheck.api import CoordCheckResult
-    from coordcheck.errors import CoordCheckError
+    from coordcheck.app.api import CoordCheckResult
+    from coordcheck.core.errors import CoordCheckError
 
     result = CoordCheckResult(tidy(parametrizations=("mup",)))
     with pytest.raises(ValueError, match="no evidence to draw"):

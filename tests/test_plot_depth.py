@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from matplotlib.patches import Rectangle
 
-from coordcheck.frame import COLUMNS, LOSS_MODULE, conform
-from coordcheck.places import RESIDUAL, match_places
+from coordcheck.core.frame import COLUMNS, LOSS_MODULE, conform
+from coordcheck.judge.places import RESIDUAL, match_places
 from coordcheck.plot import (
     DEPTH_KINDS, GRID_SERIES, depth_kinds, family_labels, has_depths, has_grid, plot_depth, plot_grid_slopes,
 )
@@ -233,8 +233,8 @@ def test_grid_series_default_covers_what_a_depth_verdict_judges():
 @pytest.mark.slow
 def test_a_real_tiny_grid_draws_both_figures_and_the_report_lists_them(tmp_path):
     from coordcheck import coord_check
-    from coordcheck.errors import CoordCheckError
-    from coordcheck.models import gpt
+    from coordcheck.core.errors import CoordCheckError
+    from coordcheck.setup.models import gpt
 
     result = coord_check(gpt, widths=[32, 48], depths=[2, 4, 8], steps=2, seeds=1, depth_scaling="completep",
                          progress=False)

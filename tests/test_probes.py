@@ -5,8 +5,8 @@ from mup import MuReadout, set_base_shapes
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from coordcheck.models import gpt, mlp
-from coordcheck.probes import Probes, StepRecord, first_tensor, moment_rows, moments, stats_from_moments
+from coordcheck.setup.models import gpt, mlp
+from coordcheck.record.probes import Probes, StepRecord, first_tensor, moment_rows, moments, stats_from_moments
 
 STATS = ["std", "l1", "rms", "mean", "absmax"]
 
@@ -466,7 +466,7 @@ def test_inplace_ops_after_the_hook_do_not_reach_the_recorded_moments():
 
 
 def test_tensors_past_the_scratch_size_reduce_to_the_same_numbers(monkeypatch):
-    import coordcheck.probes as probes_module
+    import coordcheck.record.probes as probes_module
 
     x = torch.randint(0, 256, (2, 8))
     scratch, _ = _train(_tiny_gpt(), x)
@@ -494,7 +494,7 @@ class _MhaWrap(nn.Module):
     (lambda: LogSoftmaxReadout(mult=0.25), torch.randn(3, 4), True),
 ])
 def test_every_step_records_what_step_0_recorded(monkeypatch, make, x, seen):
-    import coordcheck.probes as probes_module
+    import coordcheck.record.probes as probes_module
 
     calls = []
     original = probes_module._FunctionProbe.__torch_function__

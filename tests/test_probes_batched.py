@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coordcheck.data import tokens
-from coordcheck.models import gpt
-from coordcheck.parametrization import Mup, build_model
-from coordcheck.probes import MOMENTS, Probes, batched_moments, moments
-from coordcheck.train import cross_entropy
+from coordcheck.setup.data import tokens
+from coordcheck.setup.models import gpt
+from coordcheck.setup.parametrization import Mup, build_model
+from coordcheck.record.probes import MOMENTS, Probes, batched_moments, moments
+from coordcheck.run.train import cross_entropy
 
 
 def test_batched_moments_equal_per_tensor_moments():
@@ -67,7 +67,7 @@ def test_batched_is_the_default_on_cuda_only():
 
 
 def test_batched_probes_reduce_early_past_the_memory_budget(monkeypatch):
-    import coordcheck.probes as probes_module
+    import coordcheck.record.probes as probes_module
 
     par = Mup()
     par.prepare(gpt, 32)

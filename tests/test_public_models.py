@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from coordcheck import coord_check
-from coordcheck.data import tokens
+from coordcheck.setup.data import tokens
 from coordcheck.testing import public_models as pm
 
 pytestmark = pytest.mark.slow

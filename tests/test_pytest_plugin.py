@@ -33,7 +33,7 @@ ENTRY_POINT = "[pytest11]\ncoordcheck = coordcheck.testing.pytest_plugin\n"
 USER_TESTS = '''
 import pytest
 import torch
-from coordcheck.models import mlp
+from coordcheck.setup.models import mlp
 
 torch.set_num_threads(1)
 
@@ -64,7 +64,7 @@ def test_own_report_dir_refused(coordcheck):
 def _warm(tmp_path_factory):
     """Import here what the inner sessions' runs import lazily (torch's compiler stack, mup, pyarrow): pytester
     drops the modules a test imported when it ends, and torch refuses to register its operators twice."""
-    from coordcheck.models import mlp
+    from coordcheck.setup.models import mlp
     from coordcheck.testing import assert_mup
 
     assert_mup(mlp, seeds=1, report_dir=tmp_path_factory.mktemp("warm"))
@@ -74,7 +74,7 @@ def _warm(tmp_path_factory):
 
 def test_importing_the_plugin_imports_neither_torch_nor_pandas():
     code = ("import sys, coordcheck.testing.pytest_plugin; "
-            "print(sorted(m for m in ('torch', 'pandas', 'numpy', 'coordcheck.api') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'pandas', 'numpy', 'coordcheck.app.api') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr)

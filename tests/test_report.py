@@ -9,9 +9,9 @@ import pytest
 from synthetic import make_frame
 from test_verdict import HEALTHY
 
-from coordcheck.frame import write_frame
+from coordcheck.core.frame import write_frame
 from coordcheck.report import main
-from coordcheck.text import md_escape
+from coordcheck.core.text import md_escape
 
 
 def _sweep(tmp_path, frame, *, failed=()):

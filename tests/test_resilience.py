@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordcheck import report
-from coordcheck.config import check_choices, check_command_line
-from coordcheck.errors import CoordCheckError
-from coordcheck.frame import FRAME_NAME, FrameError, read_frame
-from coordcheck.sweep import JOB_NAME, aggregate
+from coordcheck.app.config import check_choices, check_command_line
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.frame import FRAME_NAME, FrameError, read_frame
+from coordcheck.run.sweep import JOB_NAME, aggregate
 
 GPT_TINY = ["width=16,32,64", "seeds=2", "steps=3", "threads=1", "progress=false", "model.n_layer=1",
             "model.context=8", "data.seq_len=8", "data.batch_size=2", "report.figures=false"]
@@ -176,7 +176,7 @@ BAD_COMMAND_LINE = [  # caught when the command line is composed, before Hydra r
     (["width=abc"], "width must be a positive integer, got 'abc'"),
     (["base_width=0"], "base_width must be a positive integer, got 0"),
     (["model._target_=nowhere.build"], "model._target_=nowhere.build: module 'nowhere' not found"),
-    (["model._target_=coordcheck.models.build"], "'coordcheck.models' has no attribute 'build'"),
+    (["model._target_=coordcheck.setup.models.build"], "'coordcheck.setup.models' has no attribute 'build'"),
     (["model._target_=cli_builders.no_width"], "has no `width` parameter"),
     (["steps=0"], "steps must be an integer >= 1, got 0"),
     (["lr=-1"], "lr must be a positive number"),
@@ -219,7 +219,7 @@ SWEPT_MISTAKES = [  # issue 20: these trained the good widths first, then exited
     (["lr=0.01,-1"], "lr must be a positive number, got -1"),
     (["steps=0"], "steps must be an integer >= 1, got 0"),
     (["model._target_=nowhere.build"], "model._target_=nowhere.build: module 'nowhere' not found"),
-    (["model._target_=coordcheck.models.gpt,nowhere.build"], "model._target_=nowhere.build: module 'nowhere'"),
+    (["model._target_=coordcheck.setup.models.gpt,nowhere.build"], "model._target_=nowhere.build: module 'nowhere'"),
     (["model=gpt,custom"], "model._target_ has no value"),  # each option of a swept group is composed
     (["width=[256,512]"], "width=[256,512] is a list, not one width: a sweep over width is written width=256,512"),
     (["+experiment=sp_vs_mup", 'hydra.sweeper.params.width="0,128"'], "width must be a positive integer, got 0"),
@@ -296,7 +296,7 @@ def test_override_with_a_path_stays_inside_the_sweep(tmp_path):
        base_width=st.one_of(st.integers(-2, 32), st.none()))
 def test_config_surface_either_runs_or_says_what_to_change(widths, steps, seeds, base_width):
     from coordcheck import coord_check
-    from coordcheck.models import mlp
+    from coordcheck.setup.models import mlp
 
     kwargs = dict(steps=steps, seeds=seeds, progress=False, depth=2, in_dim=4, out_dim=3,
                   data=(__import__("torch").randn(4, 4), __import__("torch").randint(0, 3, (4,))))

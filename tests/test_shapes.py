@@ -1,10 +1,10 @@
-"""Parameter shapes per width (``coordcheck.shapes``): a builder that does not use ``width`` is named, never passed."""
+"""Parameter shapes per width (``coordcheck.record.shapes``): a builder that does not use ``width`` is named, never passed."""
 
 import pytest
 from cli_builders import build_no_width, capped, deeper
 
-from coordcheck.models import gpt, mlp
-from coordcheck.shapes import fingerprint, model_table, n_params, param_shapes, shapes_by_config, width_problem
+from coordcheck.setup.models import gpt, mlp
+from coordcheck.record.shapes import fingerprint, model_table, n_params, param_shapes, shapes_by_config, width_problem
 
 
 def _built(build, widths, **kwargs):

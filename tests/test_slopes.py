@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 from synthetic import make_frame
 
-from coordcheck.slopes import fit_slopes, t_quantile
+from coordcheck.judge.slopes import fit_slopes, t_quantile
 
 
 def test_recovers_exact_power_laws():

@@ -8,8 +8,9 @@ import pytest
 from conftest import run_in_process
 from omegaconf import OmegaConf
 
-from coordcheck import app, report
-from coordcheck.frame import FRAME_NAME
+from coordcheck import report
+from coordcheck.app import jobs as app
+from coordcheck.core.frame import FRAME_NAME
 
 # 2 seeds: with 1 seed (3 points per slope) the SP control below is inconclusive in 2 of 5 seed sets, its intervals
 # +-2.8 wide, and muP's pass has 0.04 to spare (experiments/margins.py); with 2, 0.35 and 0.09

@@ -1,4 +1,4 @@
-"""Aggregation (``coordcheck.sweep``): a sweep's job directories read from disk, every job that left no frame listed."""
+"""Aggregation (``coordcheck.run.sweep``): a sweep's job directories read from disk, every job that left no frame listed."""
 
 import dataclasses
 import json
@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 from synthetic import make_frame
 
-from coordcheck.errors import CoordCheckError
-from coordcheck.frame import FRAME_NAME, write_frame
-from coordcheck.sweep import JOB_NAME, JobProblem, aggregate, job_facts, sweep_config
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.frame import FRAME_NAME, write_frame
+from coordcheck.run.sweep import JOB_NAME, JobProblem, aggregate, job_facts, sweep_config
 
 SERIES = {("h", "hidden", "out"): 0.0}
 

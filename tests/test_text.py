@@ -1,4 +1,4 @@
-"""Text for people and for JSON (``coordcheck.text``): numbers, Markdown cells, JSON-safe values."""
+"""Text for people and for JSON (``coordcheck.core.text``): numbers, Markdown cells, JSON-safe values."""
 
 import json
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordcheck.text import json_safe, md_escape, num, records, write_json
+from coordcheck.core.text import json_safe, md_escape, num, records, write_json
 
 
 def test_md_escape_leaves_no_markup_and_one_line():

@@ -5,10 +5,10 @@ from torch import nn
 from mup import set_base_shapes
 
 from coordcheck import coord_check
-from coordcheck.data import tokens
-from coordcheck.errors import CoordCheckError
-from coordcheck.frame import COLUMNS, DEFAULT_TENSORS
-from coordcheck.models import gpt, mlp
+from coordcheck.setup.data import tokens
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.frame import COLUMNS, DEFAULT_TENSORS
+from coordcheck.setup.models import gpt, mlp
 
 
 def test_frame_schema_and_content():
@@ -33,7 +33,7 @@ def test_step0_statistics_agree_with_a_direct_forward_pass():
     res = coord_check(gpt, [64], seeds=[3], steps=1, base_width=32, progress=False)
     df = res.frame.set_index(["step", "module", "tensor", "stat"])["value"]
     # rebuild the same model by the seeding contract and run it by hand
-    from coordcheck.parametrization import Mup
+    from coordcheck.setup.parametrization import Mup
 
     p = Mup()
     p.prepare(gpt, 32)
@@ -143,7 +143,7 @@ def test_dict_output_targets_by_keyword_model_loss_and_base_width():
     assert len(root) and root["role"].eq("output").all()  # the selected logits, not the loss
     model = build_dict_lm(32, 16)
     assert model.base_width == 16  # what call_builder passes when the signature has it
-    from coordcheck.parametrization import call_builder
+    from coordcheck.setup.parametrization import call_builder
 
     assert call_builder(build_dict_lm, 32, base_width=16).base_width == 16
     with pytest.raises(CoordCheckError, match="output='logit' selects nothing"):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from synthetic import make_frame
 
-from coordcheck.verdict import Rules, find_instability, judge
+from coordcheck.judge.verdict import Rules, find_instability, judge
 
 HEALTHY = {
     ("emb", "input", "out"): 0.0, ("emb", "input", "delta"): 0.0,
@@ -62,7 +62,7 @@ def test_inner_output_before_a_multiplier_is_skipped():
 
 
 def test_a_job_that_left_no_frame_is_never_pass():
-    from coordcheck.sweep import JobProblem
+    from coordcheck.run.sweep import JobProblem
 
     missing = [JobProblem("width=1024", "failed", "CUDA out of memory")]
     v = judge(make_frame(HEALTHY, noise=0.02), problems=missing)
@@ -209,7 +209,7 @@ def test_passing_modules_show_their_worst_slope_and_margin():
     ("sp", "not a MuReadout", "standard parametrization"),
 ])
 def test_diagnoses_fit_the_setup(parametrization, absent, present):
-    from coordcheck.verdict import likely_cause
+    from coordcheck.judge.verdict import likely_cause
 
     texts = [likely_cause(role, "delta", 3, "grows", parametrization) for role in ("hidden", "output")]
     assert not any(absent in t for t in texts) and any(present in t for t in texts)

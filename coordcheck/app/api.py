@@ -3,7 +3,7 @@
 Stage: orchestration (the notebook / test-suite twin of the Hydra app). Input: a builder
 ``build(width, **kwargs) -> nn.Module`` and a list of widths. Output: a
 :class:`CoordCheckResult` whose ``.frame`` is the same tidy frame the CLI writes
-(``coordcheck.frame`` schema), produced by the same engine (``coordcheck.train``).
+(``coordcheck.core.frame`` schema), produced by the same engine (``coordcheck.run.train``).
 """
 
 from __future__ import annotations
@@ -19,19 +19,19 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from coordcheck import data as data_mod
-from coordcheck import models
-from coordcheck.data import Batch, as_batch
-from coordcheck.depth import Depth, DepthScaling, sweep_axes
-from coordcheck.device import check_compile, check_precision, resolve_device
-from coordcheck.errors import CoordCheckError
-from coordcheck.frame import DEFAULT_TENSORS, STATS, concat_frames, digest
-from coordcheck.init import resolve_init
-from coordcheck.optim import OPTIMIZERS, with_mu
-from coordcheck.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
+from coordcheck.setup import data as data_mod
+from coordcheck.setup import models
+from coordcheck.setup.data import Batch, as_batch
+from coordcheck.setup.depth import Depth, DepthScaling, sweep_axes
+from coordcheck.setup.device import check_compile, check_precision, resolve_device
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.frame import DEFAULT_TENSORS, STATS, concat_frames, digest
+from coordcheck.setup.init import resolve_init
+from coordcheck.setup.optim import OPTIMIZERS, with_mu
+from coordcheck.setup.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
 from coordcheck.report import Report, build_report, environments, write_report
-from coordcheck.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
-from coordcheck.verdict import Rules, Verdict
+from coordcheck.run.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
+from coordcheck.judge.verdict import Rules, Verdict
 
 __all__ = ["coord_check", "CoordCheckResult", "PlotKind"]
 
@@ -46,10 +46,10 @@ DATA: dict[str, Callable[..., Batch]] = {
 class CoordCheckResult:
     """What ``coord_check`` returns: the tidy frame, per-width facts, and the verdict on demand.
 
-    ``.slopes`` (tidy slopes table), ``.verdict`` (:class:`coordcheck.verdict.Verdict`),
-    ``.passed``, ``.audit`` (the parameter audit, :mod:`coordcheck.audit`), ``.report()`` (markdown text),
+    ``.slopes`` (tidy slopes table), ``.verdict`` (:class:`coordcheck.judge.verdict.Verdict`),
+    ``.passed``, ``.audit`` (the parameter audit, :mod:`coordcheck.judge.audit`), ``.report()`` (markdown text),
     ``.write(dir)`` (every report file) and ``.plot(path)`` are computed lazily with
-    ``rules`` (default :class:`coordcheck.verdict.Rules`).
+    ``rules`` (default :class:`coordcheck.judge.verdict.Rules`).
     """
 
     frame: pd.DataFrame
@@ -76,7 +76,7 @@ class CoordCheckResult:
 
     @functools.cached_property
     def audit(self) -> pd.DataFrame:
-        """The parameter audit (:func:`coordcheck.audit.audit_table`): one row per (configuration, parameter) —
+        """The parameter audit (:func:`coordcheck.judge.audit.audit_table`): one row per (configuration, parameter) —
         class, init std, learning rate, weight decay, Adam ε, output multiplier, each as an exponent in width beside
         what muP expects; judged under ``parametrization=mup|sp``."""
         return self._report.audit
@@ -170,9 +170,9 @@ def coord_check(
     ``parametrization``: ``"mup"`` (mup package, Mu* optimizers), ``"sp"`` (standard, torch
     optimizers) or ``"none"`` (model and optimizer as given). ``optimizer``: ``"adam"``,
     ``"adamw"``, ``"sgd"``, ``"muon"``, ``"mup_groups"`` (muP's learning rates on a plain torch AdamW, the growing
-    dimensions found from the builder at two widths: :func:`coordcheck.optim.mup_groups`) or a factory
+    dimensions found from the builder at two widths: :func:`coordcheck.setup.optim.mup_groups`) or a factory
     ``factory(model, lr) -> Optimizer``. ``init``: ``None`` / ``"none"`` (the model's own), ``"mup"`` (hidden
-    matrices at std ∝ fan_in^-1/2 from the model's std at ``base_width``: :func:`coordcheck.init.mup_init`) or a
+    matrices at std ∝ fan_in^-1/2 from the model's std at ``base_width``: :func:`coordcheck.setup.init.mup_init`) or a
     callable ``init(model, **context)``. ``data``: a
     name (``"tokens"``, ``"text"``, ``"gaussian"``), a ``Batch`` or an ``(inputs, targets)``
     pair; default: the built-in model's own. ``loss(output, targets)``: default
@@ -186,15 +186,15 @@ def coord_check(
     ``device``: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` — models are built
     on it directly. ``precision``: ``"fp32"``, ``"bf16"`` (autocast around the forward) or ``"fp16"``
     (autocast and a gradient scaler); statistics are reduced in float32 either way. ``compile=True`` is
-    refused with the reason (:mod:`coordcheck.device`).
-    ``rules``: the verdict's numbers (:class:`coordcheck.verdict.Rules`).
+    refused with the reason (:mod:`coordcheck.setup.device`).
+    ``rules``: the verdict's numbers (:class:`coordcheck.judge.verdict.Rules`).
 
-    Depth (:mod:`coordcheck.depth`): ``depths=[2, 4, 8, 16]`` with ``width=128`` sweeps the number of residual blocks
+    Depth (:mod:`coordcheck.setup.depth`): ``depths=[2, 4, 8, 16]`` with ``width=128`` sweeps the number of residual blocks
     at one width (``widths=[...]`` and ``depths=[...]`` together: the grid). The builder gets each depth by
     ``depth_key`` (``"auto"``: the first of ``depth``, ``n_layer``, ``n_layers``, ``num_layers``, ... that it takes),
     and ``base_depth`` / ``depth_alpha`` when its signature names them. ``depth_scaling``: ``"none"``,
     ``"depth_mup"`` (branches x (depth/base_depth)^-1/2), ``"completep"`` (^-1) or a
-    :class:`coordcheck.depth.DepthScaling`; under ``mup``/``sp`` the harness applies its optimizer side (Adam's lr
+    :class:`coordcheck.setup.depth.DepthScaling`; under ``mup``/``sp`` the harness applies its optimizer side (Adam's lr
     and ε of residual-block parameters).
     """
     device = resolve_device(device)
@@ -214,7 +214,7 @@ def coord_check(
         opt_name = optimizer
         factory = with_mu(OPTIMIZERS[optimizer], parametrization.mu_optimizer)
     else:
-        opt_name, factory = short_name(qualified_name(optimizer), "coordcheck.optim"), optimizer
+        opt_name, factory = short_name(qualified_name(optimizer), "coordcheck.setup.optim"), optimizer
 
     if data is None:
         batch = _default_data(build, build_kwargs)
@@ -225,7 +225,7 @@ def coord_check(
     else:
         batch = as_batch(data)
 
-    model_name = short_name(qualified_name(build), "coordcheck.models")
+    model_name = short_name(qualified_name(build), "coordcheck.setup.models")
     if loss is not None and loss != "model" and not callable(loss):
         raise CoordCheckError(f"loss must be a callable loss(output, targets), 'model' or None, got {loss!r}")
     key = [model_name, repr(sorted(build_kwargs.items())), parametrization.name, opt_name, lr, batch.name,

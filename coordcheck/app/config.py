@@ -9,7 +9,7 @@ schemas of the ``report.*`` knobs (:class:`Knobs`: generated from a rules datacl
 in Hydra's ConfigStore, and the source of the report CLIs' flags), the checks of group choices
 and of the run keys (``device``, ``precision``, ``compile``), and :func:`check_command_line`,
 which composes a command line once so that a bad override is one line and exit 2 (a typo names the closest
-valid name: ``coordcheck.overrides``).
+valid name: ``coordcheck.app.overrides``).
 Nothing here imports torch at import time.
 """
 
@@ -34,14 +34,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from coordcheck.errors import (
+from coordcheck.core.errors import (
     CoordCheckError, check_count, check_depth, check_loss, check_threads, check_width, expected, in_range,
     positive_number, resolve_seeds,
 )
-from coordcheck.frame import digest
-from coordcheck.overrides import check_groups, check_keys, did_you_mean, hydra_flag, is_group, unknown_option
+from coordcheck.core.frame import digest
+from coordcheck.app.overrides import check_groups, check_keys, did_you_mean, hydra_flag, is_group, unknown_option
 from coordcheck.transfer.fit import TransferRules
-from coordcheck.verdict import Rules
+from coordcheck.judge.verdict import Rules
 
 __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config", "instantiate_node", "check_run",
            "positive_number", "safe_dirname", "NOT_IN_FAMILY", "job_depth", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
@@ -49,7 +49,7 @@ __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config"
            "check_choices", "compose_config", "check_command_line", "check_values", "check_targets", "locate",
            "JOB_CHECKS", "one_value", "check_jobs", "is_remote", "check_typos", "hydra_context"]
 
-REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
+REPO_CONF = Path(__file__).resolve().parents[2] / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
 NOT_IN_JOB = ("progress", "report", "threads", "logger")  # keys that do not change a job's frame
 NOT_IN_ID = ("width", "device", *NOT_IN_JOB)  # ... nor what a configuration is (a width on another device is
@@ -59,9 +59,9 @@ NOT_IN_FAMILY = ("depth", *NOT_IN_ID)
 
 
 RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False,
-                "init": {"_target_": "coordcheck.init.as_built", "_partial_": True},
+                "init": {"_target_": "coordcheck.setup.init.as_built", "_partial_": True},
                 "depth": None, "base_depth": 2, "depth_key": "auto",
-                "depth_scaling": {"_target_": "coordcheck.depth.DepthScaling", "name": "none", "alpha": 0.0}}  # at these values a key is left
+                "depth_scaling": {"_target_": "coordcheck.setup.depth.DepthScaling", "name": "none", "alpha": 0.0}}  # at these values a key is left
 # out of the hashes, so that sweeps made before the keys existed keep their config_id and resume (init: conf/init/none)
 
 
@@ -92,7 +92,7 @@ def check_run(cfg: DictConfig, overrides: list | None = None) -> None:
 
     With another launcher than the basic one (``hydra/launcher=slurm``: jobs run on other machines) the
     device is checked for its form only; the job checks that it exists where it runs."""
-    from coordcheck.device import check_compile, check_precision, resolve_device
+    from coordcheck.setup.device import check_compile, check_precision, resolve_device
 
     remote = is_remote(overrides)
     device = str(cfg.get("device", "auto"))
@@ -135,9 +135,9 @@ def safe_dirname(name: str) -> str:
 
 
 def job_depth(cfg: DictConfig) -> Any:
-    """The job's :class:`coordcheck.depth.Depth` from ``depth``, ``base_depth``, ``depth_key`` and ``depth_scaling``
+    """The job's :class:`coordcheck.setup.depth.Depth` from ``depth``, ``base_depth``, ``depth_key`` and ``depth_scaling``
     (every experiment's job builds its model through it; torch is imported here, not with this module)."""
-    from coordcheck.depth import Depth, NO_DEPTH_SCALING
+    from coordcheck.setup.depth import Depth, NO_DEPTH_SCALING
 
     node = cfg.get("depth_scaling")
     scaling = instantiate_node(node, "depth_scaling") if node is not None else NO_DEPTH_SCALING
@@ -149,7 +149,7 @@ def job_depth(cfg: DictConfig) -> Any:
 # One schema per experiment for `report.*`, registered in Hydra's ConfigStore (so the config is typed when it is
 # composed) and turned into the flags of its report CLI. The verdict's knobs are generated from the fields of its rules
 # dataclass (verdict.Rules, transfer.fit.TransferRules) — a rule added there is a knob here — followed by the report's
-# own knobs. Ranges and help lines are on the rules' fields (coordcheck.errors.knob).
+# own knobs. Ranges and help lines are on the rules' fields (coordcheck.core.errors.knob).
 
 SIZES = ("paper", "slides")  # plot.Size and plot.Layout (plot imports matplotlib: too slow for the config path)
 LAYOUTS = ("grid", "guide")
@@ -171,7 +171,7 @@ def cli_flag(key: str) -> str:
 @dataclass(eq=False)
 class Knobs:
     """The ``report`` node of one experiment: the fields of ``rules`` (a frozen dataclass of
-    :func:`coordcheck.errors.knob` fields: default, range, choices and help are defined there, once), then ``own``
+    :func:`coordcheck.core.errors.knob` fields: default, range, choices and help are defined there, once), then ``own``
     knobs, the report's, as ``(name, type, default, help)``.
 
     ``schema`` is the generated structured-config dataclass ``schema_name`` (in Hydra's ConfigStore as
@@ -488,7 +488,7 @@ JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job r
 # -- the objects a config names, found before any job runs ------------------------------------------------------------
 
 def locate(path: str, key: str) -> Any:
-    """The object a dotted path names (``coordcheck.models.gpt``), imported as Hydra's ``_target_`` is; one line
+    """The object a dotted path names (``coordcheck.setup.models.gpt``), imported as Hydra's ``_target_`` is; one line
     naming ``key`` when it cannot be: the module that was not found, the attribute that is missing, or the error
     its module raised on import."""
     if not isinstance(path, str) or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", path):
@@ -512,7 +512,7 @@ def locate(path: str, key: str) -> Any:
                 raise CoordCheckError(f"{key}={path}: {parent!r} has no attribute {part!r}: check the name") from None
             raise CoordCheckError(f"{key}={path}: module {name!r} not found: check the spelling, or install the "
                                   "package (or put its directory on PYTHONPATH)") from None
-        except CoordCheckError:  # the module says what to do (coordcheck.hf: what to install)
+        except CoordCheckError:  # the module says what to do (coordcheck.setup.hf: what to install)
             raise
         except Exception as e:  # the module's own code failed as it was imported
             first = (str(e).strip().splitlines() or [""])[0]
@@ -525,7 +525,7 @@ def check_targets(cfg: DictConfig, overrides: list) -> None:
     """Every ``_target_`` of the config's top-level nodes (``model``, ``data``, ``parametrization``,
     ``optimizer``), each swept value included, can be imported (:func:`locate`), and the model's builder can take a
     width (``parametrization.check_builder``, from its signature: nothing is built). A builder with a
-    ``check_node(node, width)`` attribute (``coordcheck.hf.build``) checks its config node at every width the command
+    ``check_node(node, width)`` attribute (``coordcheck.setup.hf.build``) checks its config node at every width the command
     takes, without building anything (a misspelt config class or field is one line before any job runs)."""
     swept = _swept_values(overrides)
     found_of: dict[str, list[tuple[str, Any]]] = {}  # group -> (target, object) of each value its _target_ takes
@@ -537,7 +537,7 @@ def check_targets(cfg: DictConfig, overrides: list) -> None:
             found = locate(target, key)
             found_of.setdefault(group, []).append((target, found))
             if group == "model" and callable(found):
-                from coordcheck.parametrization import check_builder
+                from coordcheck.setup.parametrization import check_builder
 
                 check_builder(found)
                 check_node = getattr(found, "check_node", None)
@@ -554,12 +554,12 @@ def check_targets(cfg: DictConfig, overrides: list) -> None:
 def check_depth_targets(cfg: DictConfig, swept: Mapping[str, list | None],
                         found_of: Mapping[str, list[tuple[str, Any]]]) -> None:
     """The depth keys against the objects the config names (``found_of``: group -> (target, object)), nothing
-    built: with ``depth`` set or swept, the builder takes a depth (``coordcheck.depth.depth_keyword``: its signature,
+    built: with ``depth`` set or swept, the builder takes a depth (``coordcheck.setup.depth.depth_keyword``: its signature,
     its config node's keys, ``depth_key``); with ``depth_scaling`` active under ``parametrization=mup``/``sp``, the
-    optimizer is one whose learning rate and ε the harness can scale (``coordcheck.depth.check_scaled_optimizer``)."""
+    optimizer is one whose learning rate and ε the harness can scale (``coordcheck.setup.depth.check_scaled_optimizer``)."""
     if "depth" not in cfg and "depth_scaling" not in cfg:  # another experiment's config (gradflow)
         return
-    from coordcheck.depth import DepthScaling, check_scaled_optimizer, depth_keyword
+    from coordcheck.setup.depth import DepthScaling, check_scaled_optimizer, depth_keyword
 
     model = cfg.get("model")
     if any(d is not None for d in swept.get("depth") or [cfg.get("depth")]) and isinstance(model, DictConfig):
@@ -583,7 +583,7 @@ def check_depth_targets(cfg: DictConfig, swept: Mapping[str, list | None],
 
 def check_choice_keys(group: str, node: DictConfig, target: Any, swept: Mapping[str, list | None]) -> None:
     """Each key of ``node`` that sets a ``Literal[...]`` parameter of its ``_target_`` (``optimizer.kind`` of
-    ``coordcheck.optim.mup_groups``) takes one of its values, every swept value included: one line before any job
+    ``coordcheck.setup.optim.mup_groups``) takes one of its values, every swept value included: one line before any job
     runs, worded as the target's own check words it."""
     try:
         hints = get_type_hints(getattr(target, "func", target))
@@ -641,7 +641,7 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
 
     Raises :class:`CoordCheckError` for a typo: a flag, config group, group option or key (set, swept, added with
     ``+``/``++`` or deleted with ``~``) that is not there, named with the closest valid one (:func:`check_typos`,
-    ``coordcheck.overrides``); an override Hydra cannot compose; a sweep without ``--multirun``
+    ``coordcheck.app.overrides``); an override Hydra cannot compose; a sweep without ``--multirun``
     (``width=256,512`` would be Hydra's "Ambiguous value"); a sweep over a report knob (a sweep has one report) or
     over ``device``; a report knob of the wrong type, out of its range or unknown (``knobs``: :data:`REPORT`, or
     :data:`TRANSFER_REPORT`); a bad run key (:func:`check_run`); a mandatory value (``???``) left unset; a bad value
@@ -729,7 +729,7 @@ _MAX_VARIANTS = 16  # combinations of swept config groups whose keys are checked
 
 def check_typos(overrides: list, config_name: str = "config", skip: Callable[[str], bool] = _is_report, *,
                 hydra: bool = False, always: bool = False) -> None:
-    """A typo in ``overrides`` (parsed) is one line with the closest valid name (``coordcheck.overrides``): a config
+    """A typo in ``overrides`` (parsed) is one line with the closest valid name (``coordcheck.app.overrides``): a config
     group or option (``model=mpl``, ``hydra/launcher=joblb``), or a key, set, swept, added or deleted, against the
     config composed with the command line's group choices alone — once per combination of the swept groups' options
     (``model=gpt,mlp model.depth=3`` names the option without ``depth``). ``skip(key)``: keys checked elsewhere
@@ -742,7 +742,7 @@ def check_typos(overrides: list, config_name: str = "config", skip: Callable[[st
 
     from hydra import compose
 
-    from coordcheck.overrides import group_choices
+    from coordcheck.app.overrides import group_choices
 
     with hydra_context() as loader:
         check_groups(loader, overrides)

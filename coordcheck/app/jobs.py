@@ -14,7 +14,7 @@ In a multirun every failure is recorded in that job's ``job.json`` and the sweep
 failed width does not lose the others; the command exits 1 at the end.
 
 The ``report.*`` knobs are typed by :data:`ReportOptions` (in Hydra's ConfigStore; its verdict
-fields are generated from :class:`coordcheck.verdict.Rules`) and range-checked when the command
+fields are generated from :class:`coordcheck.judge.verdict.Rules`) and range-checked when the command
 line is composed, before any job runs: a bad knob is one line and exit 2. At the end of a
 multirun, an exception while making the report is recorded (one line, ``report/error.txt``)
 and exits 1 — Hydra alone would make it a warning and exit 0; with ``report.strict=true`` the
@@ -45,16 +45,16 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from coordcheck.config import (  # noqa: F401  (CONF_DIR ... Layout: re-exported, users' scripts import them)
+from coordcheck.app.config import (  # noqa: F401  (CONF_DIR ... Layout: re-exported, users' scripts import them)
     CONF_DIR, GROUPS, KNOBS, LAYOUTS, NOT_IN_FAMILY, NOT_IN_ID, NOT_IN_JOB, job_depth, REPO_CONF, REPORT, RUN_DEFAULTS, SIZES, Knobs, Layout,
     ReportOptions, Size, Stat, check_choices, check_command_line, check_jobs, check_run, compose_config,
     instantiate_node, knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
 )
-from coordcheck.errors import EXIT, USER_ERROR, CoordCheckError, check_loss, check_threads
-from coordcheck.frame import FRAME_NAME, atomic_write, digest, write_frame
+from coordcheck.core.errors import EXIT, USER_ERROR, CoordCheckError, check_loss, check_threads
+from coordcheck.core.frame import FRAME_NAME, atomic_write, digest, write_frame
 from coordcheck.report import ERROR_NAME, REPORT_DIR
-from coordcheck.sweep import JOB_NAME
-from coordcheck.text import write_json
+from coordcheck.run.sweep import JOB_NAME
+from coordcheck.core.text import write_json
 
 __all__ = ["run_job", "config_id", "family_id", "job_depth", "job_hash", "SweepCallback", "JOB_NAME", "CONF_DIR",
            "safe_dirname", "ReportOptions",
@@ -80,11 +80,11 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     """Train ``cfg.width`` for every seed; write ``frame.parquet`` then ``job.json``."""
     import torch  # noqa: F401  (imported here so `--help` and config errors stay fast)
 
-    from coordcheck.data import as_batch
-    from coordcheck.device import check_compile, check_precision, resolve_device
-    from coordcheck.models import check_width
-    from coordcheck.parametrization import short_name
-    from coordcheck.train import RunIdentity, cross_entropy, resolve_seeds, run_width
+    from coordcheck.setup.data import as_batch
+    from coordcheck.setup.device import check_compile, check_precision, resolve_device
+    from coordcheck.setup.models import check_width
+    from coordcheck.setup.parametrization import short_name
+    from coordcheck.run.train import RunIdentity, cross_entropy, resolve_seeds, run_width
 
     width = check_width(cfg.width)
     lr = positive_number(cfg.lr, "lr")
@@ -97,13 +97,13 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     optimizer = instantiate_node(cfg.optimizer, "optimizer")
     init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
     batch = as_batch(instantiate_node(cfg.data, "data"),
-                     name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.data"))
+                     name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.setup.data"))
     depth = job_depth(cfg)
     identity = RunIdentity(
         config_id=config_id(cfg), family_id=family_id(cfg), depth=depth.depth or 0,
-        model=short_name(cfg.model._target_, "coordcheck.models"),
+        model=short_name(cfg.model._target_, "coordcheck.setup.models"),
         parametrization=parametrization.name,
-        optimizer=short_name(cfg.optimizer._target_, "coordcheck.optim"),
+        optimizer=short_name(cfg.optimizer._target_, "coordcheck.setup.optim"),
         lr=lr,
         data=batch.name,
         data_policy=batch.policy,
@@ -141,7 +141,7 @@ def _read_transfer_frame(path: Path):
 
 
 def _read_coord_frame(path: Path):
-    from coordcheck.frame import read_frame
+    from coordcheck.core.frame import read_frame
 
     return read_frame(path)
 
@@ -155,7 +155,7 @@ FRAME_FILES: dict[str, tuple[str, Callable]] = {  # the frame each kind of job w
 def finished(output_dir: Path, key: str) -> dict | None:
     """The job.json of a complete job with the same configuration in ``output_dir``, if any (its ``kind``,
     ``coordcheck`` or ``transfer``, says which frame it wrote)."""
-    from coordcheck.frame import FrameError
+    from coordcheck.core.frame import FrameError
 
     try:
         meta = json.loads((output_dir / JOB_NAME).read_text())

@@ -5,7 +5,7 @@ Stage: configuration, called by ``config.check_command_line`` and so shared by e
 and no directory is made. Input: Hydra's own argument parser (its flags), Hydra's config loader (the groups of the
 search path and their options, Hydra's and its plugins' included: ``hydra/launcher=joblib``), Hydra's parsed
 overrides, and the config they apply to, composed from the command line's config-group choices alone. Output:
-nothing, or a :class:`~coordcheck.errors.CoordCheckError` of one line, e.g.
+nothing, or a :class:`~coordcheck.core.errors.CoordCheckError` of one line, e.g.
 
     widht=64,128: no key 'widht' in the config (did you mean width?)
     unknown model 'mpl' (did you mean mlp?): choose one of custom, gpt, mlp (conf/model/)
@@ -28,7 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.core.errors import CoordCheckError
 
 __all__ = ["closest", "did_you_mean", "is_near", "hydra_flag", "unknown_option", "check_groups", "check_keys",
            "is_group", "group_options", "group_choices"]

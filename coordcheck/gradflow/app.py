@@ -3,7 +3,7 @@
 Stage: orchestration. Input: the command line, composed with ``conf/gradflow.yaml`` and the
 sweep's config groups (the model is built exactly as the sweep builds it). Output: in the run
 directory, ``gradflow.parquet``, ``gradflow.md``, ``gradflow.json`` and ``gradflow.{png,pdf}``;
-one printed line per diagnosis; the exit status from ``coordcheck.errors.EXIT``: 1 when a
+one printed line per diagnosis; the exit status from ``coordcheck.core.errors.EXIT``: 1 when a
 blocking diagnosis fires (CI gate), 0 otherwise, and 2 on a user mistake (one line, before
 anything runs when the command line shows it).
 """
@@ -16,21 +16,21 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig
 
-from coordcheck.config import (
+from coordcheck.app.config import (
     CONF_DIR, JOB_CHECKS, check_choices, check_command_line, check_values, instantiate_node, job_depth, one_value,
     positive_number,
 )
-from coordcheck.data import as_batch
-from coordcheck.device import resolve_device
-from coordcheck.errors import OK, USER_ERROR, CoordCheckError, check_count, check_flag
-from coordcheck.frame import atomic_write
+from coordcheck.setup.data import as_batch
+from coordcheck.setup.device import resolve_device
+from coordcheck.core.errors import OK, USER_ERROR, CoordCheckError, check_count, check_flag
+from coordcheck.core.frame import atomic_write
 from coordcheck.gradflow.checks import Diagnosis, diagnose, exit_code
 from coordcheck.gradflow.probe import probe_training
 from coordcheck.gradflow.report import write_gradflow_report
 from coordcheck.gradflow.schema import FRAME_NAME
-from coordcheck.models import check_width
-from coordcheck.parametrization import short_name
-from coordcheck.train import build_on
+from coordcheck.setup.models import check_width
+from coordcheck.setup.parametrization import short_name
+from coordcheck.run.train import build_on
 
 __all__ = ["run", "main", "cli", "check_overrides"]
 
@@ -47,15 +47,15 @@ def run(cfg: DictConfig, output_dir: Path) -> tuple[pd.DataFrame, list[Diagnosis
     build = instantiate_node(cfg.model, "model")
     parametrization = instantiate_node(cfg.parametrization, "parametrization")
     factory = instantiate_node(cfg.optimizer, "optimizer")
-    data_name = short_name(cfg.data.get("_target_", "custom"), "coordcheck.data")
+    data_name = short_name(cfg.data.get("_target_", "custom"), "coordcheck.setup.data")
     batch = as_batch(instantiate_node(cfg.data, "data"), name=data_name)
     init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
     depth = job_depth(cfg)
     parametrization.prepare(depth.builder(build), cfg.base_width)
     model, optimizer = build_on(device, build, width, int(cfg.seed), parametrization, cfg.base_width, factory, lr,
                                 init, depth)  # built where it is probed (the batch follows the model), as the sweep
-    labels = {"model": short_name(cfg.model._target_, "coordcheck.models"), "parametrization": parametrization.name,
-              "width": width, **({"depth": depth.depth} if depth.depth else {}), "optimizer": short_name(cfg.optimizer._target_, "coordcheck.optim"),
+    labels = {"model": short_name(cfg.model._target_, "coordcheck.setup.models"), "parametrization": parametrization.name,
+              "width": width, **({"depth": depth.depth} if depth.depth else {}), "optimizer": short_name(cfg.optimizer._target_, "coordcheck.setup.optim"),
               "lr": lr, "seed": int(cfg.seed), "device": str(device)}
     frame = probe_training(model, batch, optimizer=optimizer, steps=cfg.steps, labels=labels)
     diagnoses = diagnose(frame, learning=bool(cfg.learning))

@@ -3,7 +3,7 @@
 Stage: diagnose (analysis side; never imports torch). Input: a gradient-flow frame (schema in
 :mod:`coordcheck.gradflow.schema`). Output: a list of :class:`Diagnosis` — what is wrong, the fix
 in plain words, the parameters or modules involved — its ``status`` and ``exit_code`` (from
-``coordcheck.errors.EXIT``), and ``notes`` (facts that are not problems).
+``coordcheck.core.errors.EXIT``), and ``notes`` (facts that are not problems).
 
 Diagnoses (``CHECKS``, a registry; severity ``error`` blocks: exit status 1):
 
@@ -43,7 +43,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from coordcheck.errors import EXIT
+from coordcheck.core.errors import EXIT
 from coordcheck.gradflow.schema import ACTIVATION_STATS, PARAM_STATS, UNUSED
 
 __all__ = ["MIN_TREND_LAYERS", "TREND_ROLES", "GRAD_TREND_DECADES", "NAME_DECADES", "ACT_GROWTH_PER_LAYER",
@@ -87,7 +87,7 @@ RATIO_NOT_JUDGED = ("grad/param (‖grad‖ / ‖param‖) is shown, not judged:
 MAX_NAMES = 6  # names spelled out in a message; Diagnosis.names keeps them all
 
 Severity = Literal["error", "warning"]
-Status = Literal["ok", "warning", "error"]  # outcomes in coordcheck.errors.EXIT
+Status = Literal["ok", "warning", "error"]  # outcomes in coordcheck.core.errors.EXIT
 
 
 # -- diagnoses --------------------------------------------------------------------------
@@ -513,7 +513,7 @@ def notes(frame: pd.DataFrame) -> list[str]:
 
 
 def exit_code(diagnoses: Iterable[Diagnosis]) -> int:
-    """1 when a blocking (error) diagnosis fired, else 0: the CI gate (``coordcheck.errors.EXIT`` of :func:`status`)."""
+    """1 when a blocking (error) diagnosis fired, else 0: the CI gate (``coordcheck.core.errors.EXIT`` of :func:`status`)."""
     return EXIT[status(diagnoses)]
 
 

@@ -6,7 +6,7 @@ Stage: measure (the gradient-flow diagnostic; its diagnoses, report and figure l
 optionally, its optimizer and GradScaler inside a training loop — or one batch
 (:func:`gradflow_once`). Output: a tidy frame, one row per (probe step, parameter or module,
 statistic); schema in :mod:`coordcheck.gradflow.schema`. Activation moments and layout come from
-:mod:`coordcheck.moments` and :mod:`coordcheck.layout`, as for the coordinate check's probes.
+:mod:`coordcheck.record.moments` and :mod:`coordcheck.record.layout`, as for the coordinate check's probes.
 
 In a training loop::
 
@@ -62,14 +62,14 @@ import pandas as pd
 import torch
 from torch import nn
 
-from coordcheck.data import Batch, as_batch
-from coordcheck.errors import CoordCheckError, check_count
-from coordcheck.frame import ROOT_MODULE
+from coordcheck.setup.data import Batch, as_batch
+from coordcheck.core.errors import CoordCheckError, check_count
+from coordcheck.core.frame import ROOT_MODULE
 from coordcheck.gradflow.schema import ACTIVATION_STATS, COLUMNS, GLOBAL_NAME, UNUSED
-from coordcheck.layout import infer_layout
-from coordcheck.moments import N, moment_rows, moments, needed_moments, pool_calls, stats_from_moments
-from coordcheck.probes import first_tensor
-from coordcheck.train import LossFn, cross_entropy, forward_loss
+from coordcheck.record.layout import infer_layout
+from coordcheck.record.moments import N, moment_rows, moments, needed_moments, pool_calls, stats_from_moments
+from coordcheck.record.probes import first_tensor
+from coordcheck.run.train import LossFn, cross_entropy, forward_loss
 
 __all__ = ["GradFlowProbe", "gradflow_once", "probe_training", "SATURATING"]
 
@@ -135,7 +135,7 @@ class GradFlowProbe:
         self._keys: list[str] = []
         self._n: list[int] = []
         self._vals: list[torch.Tensor] = []
-        self._fired: dict[str, None] = {}  # first-fire order, as coordcheck.probes records it
+        self._fired: dict[str, None] = {}  # first-fire order, as coordcheck.record.probes records it
         self._last_out: object = None
 
     def _on_forward_start(self, module: nn.Module, inputs: object) -> None:

@@ -33,14 +33,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from coordcheck.frame import atomic_write
+from coordcheck.core.frame import atomic_write
 from coordcheck.gradflow.checks import (
     ACT_GROWTH_PER_LAYER, ACT_GROWTH_TOTAL, BLOCKING, GRAD_TREND_DECADES, MIN_TREND_LAYERS, RATIO_NOT_JUDGED,
     SATURATION_FRAC, Diagnosis, exit_code, name_list, notes, status, step_views,
 )
 from coordcheck.gradflow.plot import plot_gradflow
 from coordcheck.gradflow.schema import FIGURE_NAME, JSON_NAME, REPORT_NAME, SCHEMA
-from coordcheck.text import json_safe, md_escape, num, records, write_json
+from coordcheck.core.text import json_safe, md_escape, num, records, write_json
 
 __all__ = ["layer_summary", "payload", "markdown", "write_gradflow_report"]
 

@@ -19,7 +19,7 @@ column              dtype    meaning
                              ``(global)``)
 ``module``          str      the owning module (a parameter's), else the module
 ``layer_index``     int64    block depth, the coord check's convention
-                             (``coordcheck.layout.infer_layout``); -1 for global
+                             (``coordcheck.record.layout.infer_layout``); -1 for global
                              rows and for parameters whose module never ran
 ``role``            str      ``input`` / ``hidden`` / ``attention`` / ``norm`` /
                              ``output``; ``unused`` (module never ran in the probed

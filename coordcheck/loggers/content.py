@@ -80,7 +80,7 @@ def _loss_rows(kind: str, job_dir: Path) -> pd.DataFrame:
         f = pd.read_parquet(path, columns=["seed", "step", "split", "loss"])
         f["key"] = f["split"].map({"train": keys.LOSS, "heldout": keys.HELDOUT_LOSS})
         return f.rename(columns={"loss": "value"})[["seed", "step", "key", "value"]].dropna(subset=["key"])
-    from coordcheck.frame import LOSS_MODULE
+    from coordcheck.core.frame import LOSS_MODULE
 
     f = pd.read_parquet(path, columns=["seed", "step", "module", "tensor", "value"])
     f = f[(f["module"] == LOSS_MODULE) & (f["tensor"] == "loss")]

@@ -39,6 +39,6 @@ FIGURE = "figure/{name}"               # images: coord_check, slopes, loss, caus
 
 # -- names and tags ----------------------------------------------------------------------------------------------------
 REPORT_RUN = "report"                  # the run name of the sweep's end
-TAG_SWEEP = "coordcheck.sweep"         # the sweep directory (MLflow tag; the W&B group is its name)
+TAG_SWEEP = "coordcheck.run.sweep"         # the sweep directory (MLflow tag; the W&B group is its name)
 TAG_KIND = "coordcheck.kind"           # coordcheck | transfer
 TAG_ROLE = "coordcheck.role"           # job | report (the W&B job_type)

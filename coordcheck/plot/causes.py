@@ -1,7 +1,7 @@
 """The causes figure: which knob is off — each parameter's measured width exponents against the band muP allows.
 
 Stage: figures (analysis side; never imports torch). Input: the verdict's evidence table
-(``Verdict.evidence``, made by :mod:`coordcheck.causes`): one row per (configuration, name,
+(``Verdict.evidence``, made by :mod:`coordcheck.judge.causes`): one row per (configuration, name,
 measure) with the columns :data:`DRAWN_COLUMNS` — ``name`` a parameter, module or class label,
 ``measure`` what was fitted against width (``init``: the initialisation gain at step 0, ``lr``:
 the effective learning rate, ``own``: the module's own update, ``eps``: Adam's epsilon share, or
@@ -94,7 +94,7 @@ def plot_causes(
     of a zero-initialised layer at step 0, or too few widths to fit) is written :data:`NO_SLOPE`.
 
     Raises ``ValueError`` for an empty table (:data:`NO_EVIDENCE`) or several configurations per
-    parametrization, and :class:`~coordcheck.frame.FrameError` for missing columns.
+    parametrization, and :class:`~coordcheck.core.frame.FrameError` for missing columns.
     """
     if evidence.empty:  # with or without columns: a verdict that measured no cause
         raise ValueError(NO_EVIDENCE)

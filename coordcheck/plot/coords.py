@@ -1,7 +1,7 @@
 """The coordinate-check figure: an activation statistic against width, in the grid or the guide layout.
 
 Stage: figures (analysis side; never imports torch). Input: a tidy frame in the schema
-of :mod:`coordcheck.frame` (one row per measurement). Output: a matplotlib Figure, and,
+of :mod:`coordcheck.core.frame` (one row per measurement). Output: a matplotlib Figure, and,
 when a path is given, the same figure as ``<path>.pdf`` and ``<path>.png``
 (:func:`~coordcheck.plot.helpers.save_figure`).
 Seed spread is drawn as a min-max band (``errorbar=("pi", 100)``), never bootstrapped,
@@ -41,7 +41,7 @@ import pandas as pd
 from matplotlib import colormaps, patheffects
 from matplotlib.legend import Legend
 
-from coordcheck.frame import conform
+from coordcheck.core.frame import conform
 from coordcheck.plot.helpers import (
     FIGURE_WIDTH, Size, add_legend, check_one_config, check_steps, default_steps, facet_size, figure_style,
     fit_log2_labels, fit_titles, font_pt, label_log2, label_log_y, legend_line, module_order, nothing_left,

@@ -1,11 +1,11 @@
 """The depth figures: the coordinate check against depth, and the slopes of a width x depth grid.
 
-Stage: figures (analysis side; never imports torch). Input: a tidy frame (:mod:`coordcheck.frame` schema) whose jobs
+Stage: figures (analysis side; never imports torch). Input: a tidy frame (:mod:`coordcheck.core.frame` schema) whose jobs
 set a ``depth`` (a depth sweep at one width, or a width x depth grid). Output: a matplotlib Figure, and, when a path is
 given, the same figure as ``<path>.pdf`` and ``<path>.png`` (:func:`~coordcheck.plot.helpers.save_figure`).
 
 A model of depth 16 has modules a model of depth 2 has not, so both figures read the series matched across depths by
-:func:`coordcheck.places.match_places` (embeddings, final norm and readout by name; the residual stream = the last
+:func:`coordcheck.judge.places.match_places` (embeddings, final norm and readout by name; the residual stream = the last
 block's output; the modules inside the blocks pooled over blocks). Each place gets a panel kind (:func:`depth_kinds`,
 the guide layout's kinds of :func:`~coordcheck.plot.coords.activation_kind` plus three of depth's own), in the order of
 :data:`DEPTH_KINDS`:
@@ -20,7 +20,7 @@ the guide layout's kinds of :func:`~coordcheck.plot.coords.activation_kind` plus
 :func:`plot_depth`: x = depth on a log2 axis, a line per step, a panel per kind (the kind's places pooled by geometric
 mean), the seeds averaged in log space with their min-max as a band, as :func:`~coordcheck.plot.coords.plot_coords`'s
 guide layout does against width. :func:`plot_grid_slopes`: for a width x depth grid, the slope of log2 stat against
-log2 width at each depth beside the slope against log2 depth at each width (:func:`coordcheck.slopes.fit_slopes`), for
+log2 width at each depth beside the slope against log2 depth at each width (:func:`coordcheck.judge.slopes.fit_slopes`), for
 the series a depth verdict judges (:data:`GRID_SERIES`).
 """
 
@@ -33,16 +33,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
 
-from coordcheck.frame import conform
-from coordcheck.places import match_places
+from coordcheck.core.frame import conform
+from coordcheck.judge.places import match_places
 from coordcheck.plot.coords import KINDS, MAX_GUIDE_STEPS, STEP_PALETTE, guide_kinds
 from coordcheck.plot.helpers import (
     FIGURE_WIDTH, Size, add_legend, check_steps, default_steps, facet_size, figure_style, fit_log2_labels, fit_titles,
     label_log2, label_log_y, legend_line, nothing_left, save_figure, seaborn_modules,
 )
 from coordcheck.plot.slopes import SLOPE_CLIP, SLOPE_CMAP
-from coordcheck.slopes import CONFIG_COLUMNS, fit_slopes
-from coordcheck.verdict import Rules
+from coordcheck.judge.slopes import CONFIG_COLUMNS, fit_slopes
+from coordcheck.judge.verdict import Rules
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -89,7 +89,7 @@ def _grid_families(frame: pd.DataFrame) -> list[str]:
 
 def depth_kinds(places: pd.DataFrame) -> pd.Series:
     """The panel kind (:data:`DEPTH_KINDS`, None: not shown) of every row of a places table
-    (:func:`coordcheck.places.match_places`), by the rules of the module docstring."""
+    (:func:`coordcheck.judge.places.match_places`), by the rules of the module docstring."""
     kinds = pd.Series(None, index=places.index, dtype=object)
     loss = places["tensor"] == "loss"
     residual = (places["place_kind"] == "residual") & ~loss
@@ -286,7 +286,7 @@ def plot_grid_slopes(
 
     Per family with two widths and two depths or more, a pair of heatmaps: left, the slope of log2 ``stat`` against
     log2 width (rows: depths; each depth is its own configuration); right, the slope against log2 depth (rows:
-    widths). Both are :func:`coordcheck.slopes.fit_slopes` over the places of :func:`coordcheck.places.match_places`
+    widths). Both are :func:`coordcheck.judge.slopes.fit_slopes` over the places of :func:`coordcheck.judge.places.match_places`
     (``axis="width"`` with keys family_id, depth, place, tensor, stat, step; ``axis="depth"`` with keys family_id,
     width, place, tensor, stat, step). Columns are the places of each ``series`` entry ``(kind, tensor, step)``
     (kind: :data:`DEPTH_KINDS`; step None: the family's last recorded step; every place of the kind gets its own

@@ -28,8 +28,8 @@ from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
 
-from coordcheck.frame import FrameError, atomic_write
-from coordcheck.slopes import CONFIG_COLUMNS
+from coordcheck.core.frame import FrameError, atomic_write
+from coordcheck.judge.slopes import CONFIG_COLUMNS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -120,7 +120,7 @@ def tensor_rank(name: str) -> tuple[int, str]:
 
 
 def check_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
-    """Raise a one-line :class:`~coordcheck.frame.FrameError` naming the columns ``df`` lacks."""
+    """Raise a one-line :class:`~coordcheck.core.frame.FrameError` naming the columns ``df`` lacks."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise FrameError(f"not a {what}: missing columns {missing}")

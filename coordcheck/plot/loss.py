@@ -1,7 +1,7 @@
 """The loss figure: training loss against step, one line per width, one panel per parametrization.
 
 Stage: figures (analysis side; never imports torch). Input: the loss rows of a tidy frame
-(:mod:`coordcheck.frame`). Output: a matplotlib Figure, saved as ``<path>.pdf`` and
+(:mod:`coordcheck.core.frame`). Output: a matplotlib Figure, saved as ``<path>.pdf`` and
 ``<path>.png`` when a path is given.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from coordcheck.frame import LOSS_MODULE, conform
+from coordcheck.core.frame import LOSS_MODULE, conform
 from coordcheck.plot.helpers import (
     WIDTH_PALETTE, Size, add_legend, check_one_config, facet_size, figure_style, legend_line, save_figure,
     seaborn_modules,

@@ -2,7 +2,7 @@
 
 Stage: figures (analysis side; never imports torch). Input: a slopes table (one row per
 config, module, tensor, statistic and step, with the fitted ``slope`` of log2(value)
-against log2(width); :func:`coordcheck.slopes.fit_slopes`). Output: a matplotlib Figure,
+against log2(width); :func:`coordcheck.judge.slopes.fit_slopes`). Output: a matplotlib Figure,
 saved as ``<path>.pdf`` and ``<path>.png`` when a path is given.
 """
 
@@ -20,7 +20,7 @@ from coordcheck.plot.helpers import (
     FIGURE_WIDTH, SLIDE_HEIGHT, Size, check_columns, check_one_config, figure_style, module_order, nothing_left,
     save_figure, seaborn_modules, tensor_rank,
 )
-from coordcheck.slopes import CONFIG_COLUMNS, SERIES_COLUMNS
+from coordcheck.judge.slopes import CONFIG_COLUMNS, SERIES_COLUMNS
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -51,7 +51,7 @@ def plot_slopes(
 ) -> Figure:
     """The verdict at a glance: the width exponent of every module at every step.
 
-    Reads a slopes table as :func:`coordcheck.slopes.fit_slopes` makes it (columns
+    Reads a slopes table as :func:`coordcheck.judge.slopes.fit_slopes` makes it (columns
     ``config_id``, ``parametrization``, ``module``, ``layer_index``, ``tensor``, ``stat``,
     ``step``, ``slope``, ...), where ``slope`` is the least-squares slope of log2|value|
     against log2(width). One heatmap per ``parametrization`` (rows) and ``tensor``

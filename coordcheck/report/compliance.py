@@ -3,7 +3,7 @@
 Stage: report. Input: a sweep directory (job frames on disk, any launcher) or a tidy frame
 (Python API). Output, in ``SWEEP_DIR/report/``: ``combined.parquet`` (all job frames),
 ``slopes.parquet`` + ``slopes.csv``, ``verdict.csv`` (judged series), ``audit.csv`` (the parameter audit,
-:mod:`coordcheck.audit`), the figures
+:mod:`coordcheck.judge.audit`), the figures
 (``coord_check``, ``slopes``, ``loss``, ``causes``; PDF + PNG), ``report.md`` (verdict first, then the causes),
 ``report.json`` (schema below) and ``config.yaml`` (the sweep's resolved config, linked from
 ``report.md``; when known). Every file is written atomically; re-running is safe.
@@ -24,7 +24,7 @@ Never imports torch.
                       status, reason, n_widths, window_end, first_unstable_step, instability}]
     causes          [{config_id, parametrization, order, kind, what, modules, measure, step,
                       exponent, ci_low, ci_high, expected, fix, line}]: the causes, first in call
-                    order first (coordcheck.causes; empty for a frame without ``own`` rows)
+                    order first (coordcheck.judge.causes; empty for a frame without ``own`` rows)
     modules         [{config_id, module, layer_index, role, status, tensor, step, slope,
                       ci_low, ci_high, margin, transient_steps, diagnosis, cause, inherited_from,
                       inherited_via}]
@@ -40,7 +40,7 @@ Never imports torch.
     models          [{config_id, width, n_params, fingerprint}]: the model each width built (from job.json's
                     shapes; rule 9 fails widths that built the same one)
     command, config the exact command line and resolved config, when known
-    depth           null for a frame run at one depth; else the depth verdict (coordcheck.depth_verdict):
+    depth           null for a frame run at one depth; else the depth verdict (coordcheck.judge.depth):
                     {status, reason, width_status ("not judged (one width)" for a pure depth sweep, else the width
                      verdict's own status), matching (how series are matched across depths: places.MATCHING),
                      families: [{family_id, width, parametrization, depth_scaling, status, reason, n_depths,
@@ -56,7 +56,7 @@ NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inc
 (a CI gate); without it, 0 whenever a report was written. Bad input: one line, exit 2. The
 verdict's flags (``--stat``, ``--tol``, ``--min-widths``, ...) are generated from the fields of
 ``verdict.Rules`` and checked as the sweep's ``report.*`` knobs are
-(``coordcheck.config.ReportOptions``); ``--layout grid|guide`` picks the coord-check figure.
+(``coordcheck.app.config.ReportOptions``); ``--layout grid|guide`` picks the coord-check figure.
 """
 
 from __future__ import annotations
@@ -71,23 +71,23 @@ from typing import Any
 
 import pandas as pd
 
-from coordcheck.audit import audit_long, audit_table
-from coordcheck.causes import CAUSE_COLUMNS, NO_OWN_NOTE
-from coordcheck.depth_verdict import LOSS_PLACE
-from coordcheck.places import MATCHING, RESIDUAL
-from coordcheck.errors import EXIT, OK, USER_ERROR, CoordCheckError
-from coordcheck.frame import atomic_write
-from coordcheck.slopes import fit_slopes
-from coordcheck.sweep import JobProblem, Sweep, aggregate, job_facts, sweep_config
-from coordcheck.text import md_escape, num, records, write_json
-from coordcheck.verdict import NOT_JUDGED, Rules, Verdict, judge
+from coordcheck.judge.audit import audit_long, audit_table
+from coordcheck.judge.causes import CAUSE_COLUMNS, NO_OWN_NOTE
+from coordcheck.judge.depth import LOSS_PLACE
+from coordcheck.judge.places import MATCHING, RESIDUAL
+from coordcheck.core.errors import EXIT, OK, USER_ERROR, CoordCheckError
+from coordcheck.core.frame import atomic_write
+from coordcheck.judge.slopes import fit_slopes
+from coordcheck.run.sweep import JobProblem, Sweep, aggregate, job_facts, sweep_config
+from coordcheck.core.text import md_escape, num, records, write_json
+from coordcheck.judge.verdict import NOT_JUDGED, Rules, Verdict, judge
 
 __all__ = ["Report", "build_report", "write_report", "report_sweep", "coord_figure_options", "main", "EXIT"]
 
 SCHEMA = "coordcheck.report/1"
 REPORT_DIR = "report"
 ERROR_NAME = "error.txt"  # SWEEP_DIR/report/error.txt: why the end of a sweep left no report
-AUDIT_NAME = "audit.csv"  # SWEEP_DIR/report/audit.csv: the parameter audit (coordcheck.audit), linked from report.md
+AUDIT_NAME = "audit.csv"  # SWEEP_DIR/report/audit.csv: the parameter audit (coordcheck.judge.audit), linked from report.md
 CONFIG_NAME = "config.yaml"  # SWEEP_DIR/report/config.yaml: the sweep's resolved config, linked from report.md
 @dataclass
 class Report:
@@ -103,7 +103,7 @@ class Report:
     figures: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     environment: list[dict] = field(default_factory=list)  # where the jobs ran: device, torch, CUDA, precision
-    audit: pd.DataFrame = field(default_factory=pd.DataFrame)  # the parameter audit (coordcheck.audit), audit.csv
+    audit: pd.DataFrame = field(default_factory=pd.DataFrame)  # the parameter audit (coordcheck.judge.audit), audit.csv
     facts: list[dict] = field(default_factory=list)  # the jobs' facts (job.json): the depth figure's labels
 
     @property
@@ -516,7 +516,7 @@ def report_sweep(
 
 def _transfer_sweep(argv: list[str]) -> bool:
     """Whether the directory on the command line holds a learning-rate sweep (``transfer.parquet`` job frames)."""
-    from coordcheck.frame import FRAME_NAME
+    from coordcheck.core.frame import FRAME_NAME
     from coordcheck.transfer.frame import FRAME_NAME as TRANSFER_FRAME
 
     for arg in argv:
@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         from coordcheck.transfer.report import main as transfer_main
 
         return transfer_main(argv)
-    from coordcheck.config import REPORT
+    from coordcheck.app.config import REPORT
 
     return report_command(
         argv, prog="python -m coordcheck.report", knobs=REPORT, report=report_sweep,
@@ -546,10 +546,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def report_command(argv: list[str], *, prog: str, description: str, knobs: Any, sweep_help: str,
                    report: Callable[..., tuple[Any, Path]]) -> int:
-    """A report CLI: ``SWEEP_DIR`` and one flag per knob of ``knobs`` (a :class:`coordcheck.config.Knobs`), then
+    """A report CLI: ``SWEEP_DIR`` and one flag per knob of ``knobs`` (a :class:`coordcheck.app.config.Knobs`), then
     ``report(sweep_dir, rules=..., <the report's own knobs>)``; the summary on stdout. Returns the exit status:
     2 for a bad flag or directory (one line), else 0, or with ``--strict`` the verdict's (``errors.EXIT``)."""
-    from coordcheck.config import cli_flag
+    from coordcheck.app.config import cli_flag
 
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("sweep_dir", type=Path, help=sweep_help)

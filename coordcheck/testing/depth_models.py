@@ -25,7 +25,7 @@ With m_N = n_embd / mup_base_width and m_L = n_layer / depth_base (CompleteP, De
   ============================================  ===================  =================  ============
 
   (AdamW's decay is lr·wd: wd·m_N keeps the hidden matrices' decay per step flat in width. The ε of in-block norms
-  and biases follows their gradient, m_L^-α smaller, as ``coordcheck.depth`` does for every in-block parameter;
+  and biases follows their gradient, m_L^-α smaller, as ``coordcheck.setup.depth`` does for every in-block parameter;
   nanoGPT-mup multiplies its one global ε by m_N^-1·m_L^-α.)
 
 :func:`build` is the builder (``branch_multiplier=False``: the multiplier dropped, everything else the same — the

@@ -7,7 +7,7 @@ an ``AssertionError`` whose message is the verdict, its cause lines (or the fail
 and the path of the report, which is written either way (``report.md``, ``report.json``, the tables; the figures
 with ``figures=True``).
 
-The defaults decide on the built-in and the known-answer models (:mod:`coordcheck.models`' ``gpt`` and ``mlp``,
+The defaults decide on the built-in and the known-answer models (:mod:`coordcheck.setup.models`' ``gpt`` and ``mlp``,
 :mod:`coordcheck.testing.known_models`, :mod:`coordcheck.testing.planted`) in seconds on one thread: widths
 128-512, 5 steps, 3 seeds, with the tensors the causes need (:data:`coordcheck.CAUSE_TENSORS`). Measured with
 ``python experiments/gate_defaults.py`` (one thread, 2 busy cores), CPU seconds per call: the built-in GPT 3.8-5.4
@@ -21,10 +21,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from coordcheck.api import CoordCheckResult, coord_check
-from coordcheck.frame import CAUSE_TENSORS
-from coordcheck.text import num
-from coordcheck.verdict import Verdict
+from coordcheck.app.api import CoordCheckResult, coord_check
+from coordcheck.core.frame import CAUSE_TENSORS
+from coordcheck.core.text import num
+from coordcheck.judge.verdict import Verdict
 
 __all__ = ["assert_mup", "failure_message", "GATE_WIDTHS", "GATE_STEPS", "GATE_SEEDS"]
 

@@ -1,6 +1,6 @@
 """muP models written the way public repositories write them, each with planted muP bugs.
 
-The built-in models (``coordcheck.models``) are written for the harness. These are written
+The built-in models (``coordcheck.setup.models``) are written for the harness. These are written
 in the styles people actually use, with the quirks that come with them (tuple outputs,
 sequence-first tensors, fused projections, functional attention, empty shortcut
 ``Sequential``\\s, blocks in a ``ModuleDict``), so that the harness is tested on what it

@@ -8,8 +8,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from coordcheck import app
-from coordcheck.config import JOB_CHECKS, TRANSFER_REPORT, check_values, one_value, positive_number
-from coordcheck.errors import CoordCheckError, check_count
+from coordcheck.app.config import JOB_CHECKS, TRANSFER_REPORT, check_values, one_value, positive_number
+from coordcheck.core.errors import CoordCheckError, check_count
 from coordcheck.transfer import app as transfer_app
 
 GROUPS = ("model", "parametrization", "optimizer", "init", "logger")

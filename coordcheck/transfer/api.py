@@ -17,20 +17,20 @@ import pandas as pd
 from torch import nn
 from tqdm.auto import tqdm
 
-from coordcheck import data as data_mod
-from coordcheck.depth import Depth, DepthScaling, sweep_axes
-from coordcheck.errors import CoordCheckError
-from coordcheck.frame import digest
-from coordcheck.init import resolve_init
-from coordcheck.optim import OPTIMIZERS, with_mu
-from coordcheck.parametrization import (
+from coordcheck.setup import data as data_mod
+from coordcheck.setup.depth import Depth, DepthScaling, sweep_axes
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.frame import digest
+from coordcheck.setup.init import resolve_init
+from coordcheck.setup.optim import OPTIMIZERS, with_mu
+from coordcheck.setup.parametrization import (
     PARAMETRIZATIONS,
     Parametrization,
     qualified_name,
     short_name,
 )
 from coordcheck.report import environments
-from coordcheck.train import Init, LossFn, OptimizerFactory, cross_entropy, resolve_seeds
+from coordcheck.run.train import Init, LossFn, OptimizerFactory, cross_entropy, resolve_seeds
 from coordcheck.transfer.fit import TRANSFERS, TransferRules, TransferVerdict
 from coordcheck.transfer.frame import TransferIdentity, concat_frames
 from coordcheck.transfer.report import (
@@ -189,10 +189,10 @@ def transfer(
 
     Across depth: ``depths=[2, 4, 8]`` with ``width=64`` (or ``widths=[...]``: the grid) sweeps the number of
     residual blocks as :func:`coordcheck.coord_check` does (``base_depth``, ``depth_scaling`` ``"none"`` /
-    ``"depth_mup"`` / ``"completep"`` or a :class:`coordcheck.depth.DepthScaling`, ``depth_key``); the result's
+    ``"depth_mup"`` / ``"completep"`` or a :class:`coordcheck.setup.depth.DepthScaling`, ``depth_key``); the result's
     frame has ``depth`` and ``family_id``, and its report the optimum per depth and the verdict across depth.
     """
-    from coordcheck.device import check_precision, resolve_device
+    from coordcheck.setup.device import check_precision, resolve_device
 
     widths, depth_list, scaling = sweep_axes(widths, width, depths, depth_scaling)
     if lrs is None:
@@ -208,14 +208,14 @@ def transfer(
             raise CoordCheckError(f"unknown data {data!r}: use one of {sorted(DATA)} or a callable data(split, seed)")
         data_name, source = data, functools.partial(DATA[data], vocab_size=build_kwargs.get("vocab_size", 256))
     else:
-        data_name, source = short_name(qualified_name(data), "coordcheck.data"), check_data_source(data)
+        data_name, source = short_name(qualified_name(data), "coordcheck.setup.data"), check_data_source(data)
     if isinstance(optimizer, str) and optimizer not in OPTIMIZERS:
         raise CoordCheckError(f"unknown optimizer {optimizer!r}: use one of {sorted(OPTIMIZERS)} or a factory")
     if loss is not None and loss != "model" and not callable(loss):
         raise CoordCheckError(f"loss must be a callable loss(output, targets), 'model' or None, got {loss!r}")
     init_fn = resolve_init(init)
-    opt_name = optimizer if isinstance(optimizer, str) else short_name(qualified_name(optimizer), "coordcheck.optim")
-    model_name = short_name(qualified_name(build), "coordcheck.models")
+    opt_name = optimizer if isinstance(optimizer, str) else short_name(qualified_name(optimizer), "coordcheck.setup.optim")
+    model_name = short_name(qualified_name(build), "coordcheck.setup.models")
     bar = tqdm(total=len(pars) * len(depth_list) * len(widths) * len(lrs) * len(seeds) * steps, desc="μTransfer grid",
                disable=not progress)
     frames, facts = [], []

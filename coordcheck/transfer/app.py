@@ -22,11 +22,11 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck import app
-from coordcheck.config import (  # noqa: F401  (transfer_options: re-exported)
+from coordcheck.app.config import (  # noqa: F401  (transfer_options: re-exported)
     NOT_IN_JOB, TRANSFER_REPORT, instantiate_node, positive_number, resolved_config, transfer_options,
 )
-from coordcheck.errors import check_loss
-from coordcheck.frame import digest
+from coordcheck.core.errors import check_loss
+from coordcheck.core.frame import digest
 
 __all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "rules_of", "grid_size", "NOT_IN_ID",
            "NOT_IN_FAMILY"]
@@ -44,10 +44,10 @@ def rules_of(options: Mapping[str, Any]) -> Any:
 
 def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     """Train ``cfg.width`` at ``cfg.lr`` for every seed; write ``transfer.parquet`` (``job.json`` is the caller's)."""
-    from coordcheck.device import check_precision, resolve_device
-    from coordcheck.models import check_width
-    from coordcheck.parametrization import short_name
-    from coordcheck.train import cross_entropy, resolve_seeds
+    from coordcheck.setup.device import check_precision, resolve_device
+    from coordcheck.setup.models import check_width
+    from coordcheck.setup.parametrization import short_name
+    from coordcheck.run.train import cross_entropy, resolve_seeds
     from coordcheck.transfer.frame import FRAME_NAME, TransferIdentity, write_frame
     from coordcheck.transfer.train import check_data_source, run_cell
 
@@ -68,10 +68,10 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     identity = TransferIdentity(
         config_id=cid, family_id=cid if cfg.get("depth") is None else digest(resolved_config(cfg, NOT_IN_FAMILY)),
         depth=depth.depth or 0,
-        model=short_name(cfg.model._target_, "coordcheck.models"),
+        model=short_name(cfg.model._target_, "coordcheck.setup.models"),
         parametrization=parametrization.name,
-        optimizer=short_name(cfg.optimizer._target_, "coordcheck.optim"),
-        data=short_name(cfg.data.get("_target_", "custom"), "coordcheck.data").removesuffix("_stream"),
+        optimizer=short_name(cfg.optimizer._target_, "coordcheck.setup.optim"),
+        data=short_name(cfg.data.get("_target_", "custom"), "coordcheck.setup.data").removesuffix("_stream"),
     )
     log.info("width=%d%s lr=%g (2^%.2f) parametrization=%s steps=%s seeds=%s device=%s", width,
              f" depth={depth.depth} ({depth.scaling.name})" if depth.depth else "", lr, math.log2(lr),

@@ -1,6 +1,6 @@
 """Does the learning rate transfer? The optimum per width, its shift per width doubling, and the verdict.
 
-Stage: analysis (the μTransfer twin of ``coordcheck.slopes`` + ``coordcheck.verdict``). Input: the
+Stage: analysis (the μTransfer twin of ``coordcheck.judge.slopes`` + ``coordcheck.judge.verdict``). Input: the
 tidy loss frame (``coordcheck.transfer.frame``). Output: an optima table, a shift table and a
 :class:`TransferVerdict`. Never imports torch.
 
@@ -28,7 +28,7 @@ The numbers, in order:
    ±``tol`` (add seeds or steps), when an optimum is missing (rule 3) or when fewer than
    ``min_widths`` widths have one; ``does not transfer``, whatever the shift, when the widths built
    the same model or models that do not grow (``judge_transfer(..., facts=...)``,
-   :func:`coordcheck.shapes.width_problem`). The sweep's verdict is that of the parametrizations under
+   :func:`coordcheck.record.shapes.width_problem`). The sweep's verdict is that of the parametrizations under
    test; standard parametrization (``sp``), when swept beside them, is the control and is
    expected not to transfer.
 6. **Wider is not worse.** The held-out loss of every width at the narrowest width's optimum
@@ -53,8 +53,8 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from coordcheck.errors import CoordCheckError, check_knobs, knob
-from coordcheck.shapes import shapes_by_config, width_problem
+from coordcheck.core.errors import CoordCheckError, check_knobs, knob
+from coordcheck.record.shapes import shapes_by_config, width_problem
 
 __all__ = ["TransferRules", "TransferVerdict", "curves", "fit_optima", "fit_shifts", "judge_transfer",
            "wider_not_worse", "parabola_vertex", "TRANSFERS", "DOES_NOT", "INCONCLUSIVE", "STATUSES", "CONTROL"]
@@ -80,7 +80,7 @@ def axis_keys(axis: str) -> list[str]:
 
 def with_depth(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame with ``depth`` (0: not set) and ``family_id`` (its ``config_id``) where a frame lacks them (older
-    frames, hand-made ones), as ``coordcheck.frame.conform`` fills them."""
+    frames, hand-made ones), as ``coordcheck.core.frame.conform`` fills them."""
     fill = {}
     if "depth" not in frame.columns:
         fill["depth"] = 0
@@ -476,10 +476,10 @@ def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRu
                    axis: str = "width") -> TransferVerdict:
     """The sweep's verdict: each parametrization's status, and the sweep's from those under test.
 
-    ``problems``: the jobs that left no frame (objects with ``job`` and ``error``, as ``coordcheck.sweep.JobProblem``);
+    ``problems``: the jobs that left no frame (objects with ``job`` and ``error``, as ``coordcheck.run.sweep.JobProblem``);
     any turns ``transfers`` into ``inconclusive`` (a missing point can hide the optimum). ``facts``: the jobs' facts
     (``job.json``, or ``TransferResult.facts``): a parametrization whose widths built the same model, or models that
-    do not grow, does not transfer (:func:`coordcheck.shapes.width_problem`), whatever its optima say.
+    do not grow, does not transfer (:func:`coordcheck.record.shapes.width_problem`), whatever its optima say.
     ``axis="depth"``: the same rules over the depths of one family at one width (``fit_optima(..., axis="depth")``),
     the causes worded for depth, and one more: deeper is worse (the best loss rises with depth beyond its interval)
     does not transfer across depth, whatever the shift."""

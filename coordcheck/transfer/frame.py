@@ -1,6 +1,6 @@
 """The learning-rate sweep's tidy loss frame: its schema, and reading and writing it safely.
 
-Stage: storage (the μTransfer twin of ``coordcheck.frame``). One row per (run, step, split):
+Stage: storage (the μTransfer twin of ``coordcheck.core.frame``). One row per (run, step, split):
 
 ==================  =======  ====================================================
 column              dtype    meaning
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from coordcheck import frame
+from coordcheck.core import frame
 
 __all__ = ["COLUMNS", "FRAME_NAME", "OK", "DIVERGED", "TransferIdentity", "conform", "write_frame", "read_frame",
            "concat_frames", "empty_frame"]

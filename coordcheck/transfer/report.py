@@ -56,11 +56,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from coordcheck.errors import EXIT, CoordCheckError
-from coordcheck.frame import atomic_write
+from coordcheck.core.errors import EXIT, CoordCheckError
+from coordcheck.core.frame import atomic_write
 from coordcheck.report import REPORT_DIR, environments, run_lines, write_config
-from coordcheck.sweep import JobProblem, aggregate, job_facts, sweep_config
-from coordcheck.text import md_escape, num, records, write_json
+from coordcheck.run.sweep import JobProblem, aggregate, job_facts, sweep_config
+from coordcheck.core.text import md_escape, num, records, write_json
 from coordcheck.transfer import frame as transfer_frame
 from coordcheck.transfer.fit import (
     DOES_NOT,
@@ -406,13 +406,13 @@ def rule_flags(p: argparse.ArgumentParser) -> None:
     """``--tol``, ``--min-points``, ``--min-widths``, ``--level``: the fields of :class:`TransferRules`."""
     from dataclasses import fields
 
-    from coordcheck.config import TRANSFER_REPORT
+    from coordcheck.app.config import TRANSFER_REPORT
 
     TRANSFER_REPORT.add_flags(p, only=tuple(f.name for f in fields(TransferRules)))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from coordcheck.config import TRANSFER_REPORT
+    from coordcheck.app.config import TRANSFER_REPORT
     from coordcheck.report import report_command
 
     return report_command(

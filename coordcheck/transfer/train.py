@@ -1,6 +1,6 @@
 """The learning-rate sweep's engine: train one (width, learning rate) on fresh batches, return its losses.
 
-Stage: train (the μTransfer twin of ``coordcheck.train``). Input: a builder, a width, a learning
+Stage: train (the μTransfer twin of ``coordcheck.run.train``). Input: a builder, a width, a learning
 rate, seeds, a parametrization, an optimizer factory and a data source ``data(split, seed)``
 that yields batches. Output: the tidy loss frame of one job (``coordcheck.transfer.frame``
 schema) and facts about the run. The Hydra job (``python -m coordcheck.transfer``) and the
@@ -29,13 +29,13 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from coordcheck.data import Batch, as_batch
-from coordcheck.depth import Depth
-from coordcheck.device import autocast, environment, grad_scaler
-from coordcheck.errors import CoordCheckError, check_count
-from coordcheck.parametrization import Builder, Parametrization
-from coordcheck.shapes import n_params, param_shapes
-from coordcheck.train import Init, LossFn, OptimizerFactory, build_on, cross_entropy, forward_loss, update
+from coordcheck.setup.data import Batch, as_batch
+from coordcheck.setup.depth import Depth
+from coordcheck.setup.device import autocast, environment, grad_scaler
+from coordcheck.core.errors import CoordCheckError, check_count
+from coordcheck.setup.parametrization import Builder, Parametrization
+from coordcheck.record.shapes import n_params, param_shapes
+from coordcheck.run.train import Init, LossFn, OptimizerFactory, build_on, cross_entropy, forward_loss, update
 from coordcheck.transfer.frame import DIVERGED, OK, TransferIdentity, conform
 
 __all__ = ["DataSource", "run_cell", "train_once", "check_data_source", "DIVERGE"]
@@ -54,7 +54,7 @@ def check_data_source(data: object) -> DataSource:
         inspect.signature(data).bind("train", 0)
     except TypeError:
         raise CoordCheckError("data must accept (split, seed): split is 'train' or 'heldout', seed the run's seed "
-                              "(e.g. coordcheck.data.text_stream)") from None
+                              "(e.g. coordcheck.setup.data.text_stream)") from None
     except ValueError:  # builtins without a signature: let the call decide
         pass
     return data
@@ -160,9 +160,9 @@ def run_cell(
     """Train every seed at one (width, lr); return the job's loss frame and facts about it.
 
     ``prepared``: ``parametrization.prepare`` already ran for this builder (the API prepares once per grid);
-    ``init``: re-initialises the built model (:mod:`coordcheck.init`; None: as built); ``depth``: the job's depth,
-    ``base_depth`` and depth scaling (:class:`coordcheck.depth.Depth`; None: the model's own, unscaled), applied as
-    the coordinate check applies it (``coordcheck.train.build_on``).
+    ``init``: re-initialises the built model (:mod:`coordcheck.setup.init`; None: as built); ``depth``: the job's depth,
+    ``base_depth`` and depth scaling (:class:`coordcheck.setup.depth.Depth`; None: the model's own, unscaled), applied as
+    the coordinate check applies it (``coordcheck.run.train.build_on``).
     """
     check_count(steps, "steps")
     check_count(eval_batches, "eval_batches")
@@ -182,7 +182,7 @@ def run_cell(
         for seed in seeds:
             model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init,
                                   depth)
-            facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.shapes)
+            facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.record.shapes)
             facts["n_params"] = n_params(facts["shapes"])
             losses, heldout, diverged = train_once(
                 model, opt, data, seed=seed, steps=steps, eval_batches=eval_batches, loss_fn=loss_fn, output=output,

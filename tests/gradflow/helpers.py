@@ -6,9 +6,9 @@ import mup
 import pandas as pd
 from torch import nn
 
-from coordcheck.data import gaussian
+from coordcheck.setup.data import gaussian
 from coordcheck.gradflow import Diagnosis, diagnose
-from coordcheck.parametrization import Mup, build_model
+from coordcheck.setup.parametrization import Mup, build_model
 
 BATCH = gaussian(batch_size=64, dim=16, n_classes=10)
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from coordcheck.data import gaussian, tokens
+from coordcheck.setup.data import gaussian, tokens
 from coordcheck.gradflow import BLOCKING, Diagnosis, GradFlowProbe, exit_code, gradflow_once, notes, probe_training
-from coordcheck.models import gpt, mlp
+from coordcheck.setup.models import gpt, mlp
 
 from .gradflow_models import DeepMLP
 from .helpers import BATCH, found, loop, mup_model, stat

@@ -57,9 +57,9 @@ def test_a_healthy_mup_gpt_figure_marks_nothing_and_the_report_explains_every_ze
 
     import matplotlib.pyplot as plt
 
-    from coordcheck.data import tokens
+    from coordcheck.setup.data import tokens
     from coordcheck.gradflow import RATIO_NOT_JUDGED, layer_summary, notes, plot_gradflow, probe_training
-    from coordcheck.models import gpt
+    from coordcheck.setup.models import gpt
 
     from .helpers import mup_model
 

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from conftest import run_in_process
-from coordcheck.app import job_hash
-from coordcheck.config import compose_config
+from coordcheck.app.jobs import job_hash
+from coordcheck.app.config import compose_config
 from coordcheck.loggers import Content, RunInfo, Tracker, emit, keys, trackers_of
 from coordcheck.loggers.content import job_scalars
 from tests.loggers.conftest import wandb_env
@@ -106,8 +106,8 @@ def test_several_trackers_at_once_and_none_changes_what_a_job_is():
 
 
 def test_an_unknown_tracker_option_is_one_line_before_any_job_runs():
-    from coordcheck.config import check_choices
-    from coordcheck.errors import CoordCheckError
+    from coordcheck.app.config import check_choices
+    from coordcheck.core.errors import CoordCheckError
 
     with pytest.raises(CoordCheckError, match=r"^unknown logger 'tensorbord' \(did you mean tensorboard\?\): choose "
                                               r"one of mlflow, tensorboard, wandb"):
@@ -115,7 +115,7 @@ def test_an_unknown_tracker_option_is_one_line_before_any_job_runs():
 
 
 def test_loss_per_step_is_the_mean_over_seeds_with_each_seed_beside_it(tmp_path):
-    from coordcheck.frame import LOSS_MODULE
+    from coordcheck.core.frame import LOSS_MODULE
 
     rows = [{"seed": s, "step": t, "module": LOSS_MODULE, "tensor": "loss", "value": 1.0 + s + t}
             for s in (0, 1) for t in (0, 1)]
@@ -127,7 +127,7 @@ def test_loss_per_step_is_the_mean_over_seeds_with_each_seed_beside_it(tmp_path)
 
 
 def test_import_coordcheck_imports_no_tracker():
-    code = ("import sys, coordcheck, coordcheck.loggers, coordcheck.app; "
+    code = ("import sys, coordcheck, coordcheck.loggers, coordcheck.app.jobs; "
             "print([m for m in sys.modules if m.split('.')[0] in ('tensorboard', 'mlflow', 'wandb')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]

@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import run_cli, run_in_process
 
-from coordcheck import app
+from coordcheck.app import jobs as app
 from coordcheck.transfer.app import grid_size
 
 TINY = ["width=32,64", "lr=0.001953125,0.0078125,0.03125", "parametrization=mup", "steps=3", "eval_batches=1",
@@ -24,7 +24,7 @@ def test_default_config_composes_with_the_default_grid():
     assert params.width == "128,256,512" and params.parametrization == "mup,sp"
     assert len(str(params.lr).split(",")) == 9
     assert grid_size(cfg) == 3 * 9 * 2
-    assert cfg.data._target_ == "coordcheck.data.text_stream" and cfg.steps == 150
+    assert cfg.data._target_ == "coordcheck.setup.data.text_stream" and cfg.steps == 150
 
 
 @pytest.mark.slow

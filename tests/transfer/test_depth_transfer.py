@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 
-from coordcheck.errors import CoordCheckError
+from coordcheck.core.errors import CoordCheckError
 from coordcheck.transfer.fit import (
     DOES_NOT,
     INCONCLUSIVE,
@@ -161,7 +161,7 @@ def test_cli_depth_sweep_writes_depth_columns_and_a_report_that_says_depth(tmp_p
 @pytest.mark.slow
 def test_api_depths_gives_a_depth_frame_and_a_verdict_across_depth():
     import coordcheck
-    from coordcheck.models import gpt
+    from coordcheck.setup.models import gpt
 
     r = coordcheck.transfer(gpt, width=16, depths=[2, 4], lrs=[0.004, 0.016], steps=2, eval_batches=1,
                             depth_scaling="completep", progress=False)
@@ -179,7 +179,7 @@ def test_api_depths_gives_a_depth_frame_and_a_verdict_across_depth():
 def test_the_depth_transfer_overlay_composes_the_grid_that_was_measured_to_decide():
     from hydra import compose, initialize_config_dir
 
-    from coordcheck import app
+    from coordcheck.app import jobs as app
     from coordcheck.transfer.app import grid_size
 
     with initialize_config_dir(app.CONF_DIR, version_base="1.3"):

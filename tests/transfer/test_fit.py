@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from coordcheck.errors import CoordCheckError
-from coordcheck.sweep import JobProblem
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.run.sweep import JobProblem
 from coordcheck.transfer.fit import (
     DOES_NOT,
     INCONCLUSIVE,

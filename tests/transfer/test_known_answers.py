@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import coordcheck
-from coordcheck import models
+from coordcheck.setup import models
 from coordcheck.testing.public_models import configure_optimizers, gpt_builder
 from coordcheck.transfer.report import build_transfer_report
 

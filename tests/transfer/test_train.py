@@ -8,11 +8,11 @@ import torch
 from cli_builders import gpt_no_width
 
 import coordcheck
-from coordcheck import models
-from coordcheck.data import text_stream
-from coordcheck.errors import CoordCheckError
-from coordcheck.optim import adam
-from coordcheck.parametrization import Mup
+from coordcheck.setup import models
+from coordcheck.setup.data import text_stream
+from coordcheck.core.errors import CoordCheckError
+from coordcheck.setup.optim import adam
+from coordcheck.setup.parametrization import Mup
 from coordcheck.transfer.frame import COLUMNS, TransferIdentity
 from coordcheck.transfer.train import check_data_source, run_cell
 

@@ -1,6 +1,6 @@
 """``my_pkg.models.build``: a muP model as the docs' ``model._target_=my_pkg.models.build`` expects it."""
 
-from coordcheck.models import GPT
+from coordcheck.setup.models import GPT
 
 
 def build(width: int, n_layer: int = 2, **kwargs) -> GPT:
