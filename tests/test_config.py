@@ -15,9 +15,13 @@ from coordcheck import report
 from coordcheck.app import jobs as app
 from coordcheck.app import config
 from coordcheck.app.config import (
-    REPORT, TRANSFER_REPORT, Knobs, check_choices, check_command_line, compose_config, instantiate_node,
-    positive_number, resolved_config, safe_dirname, transfer_options,
+    check_choices, check_command_line, compose_config, instantiate_node, positive_number, resolved_config,
+    safe_dirname,
 )
+from coordcheck.report import knobs as report_knobs
+from coordcheck.report.knobs import REPORT, Knobs
+from coordcheck.transfer import knobs as transfer_knobs
+from coordcheck.transfer.knobs import TRANSFER_REPORT, transfer_options
 from coordcheck.core.errors import CoordCheckError, knob
 from coordcheck.transfer.fit import TransferRules
 from coordcheck.judge.verdict import Rules
@@ -33,15 +37,15 @@ class ToyRules:
 
 
 TOY = Knobs(name="toy_report", schema_name="ToyReportOptions", rules=ToyRules,
-            own=(("strict", bool, False, "exit non-zero"), ("size", config.Size, config.Size.paper, "figure size")),
-            choices={"size": config.Size})
+            own=(("strict", bool, False, "exit non-zero"), ("size", report_knobs.Size, report_knobs.Size.paper, "figure size")),
+            choices={"size": report_knobs.Size})
 
 
 # -- Knobs: one schema per experiment, generated from its rules ------------------------------------------------------
 def test_the_schema_is_the_rules_fields_then_the_own_knobs_with_their_defaults():
     assert [(f.name, f.type) for f in fields(TOY.schema)] == [
-        ("tol", float), ("n", int), ("name", str), ("strict", bool), ("size", config.Size)]
-    assert TOY.schema.__name__ == "ToyReportOptions" and TOY.schema.__module__ == "coordcheck.app.config"
+        ("tol", float), ("n", int), ("name", str), ("strict", bool), ("size", report_knobs.Size)]
+    assert TOY.schema.__name__ == "ToyReportOptions" and TOY.schema.__module__ == "coordcheck.report.knobs"
     assert TOY.values() == {"tol": 0.5, "n": 3, "name": "a", "strict": False, "size": "paper"}
     assert TOY.values({"tol": 0.1, "size": "slides"}) == {**TOY.values(), "tol": 0.1, "size": "slides"}
     assert TOY.rules_of(TOY.values({"n": 5})) == ToyRules(n=5)
@@ -51,7 +55,7 @@ def test_the_schema_is_the_rules_fields_then_the_own_knobs_with_their_defaults()
 def test_the_transfer_report_knobs_are_the_fields_of_transfer_rules():
     assert list(TRANSFER_REPORT.kinds) == [f.name for f in fields(TransferRules)] + ["figures", "size", "strict"]
     cfg = compose_config([], "transfer")
-    assert OmegaConf.get_type(cfg.report) is config.TransferOptions
+    assert OmegaConf.get_type(cfg.report) is transfer_knobs.TransferOptions
     assert transfer_options(cfg.report) == transfer_options(), "conf/transfer.yaml's report values drifted"
     assert TRANSFER_REPORT.rules_of(transfer_options()) == TransferRules()
 
@@ -76,7 +80,7 @@ def test_a_bad_knob_is_named_as_the_user_wrote_it():
         TOY.values({"n": 1}, flag=lambda k: "--" + k)
     assert str(e.value) == "--n: must be an integer >= 2 (got 1)"
     with pytest.raises(CoordCheckError) as e:
-        config.report_options({"min_window": 0}, flag=lambda k: "--" + k.replace("_", "-"))
+        report_knobs.report_options({"min_window": 0}, flag=lambda k: "--" + k.replace("_", "-"))
     assert str(e.value) == "--min-window: must be an integer >= 1 (got 0)"
     with pytest.raises(CoordCheckError, match=r"report.level: must be a number > 0 and < 1 \(got 1.0\)"):
         transfer_options({"level": 1.0})
@@ -116,16 +120,16 @@ def test_add_flags_only_some_knobs_and_steps_as_a_list(capsys):
 
 
 def test_report_knobs_are_the_fields_of_rules_then_the_reports_own(capsys):
-    assert list(config.KNOBS) == [f.name for f in fields(Rules)] + ["figures", "size", "steps", "strict", "layout"]
+    assert list(report_knobs.KNOBS) == [f.name for f in fields(Rules)] + ["figures", "size", "steps", "strict", "layout"]
     with initialize_config_dir(config_dir=app.CONF_DIR, version_base="1.3"):
         cfg = compose("config")
-    assert OmegaConf.get_type(cfg.report) is config.ReportOptions
-    assert config.report_options(cfg.report) == config.report_options(), "conf/config.yaml's report drifted from Rules"
-    assert config.rules_of(config.report_options()) == Rules()
+    assert OmegaConf.get_type(cfg.report) is report_knobs.ReportOptions
+    assert report_knobs.report_options(cfg.report) == report_knobs.report_options(), "conf/config.yaml's report drifted from Rules"
+    assert report_knobs.rules_of(report_knobs.report_options()) == Rules()
     from coordcheck import plot
 
-    assert [m.value for m in config.Size] == list(get_args(plot.Size))
-    assert [m.value for m in config.Layout] == list(get_args(plot.Layout))
+    assert [m.value for m in report_knobs.Size] == list(get_args(plot.Size))
+    assert [m.value for m in report_knobs.Layout] == list(get_args(plot.Layout))
     with pytest.raises(SystemExit):
         report.main(["--help"])
     usage = capsys.readouterr().out
@@ -176,8 +180,8 @@ def test_good_report_knobs_pass_the_check_and_reach_the_options():
     knobs = ["report.stat=l1", "report.steps=[0,3]", "report.strict=true", "report.layout=guide", "report.min_widths=4",
              "report.size=slides"]
     config.check_command_line(["--multirun", "width=16,32", *knobs])
-    opts = config.report_options(config.compose_config(knobs).report)
-    assert opts == {**config.report_options(), "stat": "l1", "steps": [0, 3], "strict": True, "layout": "guide",
+    opts = report_knobs.report_options(config.compose_config(knobs).report)
+    assert opts == {**report_knobs.report_options(), "stat": "l1", "steps": [0, 3], "strict": True, "layout": "guide",
                     "min_widths": 4, "size": "slides"}
 
 
@@ -283,7 +287,7 @@ def test_check_values_reads_sweeps_as_hydra_parses_them():
 def test_composed_configs_pickle_with_their_report_schema():
     import pickle
 
-    for name, schema in (("config", config.ReportOptions), ("transfer", config.TransferOptions)):
+    for name, schema in (("config", report_knobs.ReportOptions), ("transfer", transfer_knobs.TransferOptions)):
         cfg = pickle.loads(pickle.dumps(compose_config([], name)))
         assert OmegaConf.get_type(cfg.report) is schema
 
@@ -291,10 +295,10 @@ def test_composed_configs_pickle_with_their_report_schema():
 def test_knob_ranges_and_help_come_from_the_rules_fields():
     from dataclasses import fields
 
-    for knobs, rules in ((config.REPORT, Rules), (config.TRANSFER_REPORT, TransferRules)):
+    for knobs, rules in ((report_knobs.REPORT, Rules), (TRANSFER_REPORT, TransferRules)):
         for f in fields(rules):
             assert knobs.bounds[f.name] == f.metadata["bounds"] and knobs.help[f.name] == f.metadata["help"]
-    assert config.TRANSFER_REPORT.expected("level") == "a number > 0 and < 1"
+    assert TRANSFER_REPORT.expected("level") == "a number > 0 and < 1"
 
 
 # -- every value each key takes, and every target, before any job runs (issue 20) --------------------------------------

@@ -15,19 +15,13 @@ Nothing here imports torch at import time.
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, make_dataclass
-from enum import Enum
 from pathlib import Path
-from types import ModuleType
-from typing import Any, List, Literal, Optional, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, InstantiationException
 from hydra.utils import instantiate
@@ -35,17 +29,19 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from coordcheck.core.errors import (
-    CoordCheckError, check_count, check_depth, check_loss, check_threads, check_width, expected, in_range,
-    positive_number, resolve_seeds,
+    CoordCheckError, check_count, check_depth, check_loss, check_threads, check_width, positive_number, resolve_seeds,
 )
 from coordcheck.core.frame import digest
-from coordcheck.app.overrides import check_groups, check_keys, did_you_mean, hydra_flag, is_group, unknown_option
-from coordcheck.transfer.fit import TransferRules
-from coordcheck.judge.verdict import Rules
+from coordcheck.core.targets import locate
+from coordcheck.app.overrides import check_groups, check_keys, hydra_flag, is_group, unknown_option
+from coordcheck.report.knobs import (  # noqa: F401  (re-exported: their home was here)
+    KNOBS, LAYOUTS, REPORT, SIZES, Knobs, Layout, ReportOptions, Size, Stat, cli_flag, knob_error, report_options,
+    rules_of,
+)
 
 __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "RUN_DEFAULTS", "resolved_config", "instantiate_node", "check_run",
-           "positive_number", "safe_dirname", "NOT_IN_FAMILY", "job_depth", "Knobs", "REPORT", "TRANSFER_REPORT", "ReportOptions",
-           "TransferOptions", "report_options", "transfer_options", "rules_of", "knob_error", "options",
+           "positive_number", "safe_dirname", "NOT_IN_FAMILY", "job_depth", "Knobs", "REPORT", "ReportOptions",
+           "report_options", "rules_of", "not_in_dirname", "knob_error", "options",
            "check_choices", "compose_config", "check_command_line", "check_values", "check_targets", "locate",
            "JOB_CHECKS", "one_value", "check_jobs", "is_remote", "check_typos", "hydra_context"]
 
@@ -145,185 +141,6 @@ def job_depth(cfg: DictConfig) -> Any:
                  key=str(cfg.get("depth_key", "auto")))
 
 
-# -- the report knobs ------------------------------------------------------------------------------------------------
-# One schema per experiment for `report.*`, registered in Hydra's ConfigStore (so the config is typed when it is
-# composed) and turned into the flags of its report CLI. The verdict's knobs are generated from the fields of its rules
-# dataclass (verdict.Rules, transfer.fit.TransferRules) — a rule added there is a knob here — followed by the report's
-# own knobs. Ranges and help lines are on the rules' fields (coordcheck.core.errors.knob).
-
-SIZES = ("paper", "slides")  # plot.Size and plot.Layout (plot imports matplotlib: too slow for the config path)
-LAYOUTS = ("grid", "guide")
-
-
-def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
-    return Enum(name, {v: v for v in values}, module=__name__)
-
-
-Stat = _choice("Stat", next(f for f in fields(Rules) if f.name == "stat").metadata["choices"])
-Size, Layout = _choice("Size", SIZES), _choice("Layout", LAYOUTS)
-
-
-def cli_flag(key: str) -> str:
-    """A knob as a report CLI spells it: ``--shrink-tol`` for ``shrink_tol``."""
-    return "--" + key.replace("_", "-")
-
-
-@dataclass(eq=False)
-class Knobs:
-    """The ``report`` node of one experiment: the fields of ``rules`` (a frozen dataclass of
-    :func:`coordcheck.core.errors.knob` fields: default, range, choices and help are defined there, once), then ``own``
-    knobs, the report's, as ``(name, type, default, help)``.
-
-    ``schema`` is the generated structured-config dataclass ``schema_name`` (in Hydra's ConfigStore as
-    ``schema/<name>``, and a module attribute of this module so that configs pickle by reference); ``choices`` maps
-    knobs with a closed set of values to their Enum (the own knobs' and the rules' alike).
-    """
-
-    name: str
-    schema_name: str
-    rules: type
-    own: tuple[tuple[str, Any, Any, str], ...]
-    choices: dict[str, type[Enum]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        hints, defaults = get_type_hints(self.rules), self.rules()
-
-        def knob(f: Any) -> tuple[str, Any, Any]:
-            kind = self.choices.get(f.name) or (hints[f.name] if hints[f.name] in (bool, int, float, str) else Any)
-            default = getattr(defaults, f.name)
-            return f.name, kind, field(default=kind(default) if f.name in self.choices else default)
-
-        self.schema = make_dataclass(
-            self.schema_name,
-            [*(knob(f) for f in fields(self.rules)), *((n, k, field(default=d)) for n, k, d, _ in self.own)],
-            namespace={"__doc__": f"The ``report`` config node: the fields of ``{self.rules.__name__}``, then the "
-                                  "report's own knobs."})
-        self.schema.__module__ = __name__  # pickled by reference with the config (joblib, submitit)
-        self.kinds: dict[str, Any] = {f.name: f.type for f in fields(self.schema)}
-        self.bounds = {f.name: f.metadata.get("bounds", ()) for f in fields(self.rules)}
-        self.help = {**{f.name: f.metadata.get("help", "") for f in fields(self.rules)},
-                     **{n: h for n, _, _, h in self.own}}  # one line per knob, for --help (no % signs: argparse)
-        ConfigStore.instance().store(group="schema", name=self.name, node=self.schema)
-
-    def not_in_dirname(self) -> list[str]:
-        """``hydra.job.config.override_dirname.exclude_keys`` (its resolver): what does not change a job's frame does
-        not name its directory, so a re-run with other report knobs finds (and resumes) the same jobs."""
-        return [*(k for k in NOT_IN_JOB if k != "report"), "device", *(f"report.{k}" for k in self.kinds),
-                *logger_keys()]
-
-    def expected(self, key: str) -> str:
-        """What a knob takes, in words: ``a number > 0``, ``one of paper, slides``, ``true or false``."""
-        kind = self.kinds[key]
-        if isinstance(kind, type) and issubclass(kind, Enum):
-            return expected(str, choices=tuple(m.value for m in kind))
-        if key == "steps":
-            return "null or a list of steps >= 0, e.g. [0,3,10]"
-        return expected(kind, self.bounds.get(key, ()))
-
-    def error(self, key: str, value: Any = None, flag: Callable[[str], str] = "report.{}".format) -> str:
-        """One line for a bad knob, named as the user wrote it (``report.tol`` in a sweep, ``--tol`` in a report
-        CLI)."""
-        if key not in self.kinds:
-            hint = did_you_mean(key, self.kinds, prefix=flag("")) if key else ""
-            return f"{flag(key)}: unknown knob{hint}: choose one of {', '.join(self.kinds)}"
-        return f"{flag(key)}: must be {self.expected(key)} (got {value!r})"
-
-    def values(self, node: Mapping | None = None, flag: Callable[[str], str] = "report.{}".format) -> dict[str, Any]:
-        """The knobs, typed by the schema and range-checked, as plain values (choices as strings).
-
-        ``node``: the ``report`` config node, or a mapping of the knobs to set (the rest keep their defaults).
-        A bad knob raises :class:`CoordCheckError` naming it with ``flag``.
-        """
-        if not (node is None or isinstance(node, (Mapping, DictConfig))):
-            raise CoordCheckError(f"report: must hold the knobs {', '.join(self.kinds)} (got {node!r})")
-        try:
-            given = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node or {})
-            values = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(self.schema), given),
-                                            enum_to_str=True)
-        except OmegaConfBaseException as e:
-            raise CoordCheckError(self.error(str(e.full_key or e.key).removeprefix("report."), e.value, flag)) from None
-        for key, checks in self.bounds.items():
-            if key in values and not in_range(values[key], checks):
-                raise CoordCheckError(self.error(key, values[key], flag))
-        if any(step < 0 for step in values.get("steps") or ()):
-            raise CoordCheckError(self.error("steps", values["steps"], flag))
-        return values
-
-    def rules_of(self, values: Mapping[str, Any]) -> Any:
-        """The rules dataclass from knob values (the fields they share)."""
-        return self.rules(**{f.name: values[f.name] for f in fields(self.rules) if f.name in values})
-
-    def add_flags(self, parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
-        """One flag per knob (``--shrink-tol`` for ``shrink_tol``; ``--no-figures``/``--figures`` for a bool), its
-        type, default and choices from the schema and its help from :attr:`help`. ``only``: these knobs alone."""
-        defaults = self.schema()
-        for f in fields(self.schema):
-            if only is not None and f.name not in only:
-                continue
-            default, kind = getattr(defaults, f.name), self.kinds[f.name]
-            if isinstance(default, Enum):
-                flag = dict(choices=[m.value for m in type(default)], type=str)
-                default = default.value
-            elif kind is bool:
-                flag = dict(action=argparse.BooleanOptionalAction)
-            elif f.name == "steps":
-                flag = dict(type=_steps)
-            else:
-                flag = dict(type=kind if kind in (int, float) else str)
-            parser.add_argument(cli_flag(f.name), default=default, **flag,
-                                help=f"{self.help[f.name]} (default {default})")
-
-
-def _steps(text: str) -> list[int]:
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--steps takes comma-separated integers, got {text!r}") from None
-
-
-REPORT = Knobs(
-    name="report", schema_name="ReportOptions", rules=Rules,
-    own=(("figures", bool, True, "draw the figures (coord_check, slopes, loss)"),
-         ("size", Size, Size.paper, "figure size: a paper column or 16:9 slides"),
-         ("steps", Optional[List[int]], None,
-          "steps shown in the coord-check figure, e.g. 0,3,10 (null: up to 4 spread over the run)"),
-         ("strict", bool, False, "exit 1 on fail, 2 when inconclusive, 0 on pass (a CI gate)"),
-         ("layout", Layout, Layout.grid,
-          "coord-check figure: grid (a panel per step) or guide (a panel per kind of activation, a line per step)")),
-    choices={"stat": Stat, "size": Size, "layout": Layout},
-)
-TRANSFER_REPORT = Knobs(
-    name="transfer_report", schema_name="TransferOptions", rules=TransferRules,
-    own=(("figures", bool, True, "draw the figures (transfer, optimum)"),
-         ("size", Size, Size.paper, "figure size: a paper column or 16:9 slides"),
-         ("strict", bool, False,
-          "exit 1 when it does not transfer, 2 when inconclusive, 0 when it transfers (a CI gate)")),
-    choices={"size": Size},
-)
-ReportOptions, TransferOptions = REPORT.schema, TRANSFER_REPORT.schema
-KNOBS: dict[str, Any] = REPORT.kinds
-
-
-def knob_error(key: str, value: Any = None, flag: Callable[[str], str] = "report.{}".format) -> str:
-    """:meth:`Knobs.error` of the coordinate check's report."""
-    return REPORT.error(key, value, flag)
-
-
-def report_options(node: Mapping | None = None, flag: Callable[[str], str] = "report.{}".format) -> dict[str, Any]:
-    """The coordinate check's report knobs, checked (:meth:`Knobs.values`)."""
-    return REPORT.values(node, flag)
-
-
-def transfer_options(node: Mapping | None = None, flag: Callable[[str], str] = "report.{}".format) -> dict[str, Any]:
-    """The μTransfer sweep's report knobs, checked (:meth:`Knobs.values`)."""
-    return TRANSFER_REPORT.values(node, flag)
-
-
-def rules_of(options: Mapping[str, Any]) -> Rules:
-    """The verdict's :class:`Rules` from report knobs (the fields they share)."""
-    return REPORT.rules_of(options)
-
-
 def width_ratio(power: float = 1, *, _root_: DictConfig) -> float:
     """``${cc.ratio:}``: the job's width / base_width (muP's width multiplier); ``${cc.ratio:-1}`` its inverse, any
     power alike. For width-dependent fields written in YAML (``logits_scaling: ${cc.ratio:}``)."""
@@ -345,8 +162,15 @@ def head_dim(power: float = 1, *, _root_: DictConfig) -> float:
     return float(dim ** power)
 
 
-for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_in_dirname", REPORT.not_in_dirname),
-                         ("coordcheck_not_in_transfer_dirname", TRANSFER_REPORT.not_in_dirname),
+def not_in_dirname(knobs: Knobs = REPORT) -> list[str]:
+    """``hydra.job.config.override_dirname.exclude_keys`` (its resolver): what does not change a job's frame does not
+    name its directory (the run keys, ``device``, every report knob of ``knobs``, the trackers' settings), so a
+    re-run with other report knobs finds (and resumes) the same jobs."""
+    return [*(k for k in NOT_IN_JOB if k != "report"), "device", *(f"report.{k}" for k in knobs.kinds),
+            *logger_keys()]
+
+
+for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_in_dirname", not_in_dirname),
                          ("cc.ratio", width_ratio), ("cc.head_dim", head_dim)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _resolver)
@@ -486,39 +310,6 @@ JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job r
 
 
 # -- the objects a config names, found before any job runs ------------------------------------------------------------
-
-def locate(path: str, key: str) -> Any:
-    """The object a dotted path names (``coordcheck.setup.models.gpt``), imported as Hydra's ``_target_`` is; one line
-    naming ``key`` when it cannot be: the module that was not found, the attribute that is missing, or the error
-    its module raised on import."""
-    if not isinstance(path, str) or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", path):
-        raise CoordCheckError(f"{key}={path!r} is not a dotted path: write it as package.module.function")
-    parts = path.split(".")
-    obj: Any = None
-    for i, part in enumerate(parts):
-        parent = ".".join(parts[:i])
-        if i and hasattr(obj, part):
-            obj = getattr(obj, part)
-            continue
-        if i and not isinstance(obj, ModuleType):
-            raise CoordCheckError(f"{key}={path}: {parent!r} has no attribute {part!r}: check the name")
-        name = ".".join(parts[:i + 1])
-        try:
-            obj = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:  # a module it imports is missing
-                raise CoordCheckError(f"{key}={path}: importing {name!r} failed: {e}: install it") from None
-            if i:
-                raise CoordCheckError(f"{key}={path}: {parent!r} has no attribute {part!r}: check the name") from None
-            raise CoordCheckError(f"{key}={path}: module {name!r} not found: check the spelling, or install the "
-                                  "package (or put its directory on PYTHONPATH)") from None
-        except CoordCheckError:  # the module says what to do (coordcheck.setup.hf: what to install)
-            raise
-        except Exception as e:  # the module's own code failed as it was imported
-            first = (str(e).strip().splitlines() or [""])[0]
-            raise CoordCheckError(f"{key}={path}: importing {name!r} failed ({type(e).__name__}: {first}): "
-                                  "fix that module") from None
-    return obj
 
 
 def check_targets(cfg: DictConfig, overrides: list) -> None:

@@ -51,7 +51,7 @@ from coordcheck.app.config import (  # noqa: F401  (CONF_DIR ... Layout: re-expo
     instantiate_node, knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
 )
 from coordcheck.core.errors import EXIT, USER_ERROR, CoordCheckError, check_loss, check_threads
-from coordcheck.core.frame import FRAME_NAME, atomic_write, digest, write_frame
+from coordcheck.core.frame import FRAME_NAME, FrameError, atomic_write, digest, read_frame, write_frame
 from coordcheck.report import ERROR_NAME, REPORT_DIR
 from coordcheck.run.sweep import JOB_NAME
 from coordcheck.core.text import write_json
@@ -134,29 +134,14 @@ def job_hash(cfg: DictConfig) -> str:
     return digest(resolved_config(cfg, NOT_IN_JOB), length=16)
 
 
-def _read_transfer_frame(path: Path):
-    from coordcheck.transfer.frame import read_frame
-
-    return read_frame(path)
-
-
-def _read_coord_frame(path: Path):
-    from coordcheck.core.frame import read_frame
-
-    return read_frame(path)
-
-
-FRAME_FILES: dict[str, tuple[str, Callable]] = {  # the frame each kind of job writes, and its reader
-    "coordcheck": (FRAME_NAME, _read_coord_frame),
-    "transfer": ("transfer.parquet", _read_transfer_frame),
-}
+# The frame each kind of job writes, and its reader: the coordinate check's here; another experiment that runs its jobs
+# through execute() adds its own when it is imported (coordcheck.transfer.app: "transfer").
+FRAME_FILES: dict[str, tuple[str, Callable]] = {"coordcheck": (FRAME_NAME, read_frame)}
 
 
 def finished(output_dir: Path, key: str) -> dict | None:
     """The job.json of a complete job with the same configuration in ``output_dir``, if any (its ``kind``,
-    ``coordcheck`` or ``transfer``, says which frame it wrote)."""
-    from coordcheck.core.frame import FrameError
-
+    ``coordcheck`` or ``transfer``, says which frame it wrote: :data:`FRAME_FILES`)."""
     try:
         meta = json.loads((output_dir / JOB_NAME).read_text())
     except (OSError, ValueError):

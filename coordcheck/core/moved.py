@@ -29,24 +29,25 @@ MOVED: dict[str, tuple[str, ...]] = {
     "coordcheck.optim": ("coordcheck.setup.optim",),
     "coordcheck.depth": ("coordcheck.setup.depth",),
     "coordcheck.device": ("coordcheck.setup.device",),
-    "coordcheck.probes": ("coordcheck.record.probes",),
+    "coordcheck.probes": ("coordcheck.record.probes", "coordcheck.record.outputs", "coordcheck.record.moments"),
     "coordcheck.own": ("coordcheck.record.own",),
     "coordcheck.moments": ("coordcheck.record.moments",),
-    "coordcheck.layout": ("coordcheck.record.layout",),
+    "coordcheck.layout": ("coordcheck.record.layout", "coordcheck.setup.blocks"),
     "coordcheck.eps": ("coordcheck.record.eps",),
     "coordcheck.param_facts": ("coordcheck.record.param_facts",),
     "coordcheck.shapes": ("coordcheck.record.shapes",),
     "coordcheck.train": ("coordcheck.run.train",),
     "coordcheck.sweep": ("coordcheck.run.sweep",),
     "coordcheck.slopes": ("coordcheck.judge.slopes",),
-    "coordcheck.verdict": ("coordcheck.judge.verdict",),
+    "coordcheck.verdict": ("coordcheck.judge.verdict", "coordcheck.judge.rules", "coordcheck.judge.stability"),
     "coordcheck.causes": ("coordcheck.judge.causes",),
     "coordcheck.audit": ("coordcheck.judge.audit",),
     "coordcheck.depth_verdict": ("coordcheck.judge.depth",),
     "coordcheck.narrow": ("coordcheck.judge.narrow",),
     "coordcheck.places": ("coordcheck.judge.places",),
-    "coordcheck.config": ("coordcheck.app.config",),
-    "coordcheck.overrides": ("coordcheck.app.overrides",),
+    "coordcheck.config": ("coordcheck.app.config", "coordcheck.report.knobs", "coordcheck.transfer.knobs",
+                          "coordcheck.core.targets"),
+    "coordcheck.overrides": ("coordcheck.app.overrides", "coordcheck.core.typos"),
     "coordcheck.api": ("coordcheck.app.api",),
     "coordcheck.gradflow_report": ("coordcheck.gradflow.checks", "coordcheck.gradflow.plot",
                                    "coordcheck.gradflow.report", "coordcheck.gradflow.schema"),
@@ -71,11 +72,13 @@ class _Moved(types.ModuleType):
 
 
 def _caller_level() -> int:
-    """How many frames up the ``import`` statement is, past the import machinery (for the warning's line)."""
+    """The ``stacklevel`` of the ``import`` statement, for the warning's line: the frames of this module up to it
+    (``warnings`` itself skips the import machinery's frames)."""
     frame, level = sys._getframe(1), 1
-    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
-                                 or frame.f_code.co_filename == __file__):
-        frame, level = frame.f_back, level + 1
+    while frame is not None and (frame.f_code.co_filename == __file__
+                                 or frame.f_code.co_filename.startswith("<frozen importlib")):
+        level += frame.f_code.co_filename == __file__
+        frame = frame.f_back
     return level
 
 

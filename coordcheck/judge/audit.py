@@ -32,17 +32,15 @@ Never imports torch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS  # noqa: F401  (re-exported: the schemas live there)
 from coordcheck.core.frame import EPS_TENSOR, LOSS_MODULE
+from coordcheck.judge.rules import Rules
 from coordcheck.judge.slopes import t_quantile
-
-if TYPE_CHECKING:  # the verdict may import this module (causes): its Rules are read, not imported, here
-    from coordcheck.judge.verdict import Rules
 
 __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
            "TABLE_COLUMNS", "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table",
@@ -150,8 +148,6 @@ PLURAL = {"hidden": "hidden matrices", "input-like": "input-like matrices", "out
 
 def _rules(rules: Rules | None) -> Rules:
     if rules is None:
-        from coordcheck.judge.verdict import Rules
-
         return Rules()
     return rules
 

@@ -24,7 +24,7 @@ on the built-in GPT, width 128, depths 2-16, 3 seeds, 10 Adam steps, lr 1e-2 and
   multiplier with a fan-in init grows like depth^+0.38; GPT-2's init is flat here (+0.00) and wrong only after updates,
   so step 0 alone would pass it. The residual's value after updates is shown, not judged: its change judges it.
 * **Embeddings, the final norm, the readout**: their ``out`` / ``delta`` by role as in the width verdict
-  (:data:`coordcheck.judge.verdict.EXPECT`): the final norm's output is flat by construction, which is why the logits
+  (:data:`coordcheck.judge.rules.EXPECT`): the final norm's output is flat by construction, which is why the logits
   alone are nearly blind to depth errors.
 * **Modules inside the blocks** (pooled over blocks): shown, not judged. Depth-μP shrinks each block's update like
   depth^-1/2 by design (the pooled ``mlp.c_proj`` change: -0.23..-0.50) and CompleteP's per-block updates move with
@@ -36,8 +36,8 @@ on the built-in GPT, width 128, depths 2-16, 3 seeds, 10 Adam steps, lr 1e-2 and
   +0.007 (0.04 -> 0.08, below any threshold: the residual decides that one).
 
 Significance (the whole interval outside the band), persistence (``persist`` consecutive judged steps unless
-``gross``: :func:`coordcheck.judge.verdict.mark_transients`), zeros, divergence and the stability window
-(:func:`coordcheck.judge.verdict.find_instability` per depth; a family's window ends before the first instability at any of
+``gross``: :func:`coordcheck.judge.stability.mark_transients`), zeros, divergence and the stability window
+(:func:`coordcheck.judge.stability.find_instability` per depth; a family's window ends before the first instability at any of
 its depths) are the width verdict's. Fewer than ``min_depths`` depths is ``inconclusive``, never ``pass``.
 
 Causes (each only where its evidence is measured; else the reason says what was seen and names no knob):
@@ -71,7 +71,8 @@ import pandas as pd
 from coordcheck.core.frame import LOSS_MODULE
 from coordcheck.judge.places import MATCHING, RESIDUAL, match_places
 from coordcheck.judge.slopes import fit_slopes, t_quantile
-from coordcheck.judge.verdict import EXPECT, RANK, Rules, find_instability, mark_transients
+from coordcheck.judge.rules import EXPECT, RANK, Rules
+from coordcheck.judge.stability import find_instability, mark_transients
 
 __all__ = ["DepthVerdict", "judge_depth", "NOT_A_DEPTH_SWEEP", "FAMILY_COLUMNS", "pooled_parameters"]
 

@@ -77,21 +77,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from coordcheck.judge.audit import audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
+from coordcheck.judge.depth import DepthVerdict, judge_depth
 from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes, own_diagnosis
-from coordcheck.core.errors import check_knobs, knob
-from coordcheck.core.frame import EPS_TENSOR, NOT_ACTIVATIONS, QK_LOGITS, STATS
+from coordcheck.core.frame import EPS_TENSOR, NOT_ACTIVATIONS, QK_LOGITS
 from coordcheck.judge.narrow import mark_narrow, narrow_reason
 from coordcheck.record.shapes import model_table, shapes_by_config, width_problem
+from coordcheck.judge.rules import EXPECT, RANK, STATUSES, Rules  # noqa: F401  (re-exported)
 from coordcheck.judge.slopes import CONFIG_COLUMNS, fit_slopes
-
-if TYPE_CHECKING:  # the depth verdict builds on this module
-    from coordcheck.judge.depth import DepthVerdict
+from coordcheck.judge.stability import find_instability, mark_transients  # noqa: F401  (re-exported)
 
 __all__ = ["Rules", "Verdict", "judge", "find_instability", "mark_transients", "likely_cause", "head_dim_growth",
            "STATUSES", "RANK"]
@@ -100,36 +99,6 @@ __all__ = ["Rules", "Verdict", "judge", "find_instability", "mark_transients", "
 # the causes only: a correct ResNet's strided 1x1 shortcut has own -0.40 [-0.55, -0.26] while every activation is
 # flat, and "not decided" would then be said of a model whose coordinates pass. A failing own series still fails.
 DECIDING = ("out", "delta")
-STATUSES = ("pass", "fail", "inconclusive", "zero", "skip", "transient")
-_RANK = {"pass": 0, "zero": 0, "skip": 0, "transient": 0, "inconclusive": 1, "fail": 2}
-RANK = _RANK  # severity of a status (the depth verdict ranks its families with it)
-
-
-@dataclass(frozen=True)
-class Rules:
-    """The numbers behind the verdict; every one can be overridden (sweep: ``report.tol``; CLI: ``--tol``), and each
-    is checked against its range when set (:func:`coordcheck.core.errors.check_knobs`)."""
-
-    stat: str = knob("std", choices=STATS,
-                     help="statistic judged: std (activation std) or l1 (mean |x|, as the mup package)")
-    tol: float = knob(0.2, (">", 0), help="max growth slope d log2(stat) / d log2(width) (and half-band of flat "
-                                          "series)")
-    shrink_tol: float = knob(0.35, (">", 0), help="max shrink slope for series that must not vanish (hidden out, "
-                                                  "every delta)")
-    rise: float = knob(0.5, (">=", 0), help="instability: loss above (1 + rise) x its running minimum ...")
-    rise_floor: float = knob(0.1, (">=", 0), help="... and above it by more than this fraction of the step-0 loss")
-    min_widths: int = knob(3, (">=", 2), help="fewer widths than this is inconclusive")
-    min_depths: int = knob(3, (">=", 2), help="fewer depths than this is inconclusive (the depth verdict)")
-    depth_loss_tol: float = knob(0.05, (">=", 0), help="depth verdict: max rise of the last judged loss from the "
-                                                       "shallowest to the deepest depth, as a fraction of the step-0 "
-                                                       "loss (deeper must not be worse)")
-    min_window: int = knob(2, (">=", 1), help="updated steps the stable window must hold, else inconclusive")
-    persist: int = knob(2, (">=", 1), help="a violation after updates must last this many consecutive judged "
-                                           "steps ...")
-    gross: float = knob(0.4, (">=", 0), help="... unless its whole interval lies more than this beyond the band")
-
-    def __post_init__(self) -> None:
-        check_knobs(self)
 
 
 # Captured q k^T * scale at step 0: independent q and k give q.k ~ sqrt(d_head), so muP's 1/d_head scale shrinks the
@@ -159,13 +128,6 @@ HEAD_DIM_NOTES = {
 # muP wants). The model's output is judged on its out and delta (rules 2-3), and the causes read its out at step 0.
 READOUT_OWN = ("the readout's own gain is not judged (a multiplier on its input is divided out by rms(x)): the model's "
                "output is judged on its out and delta")
-# (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
-EXPECT = {
-    ("input", "out"): "flat", ("hidden", "out"): "flat", ("norm", "out"): "flat",
-    ("output", "out"): "no_growth", ("attention", "out"): "no_growth",
-    ("input", "delta"): "flat", ("hidden", "delta"): "flat", ("norm", "delta"): "flat",
-    ("output", "delta"): "flat", ("attention", "delta"): "no_growth",
-}
 
 
 UNDECIDED_PREFIX = "not decided; if confirmed: "  # an undecided series' diagnosis is what it would mean, not a cause
@@ -260,37 +222,6 @@ def head_dim_growth(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["config_id", "module", "exponent", "kind", "dims"])
 
 
-def find_instability(frame: pd.DataFrame, rise: float = Rules.rise, rise_floor: float = Rules.rise_floor,
-                     persist: int = 1) -> pd.DataFrame:
-    """Per (configuration, width, seed): the first unstable step from the loss, if any.
-
-    A step is too high when its loss exceeds the running minimum by more than ``rise`` of it and
-    by more than ``rise_floor`` of the step-0 loss; training turns unstable at the first step
-    that starts ``persist`` consecutive too-high steps (a one-step spike that recovers is not
-    instability; a rise at the last steps, which cannot be confirmed, counts), or at the first
-    non-finite loss. Columns: configuration columns, ``width, seed, unstable_step`` (NaN when
-    stable), ``reason`` (``non-finite loss`` / ``loss rose from A to B``), ``last_step``.
-    """
-    loss = frame[frame["tensor"] == "loss"].sort_values("step")
-    rows = []
-    for key, g in loss.groupby(CONFIG_COLUMNS + ["width", "seed"], sort=True, dropna=False):
-        v = g["value"].to_numpy(dtype=float)
-        steps = g["step"].to_numpy()
-        running = np.minimum.accumulate(np.where(np.isfinite(v), v, np.inf))
-        before = np.concatenate([[np.inf], running[:-1]])  # the running minimum before each step
-        high = (np.arange(len(v)) > 0) & (v > (1 + rise) * before) & (v - before > rise_floor * v[0])
-        first, reason = np.nan, ""
-        for i, (s, x) in enumerate(zip(steps, v)):
-            if not np.isfinite(x):
-                first, reason = s, "non-finite loss"
-                break
-            if high[i] and (high[i : i + persist].all() or i + persist > len(v)):
-                first, reason = s, f"loss rose from {before[i]:.3g} to {x:.3g}"
-                break
-        rows.append((*key, first, reason, steps.max() if len(steps) else -1))
-    return pd.DataFrame(rows, columns=CONFIG_COLUMNS + ["width", "seed", "unstable_step", "reason", "last_step"])
-
-
 @dataclass
 class Verdict:
     """Overall status, with the per-series, per-module and per-configuration evidence."""
@@ -322,7 +253,7 @@ class Verdict:
         depth = self.depth.causes if self.depth is not None else None
         if self.causes.empty or self.configs.empty or (self.width_status == NOT_JUDGED and depth is not None):
             return None if depth is None or depth.empty else depth["line"].iloc[0]
-        ranked = self.configs.assign(_rank=self.configs["status"].map(_RANK)).sort_values("_rank", ascending=False,
+        ranked = self.configs.assign(_rank=self.configs["status"].map(RANK)).sort_values("_rank", ascending=False,
                                                                                          kind="stable")
         for c in ranked.itertuples():
             mine = self.causes[self.causes["config_id"] == c.config_id].sort_values("order")
@@ -352,7 +283,7 @@ class Verdict:
     def worst(self, n: int = 10) -> pd.DataFrame:
         """The worst offending series (failures first, then inconclusive), largest |slope| first."""
         s = self.series[self.series["in_window"] & self.series["status"].isin(["fail", "inconclusive"])].copy()
-        s["_rank"] = s["status"].map(_RANK)
+        s["_rank"] = s["status"].map(RANK)
         s["_abs"] = s["slope"].abs().fillna(np.inf)
         return s.sort_values(["_rank", "_abs"], ascending=False).drop(columns=["_rank", "_abs"]).head(n)
 
@@ -443,54 +374,6 @@ def _head_dim_notes(heads: pd.DataFrame, series: pd.DataFrame, rules: Rules) -> 
     return notes
 
 
-def mark_transients(series: pd.DataFrame, in_window: pd.Series, window_end: dict[str, int], *,
-                     persist: int, gross: float) -> pd.DataFrame:
-    """Rule 4: after updates, a violation must persist over ``persist`` consecutive judged steps.
-
-    Per (configuration, module, tensor), the judged updated steps whose slope is outside the
-    band in the same direction (``fail``, or ``inconclusive`` with the estimate outside) form
-    runs of consecutive steps. A shorter run is one noisy step, not a bug: its series become
-    ``transient`` (reported, not counted) — unless the run holds a *gross* violation (its whole
-    95% interval more than ``gross`` beyond the band: the standard-parametrization readout jumps
-    like width^+1.0 [+0.88, +1.14] right after the first update, then oscillates; one-step blips
-    of correct models reached +0.44 [+0.24, +0.64] to +0.83 [+0.31, +1.35]), or is significant
-    (a ``fail``) at the last judged step, where the next step could not confirm or clear it
-    (then ``inconclusive``).
-    Step 0 is judged on its own.
-    """
-    if persist <= 1:
-        return series
-    gross_rows = (series["status"] == "fail") & ((series["ci_low"] > series["band_high"] + gross)
-                                                 | (series["ci_high"] < series["band_low"] - gross))
-    outside = in_window & (series["step"] > 0) & series["direction"].isin(["grows", "shrinks"]) \
-        & series["status"].isin(["fail", "inconclusive"])
-    cand = series[outside].sort_values("step")
-    transient, unconfirmed = [], []
-    for (cid, *_), g in cand.groupby(["config_id", "module", "tensor", "stat"], sort=False):
-        steps, dirs, idx = g["step"].to_numpy(), g["direction"].to_numpy(), g.index.to_numpy()
-        run = [0]
-        for i in range(1, len(g) + 1):
-            if i < len(g) and steps[i] == steps[i - 1] + 1 and dirs[i] == dirs[i - 1]:
-                run.append(i)
-                continue
-            if len(run) < persist and not gross_rows[idx[run]].any():
-                significant = (g["status"].to_numpy()[run] == "fail").any()
-                (unconfirmed if significant and steps[run[-1]] >= window_end[cid] else transient).extend(idx[run])
-            run = [i]
-    series = series.copy()
-    for rows, status, text in (
-        (transient, "transient", "outside the band at step {} only ({:+.2f}): a one-step transient, not a persistent "
-                                 "violation"),
-        (unconfirmed, "inconclusive", "outside the band at step {} ({:+.2f}), the last judged step, only: run more "
-                                      "steps to tell a transient from a bug")):
-        if rows:
-            t = series.loc[rows]
-            series.loc[rows, "diagnosis"] = [text.format(st, sl) + (f" — {d}" if status == "inconclusive" else "")
-                                             for st, sl, d in zip(t["step"], t["slope"], t["diagnosis"])]
-            series.loc[rows, "status"] = status
-    return series
-
-
 def _skip_inner_outputs(series: pd.DataFrame) -> pd.DataFrame:
     """Judge the output rules on the model's output only (the last output module to run).
 
@@ -557,7 +440,7 @@ def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
     rows = []
     judged = series[series["in_window"]]
     for key, g in judged.groupby(CONFIG_COLUMNS + ["module"], sort=False, dropna=False):
-        ranks = g["status"].map(_RANK)
+        ranks = g["status"].map(RANK)
         worst = g.loc[ranks == ranks.max()]
         counted = ~worst["status"].isin(["skip", "transient"])  # a transient is reported in its own column
         scored = worst[counted] if counted.any() else worst
@@ -609,8 +492,6 @@ def _add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Seque
     width)`` — not "inconclusive: only 1 width" — unless a depth failed there (divergence, the model's audit): the
     depth verdict decides. A width x depth grid must pass both (the width verdict per depth, the depth verdict per
     width). A pure width sweep is left as it was."""
-    from coordcheck.judge.depth import judge_depth  # it builds on this module's rules and windows
-
     depth = judge_depth(frame, rules, facts)
     if not depth.judged:
         return
@@ -621,7 +502,7 @@ def _add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Seque
     verdict.width_status = NOT_JUDGED if one_width and not width_fails else verdict.status
     if verdict.width_status == NOT_JUDGED:
         verdict.status, verdict.reason = depth.status, depth.reason
-    elif _RANK[depth.status] > _RANK[verdict.status]:
+    elif RANK[depth.status] > RANK[verdict.status]:
         verdict.status, verdict.reason = depth.status, f"depth: {depth.reason}"
     elif verdict.status == "pass":
         verdict.reason = f"{verdict.reason}; depth: {depth.reason}"
@@ -665,7 +546,7 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
         new = added[added["config_id"] == c["config_id"]]
         if len(new) and c["status"] != "fail":
             verdict.configs.loc[i, ["status", "reason"]] = ["fail", new["line"].iloc[0]]
-    worst = verdict.configs.loc[verdict.configs["status"].map(_RANK).idxmax()]
+    worst = verdict.configs.loc[verdict.configs["status"].map(RANK).idxmax()]
     if worst["status"] == "fail" and verdict.status != "fail":
         verdict.status = "fail"
         many = len(verdict.configs) > 1
@@ -787,7 +668,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     configs_df = pd.DataFrame(configs)
     if configs_df.empty:
         return Verdict("inconclusive", "no activation statistics to judge", rules, series, modules, configs_df, inst)
-    worst = configs_df.loc[configs_df["status"].map(_RANK).idxmax()]
+    worst = configs_df.loc[configs_df["status"].map(RANK).idxmax()]
     reason = worst["reason"] if len(configs_df) == 1 else f"{worst['parametrization']}: {worst['reason']}"
     return Verdict(worst["status"], reason, rules, series, modules, configs_df, inst, divergence,
                    notes=_head_dim_notes(heads, series, rules), causes=walk.causes, evidence=walk.evidence)

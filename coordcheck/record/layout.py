@@ -32,6 +32,7 @@ from mup import MuReadout
 from torch import nn
 
 from coordcheck.core.frame import ROOT_MODULE
+from coordcheck.setup.blocks import CONTAINERS, UNCALLED, find_blocks, has_params  # noqa: F401  (re-exported)
 
 __all__ = ["is_norm", "NORM_TYPES", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks", "infer_layout"]
 
@@ -42,25 +43,6 @@ NORM_TYPES = tuple(
     ) if t is not None
 )
 ATTENTION_NAME = re.compile(r"(score|logit)", re.IGNORECASE)
-CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
-UNCALLED = (nn.ModuleList, nn.ModuleDict)  # hold blocks, are never blocks themselves
-
-
-def _has_params(module: nn.Module, recurse: bool = True) -> bool:
-    return next(module.parameters(recurse=recurse), None) is not None
-
-
-def find_blocks(model: nn.Module) -> list[str]:
-    """Names of the outermost modules with submodules and parameters held directly in a container
-    (a ``ModuleList`` / ``ModuleDict`` inside a container holds blocks; it is not one)."""
-    found = []
-    for name, m in model.named_modules():
-        if not isinstance(m, CONTAINERS):
-            continue
-        for child, c in m.named_children():
-            if not isinstance(c, UNCALLED) and next(c.children(), None) is not None and _has_params(c):
-                found.append(f"{name}.{child}" if name else child)
-    return [b for b in found if not any(b.startswith(o + ".") for o in found)]
 
 
 def is_norm(module: nn.Module) -> bool:
@@ -78,7 +60,7 @@ def infer_layout(model: nn.Module, fired: list[str], captured: Mapping[str, str]
     modules = {(n or ROOT_MODULE): m for n, m in model.named_modules()}
     order = {n: i for i, n in enumerate(fired)}
     real = [n for n in fired if n in modules]
-    leaves = [n for n in real if _has_params(modules[n], recurse=False) and next(modules[n].children(), None) is None]
+    leaves = [n for n in real if has_params(modules[n], recurse=False) and next(modules[n].children(), None) is None]
     readout = next((n for n in reversed(leaves) if not is_norm(modules[n])), None)
 
     def block_of(n: str) -> str | None:

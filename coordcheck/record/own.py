@@ -62,6 +62,7 @@ from torch import nn
 from coordcheck.core.frame import ROOT_MODULE
 from coordcheck.record.layout import is_norm
 from coordcheck.record.moments import batched_moments, moment_terms
+from coordcheck.record.outputs import first_tensor, select_output
 
 __all__ = ["SAMPLED_ROWS", "SAMPLED_SHARE", "LINEAR_FORWARDS", "OwnUpdate", "sampled_rows", "sample_rows",
            "owns_parameters"]
@@ -156,10 +157,7 @@ class OwnUpdate:
     handles join the probes', so ``probes.remove()`` removes them."""
 
     def __init__(self, probes) -> None:
-        from coordcheck.record.probes import first_tensor, select_output  # here, not at the top: the probes import us
-
         self.probes = probes
-        self._first, self._select = first_tensor, select_output
         self._theta0: dict[str, dict[str, torch.Tensor]] = {}
         self._calls: Counter = Counter()
         self._failed: set[str] = set()
@@ -334,7 +332,7 @@ class OwnUpdate:
              values: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor | None:
         with _parameters(module, values):
             out = module(*args, **kwargs)
-        return self._first(self._select(out, self.probes.output) if name == ROOT_MODULE else out)
+        return first_tensor(select_output(out, self.probes.output) if name == ROOT_MODULE else out)
 
     def _change(self, name: str, module: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor | None:
         """``f(x; θ_0)`` at step 0, ``f(x; θ_t) - f(x; θ_0)`` after (float32), on the sampled ``args``."""

@@ -81,7 +81,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -91,7 +91,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import DEFAULT_TENSORS, ROOT_MODULE, STATS
 from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-exported for old imports)
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout,
@@ -100,6 +99,7 @@ from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exp
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
     pool_calls, pool_moments, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
 )
+from coordcheck.record.outputs import first_tensor, select_output  # noqa: F401  (re-exported)
 from coordcheck.record.own import OwnUpdate
 
 __all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", "masked_moments", "stats_from_moments",
@@ -111,40 +111,6 @@ MASK_BELOW = -1e4  # softmax inputs at or below this are masked positions (-inf,
 
 BATCH_BUDGET = 1 << 26  # batched probes: float32 elements snapshotted (256 MiB) before a step reduces them early
 SCRATCH_MAX = 1 << 24  # per-hook probes: tensors up to this many elements (64 MiB) reduce in two reused buffers
-
-
-def first_tensor(out: object) -> torch.Tensor | None:
-    """The first floating-point tensor in a (nested) tuple / list / dict output, else None; the ``logits`` of an
-    output object that has them (a Hugging Face ``ModelOutput``, whose first value is the loss when labels are
-    given)."""
-    if isinstance(out, torch.Tensor):
-        return out if out.is_floating_point() else None
-    logits = getattr(out, "logits", None)
-    if isinstance(logits, torch.Tensor) and logits.is_floating_point():
-        return logits
-    if isinstance(out, Mapping):
-        out = list(out.values())
-    if isinstance(out, (tuple, list)):
-        for item in out:
-            t = first_tensor(item)
-            if t is not None:
-                return t
-    return None
-
-
-def select_output(out: object, output: int | str | None) -> object:
-    """``out[output]`` (an index into a tuple/list, a key of a dict, or an attribute), or ``out`` for None."""
-    if output is None:
-        return out
-    try:
-        if isinstance(output, str) and not isinstance(out, Mapping):
-            return getattr(out, output)
-        return out[output]
-    except (KeyError, IndexError, TypeError, AttributeError):
-        kind = f"keys {list(out)}" if isinstance(out, Mapping) else (
-            f"{len(out)} items" if isinstance(out, (tuple, list)) else type(out).__name__)
-        raise CoordCheckError(f"output={output!r} selects nothing in the model's output ({kind}): "
-                              f"set output= to the index or key of the logits") from None
 
 
 @dataclass

@@ -56,17 +56,13 @@ NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inc
 (a CI gate); without it, 0 whenever a report was written. Bad input: one line, exit 2. The
 verdict's flags (``--stat``, ``--tol``, ``--min-widths``, ...) are generated from the fields of
 ``verdict.Rules`` and checked as the sweep's ``report.*`` knobs are
-(``coordcheck.app.config.ReportOptions``); ``--layout grid|guide`` picks the coord-check figure.
+(``coordcheck.report.knobs.ReportOptions``); ``--layout grid|guide`` picks the coord-check figure.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -75,20 +71,18 @@ from coordcheck.judge.audit import audit_long, audit_table
 from coordcheck.judge.causes import CAUSE_COLUMNS, NO_OWN_NOTE
 from coordcheck.judge.depth import LOSS_PLACE
 from coordcheck.judge.places import MATCHING, RESIDUAL
-from coordcheck.core.errors import EXIT, OK, USER_ERROR, CoordCheckError
+from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import atomic_write
 from coordcheck.judge.slopes import fit_slopes
+from coordcheck.report.common import REPORT_DIR, environments, run_lines, write_config
 from coordcheck.run.sweep import JobProblem, Sweep, aggregate, job_facts, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
 from coordcheck.judge.verdict import NOT_JUDGED, Rules, Verdict, judge
 
-__all__ = ["Report", "build_report", "write_report", "report_sweep", "coord_figure_options", "main", "EXIT"]
+__all__ = ["Report", "build_report", "write_report", "report_sweep", "coord_figure_options"]
 
 SCHEMA = "coordcheck.report/1"
-REPORT_DIR = "report"
-ERROR_NAME = "error.txt"  # SWEEP_DIR/report/error.txt: why the end of a sweep left no report
 AUDIT_NAME = "audit.csv"  # SWEEP_DIR/report/audit.csv: the parameter audit (coordcheck.judge.audit), linked from report.md
-CONFIG_NAME = "config.yaml"  # SWEEP_DIR/report/config.yaml: the sweep's resolved config, linked from report.md
 @dataclass
 class Report:
     """A judged sweep: the verdict plus what the report files are made of."""
@@ -336,39 +330,6 @@ def module_cause(m: Any) -> str:
     return ""
 
 
-ENVIRONMENT_KEYS = ("device", "device_name", "torch", "cuda", "precision")
-
-
-def run_lines(environment: list[dict], command: str | None, config: str | None, more: list[str] = ()) -> list[str]:
-    """The report's last section, "How this was run": where the jobs ran, ``more`` facts (Markdown list items, such
-    as the parameters by width), a link to the resolved config (:data:`CONFIG_NAME` beside the report,
-    :func:`write_config`: too long to read inline) and the command."""
-    lines = ["", "## How this was run", ""]
-    lines += [f"- {environment_line(e)}" for e in environment] + [f"- {m}" for m in more]
-    if config:
-        lines.append(f"- resolved config: [{CONFIG_NAME}]({CONFIG_NAME})")
-    if environment or more or config:
-        lines.append("")
-    if command:
-        lines += ["```", command, "```", ""]
-    return lines
-
-
-def write_config(out: Path, config: str | None) -> None:
-    """The resolved config as :data:`CONFIG_NAME` in ``out``, atomically; without one, none (an older one is
-    removed: it would describe another run)."""
-    if config:
-        atomic_write(out / CONFIG_NAME, lambda p: p.write_text(config.rstrip() + "\n"))
-    else:
-        (out / CONFIG_NAME).unlink(missing_ok=True)
-
-
-def environment_line(e: dict) -> str:
-    """``cuda:0 (NVIDIA H200), torch 2.11.0, CUDA 12.8, bf16`` — escaped for Markdown."""
-    cuda = f", CUDA {e['cuda']}" if e.get("cuda") else ""
-    return md_escape(f"{e.get('device')} ({e.get('device_name')}), torch {e.get('torch')}{cuda}, {e.get('precision')}")
-
-
 def models_line(models: pd.DataFrame) -> str:
     """``parameters by width: 64: 1738, 128: 1738 (same model as 64)`` — one configuration's rows of
     ``Verdict.models``."""
@@ -379,16 +340,6 @@ def models_line(models: pd.DataFrame) -> str:
         seen.setdefault(r.fingerprint, r.width)
         parts.append(f"{r.width}: {r.n_params}{same}")
     return "parameters by width: " + ", ".join(parts)
-
-
-def environments(facts: list[dict]) -> list[dict]:
-    """The distinct (device, device_name, torch, cuda, precision) of some jobs' facts, in first-seen order."""
-    out: list[dict] = []
-    for f in facts:
-        e = {k: f.get(k) for k in ENVIRONMENT_KEYS}
-        if e["device"] is not None and e["torch"] is not None and e not in out:  # older jobs recorded none
-            out.append(e)
-    return out
 
 
 def build_report(
@@ -512,72 +463,3 @@ def report_sweep(
     report.environment = environments(facts)
     path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps, size=size, layout=layout)
     return report, path
-
-
-def _transfer_sweep(argv: list[str]) -> bool:
-    """Whether the directory on the command line holds a learning-rate sweep (``transfer.parquet`` job frames)."""
-    from coordcheck.core.frame import FRAME_NAME
-    from coordcheck.transfer.frame import FRAME_NAME as TRANSFER_FRAME
-
-    for arg in argv:
-        d = Path(arg)
-        if not arg.startswith("-") and d.is_dir():
-            return next(d.rglob(TRANSFER_FRAME), None) is not None and next(d.rglob(FRAME_NAME), None) is None
-    return False
-
-
-def main(argv: list[str] | None = None) -> int:
-    """One report command for both experiments: a learning-rate sweep's directory is handed to
-    ``coordcheck.transfer.report`` (its flags: ``--tol``, ``--min-points``, ...; see its ``--help``)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if _transfer_sweep(argv):
-        from coordcheck.transfer.report import main as transfer_main
-
-        return transfer_main(argv)
-    from coordcheck.app.config import REPORT
-
-    return report_command(
-        argv, prog="python -m coordcheck.report", knobs=REPORT, report=report_sweep,
-        description="Aggregate a coordcheck sweep directory, judge muP compliance and write report/.",
-        sweep_help="the multirun directory (outputs/multirun/DATE/TIME); a learning-rate sweep's "
-                   "(outputs/transfer/...) gets the transfer report",
-    )
-
-
-def report_command(argv: list[str], *, prog: str, description: str, knobs: Any, sweep_help: str,
-                   report: Callable[..., tuple[Any, Path]]) -> int:
-    """A report CLI: ``SWEEP_DIR`` and one flag per knob of ``knobs`` (a :class:`coordcheck.app.config.Knobs`), then
-    ``report(sweep_dir, rules=..., <the report's own knobs>)``; the summary on stdout. Returns the exit status:
-    2 for a bad flag or directory (one line), else 0, or with ``--strict`` the verdict's (``errors.EXIT``)."""
-    from coordcheck.app.config import cli_flag
-
-    p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("sweep_dir", type=Path, help=sweep_help)
-    knobs.add_flags(p)
-    args = p.parse_args(argv)
-    t0 = time.perf_counter()
-    rule_names = {f.name for f in fields(knobs.rules)}
-    try:
-        opts = knobs.values({k: getattr(args, k) for k in knobs.kinds}, flag=cli_flag)
-        own = {k: v for k, v in opts.items() if k not in rule_names and k != "strict"}
-        if "steps" in own:
-            own["steps"] = own["steps"] or None
-        result, path = report(args.sweep_dir, rules=knobs.rules_of(opts), **own)
-    except CoordCheckError as e:
-        print(f"{prog.removeprefix('python -m ')}: error: {e}", file=sys.stderr)
-        return USER_ERROR
-    (path.parent / ERROR_NAME).unlink(missing_ok=True)  # left by a sweep whose end made no report
-    lines = result.summary(path)
-    at = next((i for i, line in enumerate(lines) if line.endswith(str(path))), len(lines) - 1)
-    lines[at] += f" ({time.perf_counter() - t0:.1f} s)"  # the time on the report's line; the first cause stays last
-    print(*lines, sep="\n")
-    return EXIT[result.status] if opts["strict"] else OK
-
-
-def cli() -> None:
-    """Console-script entry point (``coordcheck-report``)."""
-    sys.exit(main())
-
-
-if __name__ == "__main__":
-    cli()

@@ -20,20 +20,21 @@ The rules (CompleteP, Dey et al. 2025, arXiv 2505.01618, Table 1, with m_L = dep
 The harness applies the optimizer side (:func:`scale_optimizer`) under ``parametrization=mup`` and ``sp`` with the
 built-in Adam-family optimizers and ``mup_groups``; under ``parametrization=none`` the user's optimizer factory does
 (it gets ``depth``, ``base_depth`` and ``depth_alpha`` when it names them). Residual blocks are found as the probes
-find them (:func:`coordcheck.record.layout.find_blocks`).
+find them (:func:`coordcheck.setup.blocks.find_blocks`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from coordcheck.core.errors import CoordCheckError, check_depth  # noqa: F401  (check_depth: re-exported)
+from coordcheck.setup.blocks import find_blocks
 
 __all__ = ["Depth", "DepthScaling", "NO_DEPTH_SCALING", "DEPTH_SCALINGS", "DEPTH_KEYS", "depth_keyword",
            "depth_keywords", "check_depth", "scale_optimizer", "block_parameters", "sweep_axes", "not_adam",
@@ -128,8 +129,7 @@ def depth_keywords(build: Callable, depth: int | None, base_depth: int | None, s
 
 
 def block_parameters(model: nn.Module) -> set[int]:
-    """``id`` of every parameter inside a residual block (:func:`coordcheck.record.layout.find_blocks`)."""
-    from coordcheck.record.layout import find_blocks
+    """``id`` of every parameter inside a residual block (:func:`coordcheck.setup.blocks.find_blocks`)."""
 
     modules = dict(model.named_modules())
     return {id(p) for name in find_blocks(model) for p in modules[name].parameters()}
@@ -211,7 +211,6 @@ class Depth:
 
     def of(self, model: nn.Module) -> int:
         """The depth of ``model``: the one set, else its number of residual blocks."""
-        from coordcheck.record.layout import find_blocks
 
         return self.depth if self.depth is not None else max(len(find_blocks(model)), 1)
 

@@ -65,7 +65,7 @@ def config_class(config: str | type) -> type:
         raise CoordCheckError(f"model.config={config!r}: name a config class (transformers.GraniteConfig) or a "
                               "model_type (granite, llama, gpt2)")
     if "." in config:
-        from coordcheck.app.config import locate
+        from coordcheck.core.targets import locate
 
         cls = locate(config, "model.config")
         if not (isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig)):

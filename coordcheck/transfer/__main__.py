@@ -7,8 +7,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from coordcheck import app
-from coordcheck.app.config import JOB_CHECKS, TRANSFER_REPORT, check_values, one_value, positive_number
+from coordcheck.app import jobs as app
+from coordcheck.app.config import JOB_CHECKS, check_values, one_value, positive_number
+from coordcheck.transfer.knobs import TRANSFER_REPORT
 from coordcheck.core.errors import CoordCheckError, check_count
 from coordcheck.transfer import app as transfer_app
 

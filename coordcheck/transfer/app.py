@@ -21,17 +21,18 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from coordcheck import app
-from coordcheck.app.config import (  # noqa: F401  (transfer_options: re-exported)
-    NOT_IN_JOB, TRANSFER_REPORT, instantiate_node, positive_number, resolved_config, transfer_options,
-)
+from coordcheck.app import jobs as app
+from coordcheck.app.config import NOT_IN_JOB, instantiate_node, positive_number, resolved_config
 from coordcheck.core.errors import check_loss
 from coordcheck.core.frame import digest
+from coordcheck.transfer import frame as transfer_frame
+from coordcheck.transfer.knobs import TRANSFER_REPORT, transfer_options  # noqa: F401  (transfer_options: re-exported)
 
 __all__ = ["main", "run_transfer_job", "TransferCallback", "transfer_options", "rules_of", "grid_size", "NOT_IN_ID",
            "NOT_IN_FAMILY"]
 
 log = logging.getLogger("coordcheck")
+app.FRAME_FILES["transfer"] = (transfer_frame.FRAME_NAME, transfer_frame.read_frame)  # resume: the frame its jobs write
 
 NOT_IN_ID = ("width", "lr", "device", *NOT_IN_JOB)  # a grid's config_id: the same for every (width, lr) of a depth
 NOT_IN_FAMILY = ("depth", *NOT_IN_ID)  # its family_id: the same for every depth too (the depth axis groups by it)

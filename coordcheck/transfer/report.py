@@ -58,7 +58,7 @@ import pandas as pd
 
 from coordcheck.core.errors import EXIT, CoordCheckError
 from coordcheck.core.frame import atomic_write
-from coordcheck.report import REPORT_DIR, environments, run_lines, write_config
+from coordcheck.report.common import REPORT_DIR, ReportCommand, environments, report_command, run_lines, write_config
 from coordcheck.run.sweep import JobProblem, aggregate, job_facts, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
 from coordcheck.transfer import frame as transfer_frame
@@ -406,14 +406,13 @@ def rule_flags(p: argparse.ArgumentParser) -> None:
     """``--tol``, ``--min-points``, ``--min-widths``, ``--level``: the fields of :class:`TransferRules`."""
     from dataclasses import fields
 
-    from coordcheck.app.config import TRANSFER_REPORT
+    from coordcheck.transfer.knobs import TRANSFER_REPORT
 
     TRANSFER_REPORT.add_flags(p, only=tuple(f.name for f in fields(TransferRules)))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from coordcheck.app.config import TRANSFER_REPORT
-    from coordcheck.report import report_command
+    from coordcheck.transfer.knobs import TRANSFER_REPORT
 
     return report_command(
         sys.argv[1:] if argv is None else list(argv), prog="python -m coordcheck.transfer.report",
@@ -422,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
                     "whether it transfers; writes report/transfer.md and transfer.json.",
         sweep_help="the multirun directory of python -m coordcheck.transfer",
     )
+
+
+COMMAND = ReportCommand(frame_name=transfer_frame.FRAME_NAME, main=main)  # for python -m coordcheck.report
 
 
 def cli() -> None:
