@@ -2,12 +2,13 @@
 
 Stage: the gradient-flow diagnostic, one job per module: :mod:`~coordcheck.gradflow.schema` (the
 frame's columns and file names), :mod:`~coordcheck.gradflow.probe` (measure: hooks in a training
-loop, torch), :mod:`~coordcheck.gradflow.checks` (diagnose), :mod:`~coordcheck.gradflow.report`
-and :mod:`~coordcheck.gradflow.plot` (``gradflow.md``, ``gradflow.json``, ``gradflow.{png,pdf}``),
-:mod:`~coordcheck.gradflow.app` (the command ``python -m coordcheck.gradflow``). Input: a model and
-its training loop, or a frame on disk. Output: the frame, its diagnoses and the report files.
-The public names are re-exported here; the torch side (probe, app) is imported on first use, so
-that the analysis side never imports torch.
+loop, torch), :mod:`~coordcheck.gradflow.registry` (the diagnoses' machinery: step views, findings,
+the registry, the exit status), :mod:`~coordcheck.gradflow.checks` (the checks; diagnose),
+:mod:`~coordcheck.gradflow.report` and :mod:`~coordcheck.gradflow.plot` (``gradflow.md``,
+``gradflow.json``, ``gradflow.{png,pdf}``), :mod:`~coordcheck.gradflow.app` (the command
+``python -m coordcheck.gradflow``). Input: a model and its training loop, or a frame on disk.
+Output: the frame, its diagnoses and the report files. The public names are re-exported here; the
+torch side (probe, app) is imported on first use, so that the analysis side never imports torch.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from __future__ import annotations
 from importlib import import_module
 
 from coordcheck.gradflow.checks import (
-    ACT_GROWTH_PER_LAYER, ACT_GROWTH_TOTAL, BLOCKING, CHECKS, GRAD_TREND_DECADES, MAX_NAMES, MIN_TREND_LAYERS,
-    NAME_DECADES, RATIO_NOT_JUDGED, SATURATION_FRAC, TREND_ROLES, Check, CheckSpec, Diagnosis, Finding, Severity,
-    Status, StepView, check, diagnose, exit_code, name_list, notes, status, step_views, zero_outputs,
+    ACT_GROWTH_PER_LAYER, ACT_GROWTH_TOTAL, BLOCKING, GRAD_TREND_DECADES, MIN_TREND_LAYERS, NAME_DECADES,
+    RATIO_NOT_JUDGED, SATURATION_FRAC, TREND_ROLES, diagnose, notes, zero_outputs,
 )
 from coordcheck.gradflow.plot import plot_gradflow
+from coordcheck.gradflow.registry import (
+    CHECKS, MAX_NAMES, Check, CheckSpec, Diagnosis, Finding, Severity, Status, StepView, check, exit_code, name_list,
+    status, step_views,
+)
 from coordcheck.gradflow.report import layer_summary, markdown, payload, write_gradflow_report
 from coordcheck.gradflow.schema import (
     ACTIVATION_STATS, COLUMNS, FIGURE_NAME, FRAME_NAME, GLOBAL_NAME, GLOBAL_STATS, JSON_NAME, PARAM_STATS, REPORT_NAME,

@@ -31,20 +31,23 @@ activation_blowup      warning   hidden activation std grows >= 1.5x per layer a
                                  over the depth (init too large)
 saturation             warning   >= 20% of a tanh/sigmoid module's outputs saturated
 ====================== ========  =====================================================
+
+The checks register themselves (:func:`~coordcheck.gradflow.registry.check`) into the registry of
+:mod:`coordcheck.gradflow.registry`, which also holds :class:`Diagnosis`, the per-step view a check is given, and the
+exit status; :func:`diagnose` here runs them all.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from coordcheck.core.errors import EXIT
-from coordcheck.gradflow.schema import ACTIVATION_STATS, PARAM_STATS, UNUSED
+from coordcheck.gradflow.registry import CHECKS, Diagnosis, Finding, StepView, check, name_list, step_views
+from coordcheck.gradflow.registry import MAX_NAMES, Check, CheckSpec, Severity, Status  # noqa: F401  (re-exported)
+from coordcheck.gradflow.registry import _wide, exit_code, status  # noqa: F401  (re-exported)
+from coordcheck.gradflow.schema import UNUSED
 
 __all__ = ["MIN_TREND_LAYERS", "TREND_ROLES", "GRAD_TREND_DECADES", "NAME_DECADES", "ACT_GROWTH_PER_LAYER",
            "ACT_GROWTH_TOTAL", "SATURATION_FRAC", "RATIO_NOT_JUDGED", "MAX_NAMES", "Severity", "Status", "Diagnosis",
@@ -84,86 +87,9 @@ RATIO_NOT_JUDGED = ("grad/param (‖grad‖ / ‖param‖) is shown, not judged:
                     "by design, an embedding's entries are of order 1 and only the rows of the tokens in the batch get "
                     "a gradient, and an exactly-zero weight (muP's readout and query at initialisation) has none; "
                     "the depth trend of the hidden weights' grad RMS is judged instead")
-MAX_NAMES = 6  # names spelled out in a message; Diagnosis.names keeps them all
-
-Severity = Literal["error", "warning"]
-Status = Literal["ok", "warning", "error"]  # outcomes in coordcheck.core.errors.EXIT
 
 
-# -- diagnoses --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Diagnosis:
-    """One finding: ``names`` are parameter or module names, most relevant first."""
-
-    code: str
-    severity: Severity
-    message: str
-    fix: str
-    names: tuple[str, ...] = ()
-    steps: tuple[int, ...] = ()
-
-    def line(self) -> str:
-        return f"{self.severity.upper()} {self.code}: {self.message} — fix: {self.fix}"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """What a check returns; the registry adds the code and the default severity."""
-
-    message: str
-    fix: str
-    names: tuple[str, ...] = ()
-    severity: Severity | None = None
-
-
-@dataclass
-class StepView:
-    """One probe step, wide: ``params`` and ``acts`` have one row per name, a column per stat."""
-
-    step: int
-    params: pd.DataFrame  # index name; module, layer_index, role, *PARAM_STATS
-    acts: pd.DataFrame  # index name; module, layer_index, role, *ACTIVATION_STATS
-    glob: dict[str, float]
-    learning: bool
-
-    @property
-    def trainable(self) -> pd.DataFrame:
-        return self.params[self.params["requires_grad"] == 1]
-
-    @property
-    def scaled(self) -> bool:
-        return math.isfinite(self.glob.get("loss_scale", math.nan))
-
-
-Check = Callable[[StepView], "Finding | None"]
-
-
-@dataclass(frozen=True)
-class CheckSpec:
-    code: str
-    severity: Severity
-    run: Check
-    suppresses: tuple[str, ...] = ()  # codes that say nothing more once this one fires
-
-
-CHECKS: dict[str, CheckSpec] = {}
-
-
-def check(code: str, severity: Severity, suppresses: tuple[str, ...] = ()) -> Callable[[Check], Check]:
-    """Register a check under ``code``; order of registration is the order of the report."""
-    def register(fn: Check) -> Check:
-        CHECKS[code] = CheckSpec(code, severity, fn, suppresses)
-        return fn
-    return register
-
-
-def name_list(names: Iterable[str]) -> str:
-    """The first ``MAX_NAMES`` names, comma-separated, then how many more."""
-    names = list(names)
-    shown = ", ".join(names[:MAX_NAMES])
-    return shown + (f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else "")
-
-
+# -- the checks, in report order --------------------------------------------------------
 def _deepest_first(df: pd.DataFrame) -> pd.DataFrame:
     """Rows by layer index, highest (closest to the loss) first; ties keep model order."""
     return df.iloc[np.argsort(-df["layer_index"].to_numpy(), kind="stable")]
@@ -420,27 +346,6 @@ BLOCKING = tuple(c for c, spec in CHECKS.items() if spec.severity == "error")
 
 
 # -- from a frame to diagnoses ----------------------------------------------------------
-def _wide(df: pd.DataFrame, stats: tuple[str, ...]) -> pd.DataFrame:
-    meta = df.drop_duplicates("name").set_index("name")[["module", "layer_index", "role"]]
-    wide = df.pivot(index="name", columns="stat", values="value").reindex(columns=list(stats))
-    return meta.join(wide)
-
-
-def step_views(frame: pd.DataFrame, *, learning: bool = True) -> list[StepView]:
-    """One :class:`StepView` per probe step, in step order."""
-    views = []
-    for step, df in frame.groupby("step", sort=True):
-        glob = df[df["kind"] == "global"]
-        views.append(StepView(
-            int(step),
-            _wide(df[df["kind"] == "param"], PARAM_STATS),
-            _wide(df[df["kind"] == "activation"], ACTIVATION_STATS),
-            dict(zip(glob["stat"], glob["value"].astype(float))),
-            learning,
-        ))
-    return views
-
-
 def diagnose(frame: pd.DataFrame, *, learning: bool = True) -> list[Diagnosis]:
     """Run every check on every probe step; one Diagnosis per code (names and steps merged),
     errors first. ``learning``: every parameter is meant to train (frozen ones are flagged)."""
@@ -510,14 +415,3 @@ def notes(frame: pd.DataFrame) -> list[str]:
                 "create the probe before the forward (hooks added after torch.compile do not fire; probe the "
                 "eager module)")
     return out
-
-
-def exit_code(diagnoses: Iterable[Diagnosis]) -> int:
-    """1 when a blocking (error) diagnosis fired, else 0: the CI gate (``coordcheck.core.errors.EXIT`` of :func:`status`)."""
-    return EXIT[status(diagnoses)]
-
-
-def status(diagnoses: Iterable[Diagnosis]) -> Status:
-    """``error`` when a blocking diagnosis fired, else ``warning`` when any did, else ``ok``."""
-    sev = {d.severity for d in diagnoses}
-    return "error" if "error" in sev else "warning" if sev else "ok"

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from coordcheck.gradflow.checks import Diagnosis, diagnose, step_views
+from coordcheck.gradflow.checks import diagnose
+from coordcheck.gradflow.registry import Diagnosis, step_views
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

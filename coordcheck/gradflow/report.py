@@ -36,9 +36,10 @@ import pandas as pd
 from coordcheck.core.frame import atomic_write
 from coordcheck.gradflow.checks import (
     ACT_GROWTH_PER_LAYER, ACT_GROWTH_TOTAL, BLOCKING, GRAD_TREND_DECADES, MIN_TREND_LAYERS, RATIO_NOT_JUDGED,
-    SATURATION_FRAC, Diagnosis, exit_code, name_list, notes, status, step_views,
+    SATURATION_FRAC, notes,
 )
 from coordcheck.gradflow.plot import plot_gradflow
+from coordcheck.gradflow.registry import Diagnosis, exit_code, name_list, status, step_views
 from coordcheck.gradflow.schema import FIGURE_NAME, JSON_NAME, REPORT_NAME, SCHEMA
 from coordcheck.core.text import json_safe, md_escape, num, records, write_json
 

@@ -6,8 +6,10 @@ the same grid in-process (``coordcheck.transfer.api``). Both fit the optimum lea
 width, its shift per width doubling and a verdict (``coordcheck.transfer.fit``), and write
 ``transfer.md`` / ``transfer.json`` and the paper figure (``coordcheck.transfer.report``).
 
-Modules: ``frame`` (the loss frame's schema), ``train`` (the engine), ``fit`` (optima, shift,
-verdict; no torch), ``report`` and ``plot`` (no torch), ``app`` (Hydra), ``api``.
+Modules: ``frame`` (the loss frame's schema), ``train`` (the engine), ``axes`` (the curve families
+of each axis; no torch), ``fit`` (optima, shift; no torch), ``verdict`` (statuses, rules, the
+verdict; no torch; ``fit`` re-exports its names), ``report`` and ``plot`` (no torch), ``app``
+(Hydra), ``api``.
 
 This package is itself callable — ``coordcheck.transfer(...)`` is :func:`coordcheck.transfer.api.transfer`
 whether ``coordcheck.transfer`` names the function or this package — and loads torch only when called.
@@ -22,7 +24,7 @@ from importlib import import_module
 __all__ = ["transfer", "TransferResult", "TransferRules", "TransferVerdict"]
 
 _LAZY = {"transfer": "coordcheck.transfer.api", "TransferResult": "coordcheck.transfer.api",
-         "TransferRules": "coordcheck.transfer.fit", "TransferVerdict": "coordcheck.transfer.fit"}
+         "TransferRules": "coordcheck.transfer.verdict", "TransferVerdict": "coordcheck.transfer.verdict"}
 
 
 def __getattr__(name: str):

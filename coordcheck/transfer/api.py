@@ -31,7 +31,7 @@ from coordcheck.setup.parametrization import (
 )
 from coordcheck.report import environments
 from coordcheck.run.train import Init, LossFn, OptimizerFactory, cross_entropy, resolve_seeds
-from coordcheck.transfer.fit import TRANSFERS, TransferRules, TransferVerdict
+from coordcheck.transfer.verdict import TRANSFERS, TransferRules, TransferVerdict
 from coordcheck.transfer.frame import TransferIdentity, concat_frames
 from coordcheck.transfer.report import (
     DepthFit,

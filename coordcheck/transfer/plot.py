@@ -26,7 +26,7 @@ from coordcheck.plot import (
     save_figure,
     seaborn_modules,
 )
-from coordcheck.transfer.fit import PAR_ORDER, across
+from coordcheck.transfer.verdict import PAR_ORDER, across
 
 __all__ = ["plot_transfer", "plot_optima"]
 

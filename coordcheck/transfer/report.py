@@ -62,19 +62,16 @@ from coordcheck.report.common import REPORT_DIR, ReportCommand, environments, re
 from coordcheck.run.sweep import JobProblem, aggregate, job_facts, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
 from coordcheck.transfer import frame as transfer_frame
-from coordcheck.transfer.fit import (
+from coordcheck.transfer.axes import axes_of
+from coordcheck.transfer.fit import curves, fit_optima, fit_shifts, wider_not_worse
+from coordcheck.transfer.verdict import (
     DOES_NOT,
     INCONCLUSIVE,
     TRANSFERS,
     TransferRules,
     TransferVerdict,
     across,
-    axes_of,
-    curves,
-    fit_optima,
-    fit_shifts,
     judge_transfer,
-    wider_not_worse,
 )
 
 __all__ = ["TransferReport", "build_transfer_report", "write_transfer_report", "report_transfer_sweep", "main",
