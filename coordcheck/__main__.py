@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from coordcheck.app import jobs as app
-from coordcheck.app.config import GROUPS, check_choices, options  # noqa: F401  (re-exported for old imports)
+from coordcheck.app.config import GROUPS, options  # noqa: F401  (re-exported for old imports)
+from coordcheck.app.checks import check_choices  # noqa: F401  (re-exported for old imports)
 
 
 def cli() -> None:

@@ -13,11 +13,10 @@ from omegaconf import OmegaConf
 
 from coordcheck import report
 from coordcheck.app import jobs as app
-from coordcheck.app import config
-from coordcheck.app.config import (
-    check_choices, check_command_line, compose_config, instantiate_node, positive_number, resolved_config,
-    safe_dirname,
-)
+from coordcheck.app import checks, config
+from coordcheck.app.config import compose_config, instantiate_node, resolved_config, safe_dirname
+from coordcheck.core.errors import positive_number
+from coordcheck.app.checks import check_choices, check_command_line
 from coordcheck.report import knobs as report_knobs
 from coordcheck.report.knobs import REPORT, Knobs
 from coordcheck.transfer import knobs as transfer_knobs
@@ -165,21 +164,21 @@ def test_report_knob_of_the_wrong_type_fails_composition(override, message):
     with initialize_config_dir(config_dir=app.CONF_DIR, version_base="1.3"), pytest.raises(ConfigCompositionException):
         compose("config", overrides=[override])
     with pytest.raises(CoordCheckError) as e:
-        config.check_command_line(["width=16,32,64", override, "--multirun"])
+        checks.check_command_line(["width=16,32,64", override, "--multirun"])
     assert str(e.value).startswith(message)
 
 
 @pytest.mark.parametrize("override,message", BAD_VALUES, ids=[o for o, _ in BAD_VALUES])
 def test_report_knob_out_of_range_is_one_line(override, message):
     with pytest.raises(CoordCheckError) as e:
-        config.check_command_line(["width=16,32,64", override, "--multirun"])
+        checks.check_command_line(["width=16,32,64", override, "--multirun"])
     assert str(e.value).startswith(message)
 
 
 def test_good_report_knobs_pass_the_check_and_reach_the_options():
     knobs = ["report.stat=l1", "report.steps=[0,3]", "report.strict=true", "report.layout=guide", "report.min_widths=4",
              "report.size=slides"]
-    config.check_command_line(["--multirun", "width=16,32", *knobs])
+    checks.check_command_line(["--multirun", "width=16,32", *knobs])
     opts = report_knobs.report_options(config.compose_config(knobs).report)
     assert opts == {**report_knobs.report_options(), "stat": "l1", "steps": [0, 3], "strict": True, "layout": "guide",
                     "min_widths": 4, "size": "slides"}
@@ -270,7 +269,7 @@ def test_other_hydra_flags_leave_the_command_line_to_hydra():
 def test_check_values_reads_sweeps_as_hydra_parses_them():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from coordcheck.app.config import check_values
+    from coordcheck.app.checks import check_values
 
     seen = []
     checks = {"lr": lambda v: seen.append(positive_number(v, "lr")), "width": lambda v: seen.append(v)}
@@ -381,13 +380,13 @@ def test_the_transfer_and_gradflow_command_lines_share_the_checks(config_name, a
 def test_check_values_takes_the_last_override_of_a_key_as_hydra_does():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from coordcheck.app.config import check_values
+    from coordcheck.app.checks import check_values
 
     parse, seen = OverridesParser.create().parse_overrides, []
     check_values(compose_config(["width=64"]), parse(["width=0,16", "width=64"]), {"width": seen.append})
     assert seen == [64]  # the sweep was replaced: width 0 is not in the grid
     with pytest.raises(CoordCheckError, match="width must be a positive integer, got 0"):
-        check_values(compose_config([]), parse(["width=64", "width=0,16"]), {"width": config.JOB_CHECKS["width"]})
+        check_values(compose_config([]), parse(["width=64", "width=0,16"]), {"width": checks.JOB_CHECKS["width"]})
 
 
 def test_a_remote_launcher_imports_its_targets_where_the_jobs_run():

@@ -4,7 +4,7 @@ scaling with an optimizer it cannot scale and a misspelt key are one line before
 import pytest
 
 from conftest import run_cli
-from coordcheck.app.config import check_command_line
+from coordcheck.app.checks import check_command_line
 from coordcheck.core.errors import CoordCheckError
 
 SCALES_ADAM = ("depth_scaling={} scales Adam's learning rate and ε with depth; {} has no such rule here: use "

@@ -9,7 +9,7 @@ from conftest import run_in_process
 
 from coordcheck import coord_check
 from coordcheck.app import jobs as app
-from coordcheck.app import config
+from coordcheck.app import checks, config
 from coordcheck.setup.data import tokens
 from coordcheck.setup.device import autocast, check_compile, check_precision, environment, resolve_device
 from coordcheck.core.errors import CoordCheckError
@@ -66,7 +66,7 @@ def test_cli_device_cuda_without_cuda_is_exit_2_one_line(monkeypatch, capsys, tm
                                              ("device=gpu", "device must be")])
 def test_cli_checks_device_precision_and_compile_when_composed(override, words):
     with pytest.raises(CoordCheckError, match=words):
-        config.check_command_line([override])
+        checks.check_command_line([override])
 
 
 def test_defaults_keep_config_ids_and_device_does_not_split_a_configuration():
@@ -99,10 +99,10 @@ def test_bf16_verdict_mup_passes_sp_fails():
 
 def test_a_sweep_over_device_is_refused_and_remote_launchers_check_the_form_only():
     with pytest.raises(CoordCheckError, match="device: one value per sweep"):
-        config.check_command_line(["device=cpu,cuda", "--multirun"])
-    config.check_command_line(["hydra/launcher=parallel", "device=cuda:1"])  # the job checks it where it runs
+        checks.check_command_line(["device=cpu,cuda", "--multirun"])
+    checks.check_command_line(["hydra/launcher=parallel", "device=cuda:1"])  # the job checks it where it runs
     with pytest.raises(CoordCheckError, match="device must be"):
-        config.check_command_line(["hydra/launcher=parallel", "device=gpu"])
+        checks.check_command_line(["hydra/launcher=parallel", "device=gpu"])
 
 
 def test_fp16_updates_the_scaler_skips_are_recorded():

@@ -7,7 +7,8 @@ from hydra.utils import instantiate
 from torch import nn
 
 from coordcheck import coord_check
-from coordcheck.app.config import RUN_DEFAULTS, check_command_line, compose_config, options
+from coordcheck.app.config import RUN_DEFAULTS, compose_config, options
+from coordcheck.app.checks import check_command_line
 from coordcheck.setup.data import tokens
 from coordcheck.core.errors import CoordCheckError
 from coordcheck.setup.init import mup_init

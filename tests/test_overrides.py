@@ -6,7 +6,7 @@ import importlib.metadata
 import pytest
 from conftest import run_cli, run_in_process
 
-from coordcheck.app.config import check_command_line
+from coordcheck.app.checks import check_command_line
 from coordcheck.transfer.knobs import TRANSFER_REPORT
 from coordcheck.core.errors import CoordCheckError
 from coordcheck.app.overrides import closest, is_near

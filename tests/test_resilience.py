@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordcheck import report
-from coordcheck.app.config import check_choices, check_command_line
+from coordcheck.app.checks import check_choices, check_command_line
 from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import FRAME_NAME, FrameError, read_frame
 from coordcheck.run.sweep import JOB_NAME, aggregate

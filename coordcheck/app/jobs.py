@@ -8,7 +8,7 @@ saying ``ok`` always has its complete frame beside it. At the end of a multirun,
 
 Failures: a mistake the command line shows (any value a key takes, swept or not; a ``_target_``
 that cannot be imported; a sweep without ``--multirun``) is one line and exit status 2 before any
-job runs (:func:`run_command`, ``config.check_command_line``). What only a job can see is, in a
+job runs (:func:`run_command`, ``checks.check_command_line``). What only a job can see is, in a
 single run, one line on stderr (kept in the job's log file, not repeated on the console) and exit 2.
 In a multirun every failure is recorded in that job's ``job.json`` and the sweep goes on, so one
 failed width does not lose the others; the command exits 1 at the end.
@@ -45,14 +45,19 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from coordcheck.app.config import (  # noqa: F401  (CONF_DIR ... Layout: re-exported, users' scripts import them)
-    CONF_DIR, GROUPS, KNOBS, LAYOUTS, NOT_IN_FAMILY, NOT_IN_ID, NOT_IN_JOB, job_depth, REPO_CONF, REPORT, RUN_DEFAULTS, SIZES, Knobs, Layout,
-    ReportOptions, Size, Stat, check_choices, check_command_line, check_jobs, check_run, compose_config,
-    instantiate_node, knob_error, options, positive_number, report_options, resolved_config, rules_of, safe_dirname,
+from coordcheck.app.checks import (  # noqa: F401  (check_*: re-exported, users' scripts import them from here)
+    check_choices, check_command_line, check_jobs, check_run,
 )
-from coordcheck.core.errors import EXIT, USER_ERROR, CoordCheckError, check_loss, check_threads
+from coordcheck.app.config import (  # noqa: F401  (CONF_DIR ... RUN_DEFAULTS: re-exported, as above)
+    CONF_DIR, GROUPS, NOT_IN_FAMILY, NOT_IN_ID, NOT_IN_JOB, REPO_CONF, RUN_DEFAULTS, compose_config, instantiate_node,
+    job_depth, options, resolved_config, safe_dirname,
+)
+from coordcheck.core.errors import EXIT, USER_ERROR, CoordCheckError, check_loss, check_threads, positive_number
 from coordcheck.core.frame import FRAME_NAME, FrameError, atomic_write, digest, read_frame, write_frame
-from coordcheck.report import ERROR_NAME, REPORT_DIR
+from coordcheck.report.common import ERROR_NAME, REPORT_DIR
+from coordcheck.report.knobs import (  # noqa: F401  (KNOBS ... Stat: re-exported, as above)
+    KNOBS, LAYOUTS, REPORT, SIZES, Knobs, Layout, ReportOptions, Size, Stat, knob_error, report_options, rules_of,
+)
 from coordcheck.run.sweep import JOB_NAME
 from coordcheck.core.text import write_json
 

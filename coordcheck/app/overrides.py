@@ -1,6 +1,6 @@
 """Typos on the command line: an unknown key, group option, group or flag is one line naming the closest valid one.
 
-Stage: configuration, called by ``config.check_command_line`` and so shared by every Hydra command (``coordcheck``,
+Stage: app, called by ``checks.check_command_line`` and so shared by every Hydra command (``coordcheck``,
 ``coordcheck.transfer``, ``coordcheck.gradflow`` / ``coordcheck-gradflow``) before ``hydra.main`` runs: no job runs
 and no directory is made. Input: Hydra's own argument parser (its flags), Hydra's config loader (the groups of the
 search path and their options, Hydra's and its plugins' included: ``hydra/launcher=joblib``), Hydra's parsed
@@ -188,7 +188,7 @@ def _takes(node: DictConfig, path: str, name: str, targets: dict[str, list[str]]
             found = get_object(target)
             if name in inspect.signature(getattr(found, "func", found)).parameters:
                 return True
-        except Exception:  # cannot be imported here (config.check_targets says why) or has no signature
+        except Exception:  # cannot be imported here (checks.check_targets says why) or has no signature
             continue
     return False
 

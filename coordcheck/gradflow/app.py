@@ -16,10 +16,9 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig
 
-from coordcheck.app.config import (
-    CONF_DIR, JOB_CHECKS, check_choices, check_command_line, check_values, instantiate_node, job_depth, one_value,
-    positive_number,
-)
+from coordcheck.app.config import CONF_DIR, instantiate_node, job_depth
+from coordcheck.core.errors import positive_number
+from coordcheck.app.checks import JOB_CHECKS, check_choices, check_command_line, check_values, one_value
 from coordcheck.setup.data import as_batch
 from coordcheck.setup.device import resolve_device
 from coordcheck.core.errors import OK, USER_ERROR, CoordCheckError, check_count, check_flag
@@ -83,7 +82,7 @@ def main(cfg: DictConfig) -> None:
 
 def check_overrides(cfg: DictConfig, overrides: list) -> None:
     """The keys of ``conf/gradflow.yaml`` that can be checked before anything runs, every swept value included
-    (the run keys and the targets are checked by ``config.check_command_line``)."""
+    (the run keys and the targets are checked by ``checks.check_command_line``)."""
     check_values(cfg, overrides, {**{k: JOB_CHECKS[k] for k in ("width", "base_width", "depth", "base_depth", "lr",
                                                                  "steps")},
                                   "seed": one_value(lambda v: check_count(v, "seed", minimum=0), "seed"),

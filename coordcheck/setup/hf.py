@@ -202,7 +202,7 @@ def build(width: int, config: str | type = "granite", *, grows: Literal["head_di
 def check_node(node: Mapping[str, Any], width: Any, depth: Any = None) -> None:
     """The ``model`` config node of ``model=hf`` checked at ``width`` and ``depth`` (None: as configured) as
     :func:`build` will use it, nothing built:
-    the command line calls it (``coordcheck.app.config.check_targets``), so a bad class or field is one line and exit 2
+    the command line calls it (``coordcheck.app.checks.check_targets``), so a bad class or field is one line and exit 2
     before any job runs."""
     kwargs = dict(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node)
     kwargs = {k: v for k, v in kwargs.items() if not k.startswith("_")}

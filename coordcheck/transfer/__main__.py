@@ -8,7 +8,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from coordcheck.app import jobs as app
-from coordcheck.app.config import JOB_CHECKS, check_values, one_value, positive_number
+from coordcheck.core.errors import positive_number
+from coordcheck.app.checks import JOB_CHECKS, check_values, one_value
 from coordcheck.transfer.knobs import TRANSFER_REPORT
 from coordcheck.core.errors import CoordCheckError, check_count
 from coordcheck.transfer import app as transfer_app
@@ -28,7 +29,7 @@ CHECKS = {**JOB_CHECKS, "eval_batches": one_value(lambda v: check_count(v, "eval
 
 def _check(cfg: DictConfig, overrides: list) -> None:
     """The transfer sweep's keys, every value each takes (the grid's included), before any job runs (the report
-    knobs, the run keys and the targets are checked by ``config.check_command_line``)."""
+    knobs, the run keys and the targets are checked by ``checks.check_command_line``)."""
     check_values(cfg, overrides, CHECKS)
 
 

@@ -22,7 +22,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck.app import jobs as app
-from coordcheck.app.config import NOT_IN_JOB, instantiate_node, positive_number, resolved_config
+from coordcheck.app.config import NOT_IN_JOB, instantiate_node, resolved_config
+from coordcheck.core.errors import positive_number
 from coordcheck.core.errors import check_loss
 from coordcheck.core.frame import digest
 from coordcheck.transfer import frame as transfer_frame

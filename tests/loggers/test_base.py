@@ -106,7 +106,7 @@ def test_several_trackers_at_once_and_none_changes_what_a_job_is():
 
 
 def test_an_unknown_tracker_option_is_one_line_before_any_job_runs():
-    from coordcheck.app.config import check_choices
+    from coordcheck.app.checks import check_choices
     from coordcheck.core.errors import CoordCheckError
 
     with pytest.raises(CoordCheckError, match=r"^unknown logger 'tensorbord' \(did you mean tensorboard\?\): choose "
