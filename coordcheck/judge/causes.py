@@ -318,8 +318,8 @@ def _readout_change(s: pd.DataFrame, m: str, band: tuple[float, float], every: b
     j = s[s["in_window"] & (s["module"] == m) & (s["step"] >= 1)]
     o, x = j[j["tensor"] == "own"].set_index("step"), j[j["tensor"] == "in"].set_index("step")
     steps = o.index.intersection(x.index)
-    if steps.empty:
-        return pd.DataFrame()
+    if steps.empty:  # no own with its input (a frame recorded without in): nothing to read
+        return pd.DataFrame(columns=[*s.columns, "band_low", "band_high", "direction", "status", "margin"])
     r = o.loc[steps].copy()
     for c in ("slope", "ci_low", "ci_high"):
         r[c] = o.loc[steps, c] + x.loc[steps, c]

@@ -1,18 +1,27 @@
-"""The verdict's rules: the numbers it judges with (:class:`Rules`, every one a knob) and the statuses it gives.
+"""The verdict's rules: the numbers it judges with (:class:`Rules`, every one a knob), and the rule table (:data:`RULES`).
 
-Stage: judge (below the verdict, the audit and the depth verdict, which all read it). Input: none. Output: the
-:class:`Rules` knobs (``report.tol`` in a sweep, ``--tol`` in the report CLI), the statuses and their severity.
-Never imports torch.
+Stage: judge (below the engine that applies the table, :mod:`coordcheck.judge.series`, the verdict, the audit and the
+depth verdict, which all read it). Input: none. Output: the :class:`Rules` knobs (``report.tol`` in a sweep, ``--tol``
+in the report CLI), the statuses and their severity, and one :class:`Rule` per kind of series — where it applies
+(role, op kind, tensor, steps, and any fact it needs), the band it expects, what a violation means and how to fix it,
+its source and the test that proves it. ``docs/verdict.md`` lists the table (:func:`rules_markdown`, written by
+``python experiments/rules_table.py``; a test keeps it current). Never imports torch.
+
+A new kind of series (an architecture with a new op) is one entry here and one test, not a branch in the engine.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
 
 from coordcheck.core.errors import check_knobs, knob
 from coordcheck.core.frame import STATS
+from coordcheck.judge.causes import INIT_FIX, UPDATE_FIX
 
-__all__ = ["Rules", "STATUSES", "RANK", "EXPECT"]
+__all__ = ["Rules", "STATUSES", "RANK", "Rule", "RULES", "BANDS", "FACTS", "OPS", "EXPECT", "rule_named",
+           "expected_band", "likely_cause", "rules_markdown"]
 
 
 STATUSES = ("pass", "fail", "inconclusive", "zero", "skip", "transient")
@@ -46,10 +55,292 @@ class Rules:
         check_knobs(self)
 
 
-# (role, tensor) -> rule. "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol].
-EXPECT = {
-    ("input", "out"): "flat", ("hidden", "out"): "flat", ("norm", "out"): "flat",
-    ("output", "out"): "no_growth", ("attention", "out"): "no_growth",
-    ("input", "delta"): "flat", ("hidden", "delta"): "flat", ("norm", "delta"): "flat",
-    ("output", "delta"): "flat", ("attention", "delta"): "no_growth",
+# -- the rule table ---------------------------------------------------------------------------------------------------
+
+# The bands a rule can expect, on the slope of log2(stat) against log2(width): (low, high) as multiples of the knobs.
+# "flat": [-shrink_tol, tol]; "no_growth": (-inf, tol]; "qk_init": (-inf, QK_INIT_SLOPE * a + tol], with a the head
+# dimension's width exponent (the series' fact ``head_exponent``).
+BANDS = {
+    "flat": "[-shrink_tol, +tol]",
+    "no_growth": "(-inf, +tol]",
+    "qk_init": "(-inf, -a/2 + tol], a = the head dimension's width exponent",
 }
+# Captured q k^T * scale at step 0: independent q and k give q.k ~ sqrt(d_head), so muP's 1/d_head scale shrinks the
+# logits like d_head^-0.5 — width^-0.5 when d_head grows like width. With d_head ~ width^a: QK_INIT_SLOPE * a.
+QK_INIT_SLOPE = -0.5
+# Op kinds a rule can ask for (the series' ``op``): the probes' capture of pure q k^T * scale logits — what
+# F.scaled_dot_product_attention and nn.MultiheadAttention compute (module names ending (sdpa), (mha)) — or any other.
+OPS = {"qk": "pure q·kᵀ·scale logits, captured from F.scaled_dot_product_attention or nn.MultiheadAttention"}
+# Facts a rule can need, computed for each series by the engine (coordcheck.judge.series.series_facts).
+FACTS = {
+    "inner_output": "an output-role module that runs before the model's output (the last output module to run)",
+    "head_grows": "the head dimension grows with width by more than the step-0 test can resolve (a/2 > tol)",
+    "head_weak": "the head dimension grows with width, too slowly for the step-0 test (0 < a/2 <= tol)",
+    "head_fixed": "the head dimension is the same at every width (the number of heads grows)",
+    "head_shrinks": "the head dimension shrinks as width grows",
+    "head_unknown": "the head dimension was not recorded at every width (a frame from before the head_dim column)",
+}
+Steps = Literal["init", "updates", "any"]
+ANY = "*"  # a cause text for any parametrization
+TP5 = "Yang & Hu et al. 2021, Tensor Programs V (muP), Table 3"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of the width verdict: the series it applies to, what it expects of them, and what a violation means.
+
+    A series (configuration, module, tensor, statistic, step) gets the first rule of :data:`RULES` whose ``roles``,
+    ``tensors``, ``steps``, ``ops`` and ``facts`` all match (an empty tuple matches anything). ``expect`` names its
+    band (:data:`BANDS`); ``judged=False`` shows the series with its band but never counts it (status ``skip``,
+    ``note`` says why). ``grows`` / ``shrinks``: the cause and fix of a series leaving the band that way, by
+    parametrization (``*``: any; Python format fields ``dims``, ``slope``, ``power``, ``final`` come from the
+    series' facts). ``corroborate``: a failure counts only where the same module's series of these tensors fail in
+    the same direction (else it is inconclusive and ``alone`` says why). ``learns``: a module whose ``delta`` this rule
+    judges must change — exactly zero at every updated step is "does not change during training" (inconclusive), not
+    a pass. ``note``: said of every series the rule
+    judges; with ``tell`` the verdict's notes list the modules too. ``source``: the paper or the measurement the rule
+    rests on; ``test``: the test that proves it (``tests/path.py::name``).
+    """
+
+    name: str
+    roles: tuple[str, ...]
+    tensors: tuple[str, ...]
+    steps: Steps = "any"
+    ops: tuple[str, ...] = ()
+    facts: tuple[str, ...] = ()
+    expect: str = "flat"
+    judged: bool = True
+    grows: Mapping[str, str] = field(default_factory=dict)
+    shrinks: Mapping[str, str] = field(default_factory=dict)
+    corroborate: tuple[str, ...] = ()
+    alone: str = ""
+    learns: bool = False
+    note: str = ""
+    tell: bool = False
+    source: str = ""
+    test: str = ""
+
+    def cause(self, direction: str, parametrization: str) -> str:
+        """What leaving the band in ``direction`` means under ``parametrization`` (a template: see the class)."""
+        texts = self.grows if direction == "grows" else self.shrinks if direction == "shrinks" else {}
+        return texts.get(parametrization, texts.get(ANY, ""))
+
+
+# The cause texts several rules share (one definition each).
+READOUT_GROWS = {
+    "sp": "readout grows with width: standard parametrization has no 1/width output multiplier (expected for the SP "
+          "control; parametrization=mup adds it)",
+    ANY: "readout grows with width: the readout is not a MuReadout or its 1/width output multiplier is missing (use "
+         "mup.MuReadout, or scale the logits by base_width/width)",
+}
+ATTENTION_GROWS = {ANY: "attention logits grow with width: scores are scaled by 1/sqrt(d_head) instead of 1/d_head "
+                        "(muP attention uses q.k/d)"}
+LAZY = {ANY: "feature updates vanish with width (lazy / kernel regime): the learning rate of hidden or output layers "
+             "is scaled down too much, or the model is in standard parametrization at a small LR"}
+INIT_GROWS = {ANY: "activations grow with width at initialisation: init too large — hidden weights need variance "
+                   "1/fan_in (mup.init or nn.init with std fan_in**-0.5)"}
+INIT_SHRINKS = {ANY: "activations shrink with width at initialisation: init too small (hidden variance should be "
+                     "1/fan_in)"}
+HIDDEN_GROWS = {
+    "sp": "hidden features grow with width after updates: standard parametrization uses one learning rate for every "
+          "layer (expected for the SP control; parametrization=mup scales it)",
+    "none": "hidden features grow with width after updates: the hidden learning rate is not scaled by width — give "
+            "hidden matrices lr * base_width / width in your optimizer's parameter groups (Adam)",
+    ANY: "hidden features grow with width after updates: the hidden learning rate is not scaled by width — use "
+         "MuAdam/MuAdamW/MuSGD, or divide the hidden-matrix LR by width/base_width",
+}
+INPUT_GROWS = "input-layer features grow with width after updates: the input layer's learning rate or init is scaled " \
+              "with width — keep them constant"
+OWN_INIT = {ANY: INIT_FIX.format(it="it")}
+OWN_ALONE = ("own update {direction} with width ({slope:+.2f} at step {step}) while the module's output and its change "
+             "since step 0 do not: not counted as a cause (an own update off the band that leaves the module's "
+             "features behaving like muP's shows no knob to turn)")
+QK_GROWS = {ANY: "attention logits do not shrink at initialisation (independent q and k give q.k ~ sqrt(d_head), which "
+                 "q.k/d_head shrinks like width^{slope:.2g} where d_head grows like width{power}, as here: {dims}): "
+                 "scores are scaled by 1/sqrt(d_head) instead of 1/d_head"}
+OWN_MEASURED = ("measured: experiments/own_update.py (muP in the mup package's form: own after updates flat for every "
+                "role; standard parametrization with Adam: hidden +0.8..+1.0)")
+
+RULES: tuple[Rule, ...] = (
+    # -- shown, not judged ------------------------------------------------------------------------------------------
+    Rule("input-evidence", roles=(), tensors=("in",), judged=False,
+         note="the module's input: evidence for inheritance, not judged",
+         source="design (issue 17): a module's input is some other module's output, read by the causes walk",
+         test="tests/test_rules.py::test_a_modules_input_is_shown_never_judged"),
+    Rule("readout-own-init", roles=("output",), tensors=("own",), steps="init", expect="no_growth", judged=False,
+         note="the readout's own gain is not judged (a multiplier on its input is divided out by rms(x)): the model's "
+              "output is judged on its out and delta",
+         source="measured: coordcheck.testing's torchtitan-style LLaMA (a 1/width multiplier on the readout's input): "
+                "init gain +0.48 [+0.46, +0.51] while the logits shrink as muP wants",
+         test="tests/test_rules.py::test_the_readouts_own_gain_is_shown_never_judged"),
+    Rule("readout-own-updates", roles=("output",), tensors=("own",), steps="updates", judged=False,
+         note="the readout's own gain is not judged (a multiplier on its input is divided out by rms(x)): the model's "
+              "output is judged on its out and delta",
+         source="as readout-own-init",
+         test="tests/test_rules.py::test_the_readouts_own_gain_is_shown_never_judged"),
+    Rule("inner-output", roles=("output",), tensors=("out",), facts=("inner_output",), expect="no_growth",
+         judged=False, note="not the model's output (e.g. logits before an output multiplier): judged at {final}",
+         source="hand-written muP (nanoGPT-mup, OLMo): logits = lm_head(x) * base_width / width outside the readout "
+                "module; the readout's output grows like width^+0.5..+1 while the model's output is flat",
+         test="tests/test_rules.py::test_output_rules_judge_the_models_output_not_logits_before_its_multiplier"),
+    Rule("inner-output-delta", roles=("output",), tensors=("delta",), facts=("inner_output",), judged=False,
+         note="not the model's output (e.g. logits before an output multiplier): judged at {final}",
+         source="as inner-output",
+         test="tests/test_rules.py::test_output_rules_judge_the_models_output_not_logits_before_its_multiplier"),
+    # -- attention logits at initialisation: the 1/d_head test -------------------------------------------------------
+    Rule("qk-init-shrinks", roles=("attention",), tensors=("out",), steps="init", ops=("qk",), facts=("head_grows",),
+         expect="qk_init",
+         grows=QK_GROWS,
+         source=f"{TP5} (attention 1/d); measured: -0.50 and -0.51 on two public-style models under muP, -0.01 with "
+                "1/sqrt(d_head) (experiments/head_dim.py)",
+         test="tests/test_rules.py::test_pure_qk_logits_must_shrink_at_init_where_the_head_dimension_grows"),
+    Rule("qk-init-weak-head", roles=("attention",), tensors=("out",), steps="init", ops=("qk",),
+         facts=("head_weak",), expect="qk_init", tell=True,
+         grows=QK_GROWS,
+         note="head dimension grows only like width^{a:.2f} ({dims}): 1/d_head and 1/sqrt(d_head) differ at step 0 "
+              "by a slope of {gap:.2f}, within the tolerance {tol:g}, so the step-0 test cannot tell them apart here",
+         source="as qk-init-shrinks, with the gap a/2 against tol",
+         test="tests/test_rules.py::test_a_slowly_growing_head_dimension_is_judged_on_its_own_slope_with_a_note"),
+    Rule("qk-init-heads-outgrow-width", roles=("attention",), tensors=("out",), steps="init", ops=("qk",),
+         facts=("head_shrinks",), expect="no_growth", judged=False, tell=True,
+         note="head dimension shrinks with width ({dims}): the step-0 1/d_head test is not judged",
+         source="TP5: 1/d_head lets the logits grow at initialisation when heads grow faster than width",
+         test="tests/test_rules.py::test_a_shrinking_head_dimension_is_not_judged_at_init"),
+    Rule("qk-init-fixed-head", roles=("attention",), tensors=("out",), steps="init", ops=("qk",),
+         facts=("head_fixed",), expect="no_growth", tell=True,
+         grows={ANY: "attention logits grow with width although the head dimension is fixed at {dims} "
+                     "(1/sqrt(d_head) versus 1/d_head is then a constant factor, not the cause): q or k grow with "
+                     "width — check the query and key projections' init (variance 1/fan_in) and learning rate "
+                     "(Adam: hidden matrices lr * base_width / width)"},
+         note="head dimension fixed at {dims} across widths: the 1/d_head vs 1/sqrt(d_head) test needs a head "
+              "dimension that grows with width; step 0 judged by the no-growth rule",
+         source="torchtitan-style LLaMAs (head_dim 128, heads grow with width): measured with experiments/head_dim.py",
+         test="tests/test_rules.py::test_a_fixed_head_dimension_is_judged_by_no_growth_with_a_note"),
+    Rule("qk-init-unknown-head", roles=("attention",), tensors=("out",), steps="init", ops=("qk",),
+         facts=("head_unknown",), expect="no_growth", tell=True, grows=ATTENTION_GROWS,
+         note="head dimension not recorded at every width (a frame from before the head_dim column): the step-0 "
+              "1/d_head vs 1/sqrt(d_head) test is not applied; step 0 judged by the no-growth rule",
+         source="frames written before the head_dim column (second release)",
+         test="tests/test_rules.py::test_an_unrecorded_head_dimension_falls_back_to_no_growth_with_a_note"),
+    # -- attention, output ------------------------------------------------------------------------------------------
+    Rule("attention-own-init", roles=("attention",), tensors=("own",), steps="init", expect="no_growth",
+         grows=OWN_INIT, source=f"{TP5}: a zero-initialised query is allowed (attention uniform at init)",
+         test="tests/test_rules.py::test_attention_modules_init_gain_may_shrink_but_not_grow"),
+    Rule("attention-no-growth", roles=("attention",), tensors=("out", "delta"), expect="no_growth",
+         grows=ATTENTION_GROWS,
+         source=f"{TP5}: attention logits q.k/d stay Θ(1); a zero query makes them shrink at init, which is allowed",
+         test="tests/test_rules.py::test_attention_logits_must_not_grow"),
+    Rule("output-no-growth", roles=("output",), tensors=("out",), expect="no_growth", grows=READOUT_GROWS,
+         source=f"{TP5}: the readout's output is Θ(1) after updates and may shrink like 1/width at init (exactly 0 "
+                "with a zero-initialised readout)",
+         test="tests/test_rules.py::test_the_models_output_may_shrink_but_not_grow"),
+    Rule("output-delta-flat", roles=("output",), tensors=("delta",), grows=READOUT_GROWS, shrinks=LAZY, learns=True,
+         source=f"{TP5}: the output's change is Θ(1) (maximal update); one that vanishes is the lazy regime",
+         test="tests/test_rules.py::test_the_outputs_change_must_neither_grow_nor_vanish"),
+    # -- input, hidden, norm ----------------------------------------------------------------------------------------
+    Rule("init-flat", roles=(), tensors=("out",), steps="init", grows=INIT_GROWS, shrinks=INIT_SHRINKS,
+         source=f"{TP5}: activations Θ(1) at initialisation with variance 1/fan_in",
+         test="tests/test_rules.py::test_activations_at_init_must_be_flat"),
+    Rule("input-updates-flat", roles=("input",), tensors=("out", "delta"),
+         grows={"none": INPUT_GROWS, ANY: INPUT_GROWS + " (vector-like in MuAdam)"},
+         shrinks={ANY: "input-layer updates vanish with width: the embedding learning rate is scaled like a hidden "
+                       "matrix (embeddings keep the base LR in muP)"},
+         source=f"{TP5}: input weights keep a width-independent learning rate under Adam",
+         test="tests/test_rules.py::test_input_features_must_stay_flat_after_updates"),
+    Rule("hidden-updates-flat", roles=("hidden",), tensors=("out", "delta"), grows=HIDDEN_GROWS, shrinks=LAZY,
+         learns=True,
+         source=f"{TP5}: hidden features and their updates Θ(1); measured: muP-correct |slope| <= 0.05 over widths "
+                "128-1024, standard parametrization with Adam 0.5-3 within 10 steps (experiments/known_answers.py)",
+         test="tests/test_rules.py::test_hidden_features_must_neither_grow_nor_vanish_after_updates"),
+    Rule("updates-flat", roles=(), tensors=("out", "delta"), grows=HIDDEN_GROWS, shrinks=LAZY,
+         source=f"{TP5}: every feature Θ(1) after updates (norm layers, and roles a model declares itself)",
+         test="tests/test_rules.py::test_norms_and_other_roles_must_stay_flat_after_updates"),
+    # -- own updates: the causes' evidence --------------------------------------------------------------------------
+    Rule("own-init-flat", roles=(), tensors=("own",), steps="init", grows=OWN_INIT, shrinks=OWN_INIT,
+         source=f"{TP5}: init std ∝ fan_in^-1/2 keeps a module's init gain flat; {OWN_MEASURED}",
+         test="tests/test_rules.py::test_a_modules_init_gain_must_be_flat"),
+    Rule("input-own-updates-flat", roles=("input",), tensors=("own",), steps="updates",
+         grows={ANY: UPDATE_FIX[("input", "grows")].format(its="its")},
+         shrinks={ANY: UPDATE_FIX[("input", "shrinks")].format(its="its")},
+         corroborate=("out", "delta"), alone=OWN_ALONE, source=OWN_MEASURED,
+         test="tests/test_rules.py::test_own_updates_must_be_flat_and_count_only_with_the_modules_output"),
+    Rule("norm-own-updates-flat", roles=("norm",), tensors=("own",), steps="updates",
+         grows={ANY: UPDATE_FIX[("norm", "grows")]}, shrinks={ANY: UPDATE_FIX[("norm", "shrinks")]},
+         corroborate=("out", "delta"), alone=OWN_ALONE,
+         source=f"{OWN_MEASURED}; a correct muP Granite's norm gain +0.27 [+0.21, +0.32] at step 9 with every "
+                "activation flat (experiments/narrow.py): hence corroborate",
+         test="tests/test_rules.py::test_own_updates_must_be_flat_and_count_only_with_the_modules_output"),
+    Rule("own-updates-flat", roles=(), tensors=("own",), steps="updates",
+         grows={ANY: UPDATE_FIX[("hidden", "grows")].format(them="it")},
+         shrinks={ANY: UPDATE_FIX[("hidden", "shrinks")].format(them="it")},
+         corroborate=("out", "delta"), alone=OWN_ALONE,
+         source=f"{OWN_MEASURED}; a correct muP ResNet's strided 1x1 shortcut -0.43 [-0.50, -0.36] with every "
+                "activation flat (experiments/public_models.py): hence corroborate",
+         test="tests/test_rules.py::test_own_updates_must_be_flat_and_count_only_with_the_modules_output"),
+)
+_BY_NAME = {r.name: r for r in RULES}
+
+
+def rule_named(name: str) -> Rule:
+    return _BY_NAME[name]
+
+
+def _matches(rule: Rule, role: str, tensor: str, step: int, op: str = "", facts: frozenset[str] = frozenset()) -> bool:
+    return ((not rule.roles or role in rule.roles) and tensor in rule.tensors
+            and (rule.steps == "any" or (rule.steps == "init") == (step == 0))
+            and (not rule.ops or op in rule.ops) and set(rule.facts) <= facts)
+
+
+def rule_for(role: str, tensor: str, step: int, op: str = "", facts: frozenset[str] = frozenset()) -> Rule | None:
+    """The rule that judges a series of this role, tensor, step, op kind and facts (the first that matches)."""
+    return next((r for r in RULES if _matches(r, role, tensor, step, op, facts)), None)
+
+
+def expected_band(role: str, tensor: str, step: int) -> str:
+    """The band (:data:`BANDS`) the table expects of a plain series — no op kind, no special fact — of this role and
+    tensor at ``step``: how the depth verdict judges the modules outside the blocks as the width verdict does."""
+    rule = rule_for(role, tensor, step)
+    return rule.expect if rule is not None else "flat"
+
+
+def likely_cause(role: str, tensor: str, step: int, direction: str, parametrization: str = "mup") -> str:
+    """Likely cause and fix, in words a user can act on, for a plain series of this role, tensor and step leaving its
+    band in ``direction`` under ``parametrization`` (the matching rule's text)."""
+    if direction == "diverged":
+        return DIVERGED
+    rule = rule_for(role, tensor, step)
+    return rule.cause(direction, parametrization) if rule is not None else ""
+
+
+DIVERGED = "training diverged (non-finite values): lower the learning rate, or check the initialisation"
+EXPECT = {(role, tensor): expected_band(role, tensor, 1)  # kept for old imports: the band after updates by (role,
+          for role in ("input", "hidden", "norm", "output", "attention") for tensor in ("out", "delta")}  # tensor)
+
+
+def rules_markdown() -> str:
+    """The rule table as Markdown, for ``docs/verdict.md`` (``python experiments/rules_table.py`` writes it there)."""
+    def cell(text: str) -> str:
+        return " ".join(str(text).split()).replace("|", "\\|")
+
+    def causes(rule: Rule) -> str:
+        parts = []
+        for word, texts in (("grows", rule.grows), ("shrinks", rule.shrinks)):
+            for par, text in texts.items():
+                parts.append(f"*{word}{'' if par == ANY else f' ({par})'}*: {text}")
+        return "<br>".join(cell(p) for p in parts) or "—"
+
+    lines = ["| rule | applies to | expects | cause and fix | source | proved by |", "|---|---|---|---|---|---|"]
+    for r in RULES:
+        where = [f"role {', '.join(r.roles)}" if r.roles else "any role", f"tensor {', '.join(r.tensors)}",
+                 {"init": "step 0", "updates": "steps ≥ 1", "any": "every step"}[r.steps]]
+        where += [f"op {o}" for o in r.ops] + [f"{FACTS[f]}" for f in r.facts]
+        expects = f"`{r.expect}` {BANDS[r.expect]}" + ("" if r.judged else ", not judged (shown)")
+        evidence = []
+        if r.corroborate:
+            evidence.append(f"counts only with the module's {' or '.join(r.corroborate)} failing the same way")
+        if r.note:
+            evidence.append(f"note: {r.note}")
+        test = r.test.split("::")
+        lines.append(f"| `{r.name}` | {cell('; '.join(where))} | {cell(expects + ''.join('; ' + e for e in evidence))}"
+                     f" | {causes(r)} | {cell(r.source)} | `{test[-1]}` |")
+    return "\n".join(lines) + "\n"

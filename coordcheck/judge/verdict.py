@@ -84,11 +84,14 @@ import pandas as pd
 
 from coordcheck.judge.audit import audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
 from coordcheck.judge.depth import DepthVerdict, judge_depth
-from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes, own_diagnosis
-from coordcheck.core.frame import EPS_TENSOR, NOT_ACTIVATIONS, QK_LOGITS
+from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes
+from coordcheck.core.frame import EPS_TENSOR, NOT_ACTIVATIONS
 from coordcheck.judge.narrow import mark_narrow, narrow_reason
 from coordcheck.record.shapes import model_table, shapes_by_config, width_problem
-from coordcheck.judge.rules import EXPECT, RANK, STATUSES, Rules  # noqa: F401  (re-exported)
+from coordcheck.judge.rules import EXPECT, RANK, RULES, STATUSES, Rules, likely_cause  # noqa: F401  (re-exported)
+from coordcheck.judge.series import (  # noqa: F401  (head_dim_growth, UNDECIDED_PREFIX: re-exported)
+    UNDECIDED_PREFIX, apply_rules, corroborate, head_dim_growth, rule_notes,
+)
 from coordcheck.judge.slopes import CONFIG_COLUMNS, fit_slopes
 from coordcheck.judge.stability import find_instability, mark_transients  # noqa: F401  (re-exported)
 
@@ -99,127 +102,8 @@ __all__ = ["Rules", "Verdict", "judge", "find_instability", "mark_transients", "
 # the causes only: a correct ResNet's strided 1x1 shortcut has own -0.40 [-0.55, -0.26] while every activation is
 # flat, and "not decided" would then be said of a model whose coordinates pass. A failing own series still fails.
 DECIDING = ("out", "delta")
-
-
-# Captured q k^T * scale at step 0: independent q and k give q.k ~ sqrt(d_head), so muP's 1/d_head scale shrinks the
-# logits like d_head^-0.5 — width^-0.5 when d_head grows like width (measured: -0.50 and -0.51 on two public-style
-# models); 1/sqrt(d_head) leaves them flat (-0.01). With d_head ~ width^a the expected slope is QK_INIT_SLOPE * a.
-QK_INIT_SLOPE = -0.5
-QK_INIT_DIAGNOSIS = ("attention logits do not shrink at initialisation (independent q and k give q.k ~ sqrt(d_head), "
-                     "which q.k/d_head shrinks like width^{slope:.2g} where d_head grows like width{power}, as here: "
-                     "{dims}): scores are scaled by 1/sqrt(d_head) instead of 1/d_head")
-FIXED_HEAD_GROWS = ("attention logits grow with width although the head dimension is fixed at {dims} (1/sqrt(d_head) "
-                    "versus 1/d_head is then a constant factor, not the cause): q or k grow with width — check the "
-                    "query and key projections' init (variance 1/fan_in) and learning rate (Adam: hidden matrices "
-                    "lr * base_width / width)")
-HEAD_DIM_NOTES = {
-    "fixed": "head dimension fixed at {dims} across widths: the 1/d_head vs 1/sqrt(d_head) test needs a head "
-             "dimension that grows with width; step 0 judged by the no-growth rule",
-    "weak": "head dimension grows only like width^{a:.2f} ({dims}): 1/d_head and 1/sqrt(d_head) differ at step 0 by "
-            "a slope of {gap:.2f}, within the tolerance {tol:g}, so the step-0 test cannot tell them apart here",
-    "shrinks": "head dimension shrinks with width ({dims}): the step-0 1/d_head test is not judged",
-    "unknown": "head dimension not recorded at every width (a frame from before the head_dim column): the step-0 "
-               "1/d_head vs 1/sqrt(d_head) test is not applied; step 0 judged by the no-growth rule",
-}
-
-# The readout's own gain is shown, not judged: a 1/width multiplier applied to its *input* (torchtitan-style muP: the
-# final hidden state times 1/m before a plain nn.Linear) is divided out by s(x) = rms(x), so a correct model's readout
-# gain grows (measured on coordcheck.testing's titan LLaMA: init gain +0.48 [+0.46, +0.51] while the logits shrink as
-# muP wants). The model's output is judged on its out and delta (rules 2-3), and the causes read its out at step 0.
-READOUT_OWN = ("the readout's own gain is not judged (a multiplier on its input is divided out by rms(x)): the model's "
-               "output is judged on its out and delta")
-
-
-UNDECIDED_PREFIX = "not decided; if confirmed: "  # an undecided series' diagnosis is what it would mean, not a cause
-
-
-def likely_cause(role: str, tensor: str, step: int, direction: str, parametrization: str = "mup") -> str:
-    """Likely cause and fix, in words a user can act on, for a failing pattern under ``parametrization``."""
-    if direction == "diverged":
-        return "training diverged (non-finite values): lower the learning rate, or check the initialisation"
-    if tensor == "own":
-        return own_diagnosis(role, step, direction)
-    sp, own = parametrization == "sp", parametrization == "none"  # own: muP written by hand (no Mu* optimizer)
-    if direction == "grows":
-        if role == "output":
-            if sp:
-                return ("readout grows with width: standard parametrization has no 1/width output multiplier "
-                        "(expected for the SP control; parametrization=mup adds it)")
-            return ("readout grows with width: the readout is not a MuReadout or its 1/width output multiplier "
-                    "is missing (use mup.MuReadout, or scale the logits by base_width/width)")
-        if role == "attention":
-            return ("attention logits grow with width: scores are scaled by 1/sqrt(d_head) instead of 1/d_head "
-                    "(muP attention uses q.k/d)")
-        if step == 0:
-            return ("activations grow with width at initialisation: init too large — hidden weights need variance "
-                    "1/fan_in (mup.init or nn.init with std fan_in**-0.5)")
-        if role == "input":
-            return ("input-layer features grow with width after updates: the input layer's learning rate or init "
-                    "is scaled with width — keep them constant" + ("" if own else " (vector-like in MuAdam)"))
-        if sp:
-            return ("hidden features grow with width after updates: standard parametrization uses one learning "
-                    "rate for every layer (expected for the SP control; parametrization=mup scales it)")
-        if own:
-            return ("hidden features grow with width after updates: the hidden learning rate is not scaled by width "
-                    "— give hidden matrices lr * base_width / width in your optimizer's parameter groups (Adam)")
-        return ("hidden features grow with width after updates: the hidden learning rate is not scaled by width — "
-                "use MuAdam/MuAdamW/MuSGD, or divide the hidden-matrix LR by width/base_width")
-    if direction == "shrinks":
-        if role == "input" and (tensor == "delta" or step > 0):
-            return ("input-layer updates vanish with width: the embedding learning rate is scaled like a hidden "
-                    "matrix (embeddings keep the base LR in muP)")
-        if tensor == "delta" or step > 0:
-            return ("feature updates vanish with width (lazy / kernel regime): the learning rate of hidden or output "
-                    "layers is scaled down too much, or the model is in standard parametrization at a small LR")
-        return "activations shrink with width at initialisation: init too small (hidden variance should be 1/fan_in)"
-    return ""
-
-
-def head_dim_growth(frame: pd.DataFrame) -> pd.DataFrame:
-    """How the head dimension of each captured attention module grows with width, from the frame's ``head_dim``.
-
-    One row per (``config_id``, ``module``) of role ``attention`` with a recorded head dimension:
-    ``exponent`` ``a`` (least-squares slope of log2 head_dim vs log2 width, 0 when fixed), ``kind``
-    and ``dims`` (the head dimensions at the smallest and largest width, as text):
-
-    * ``grows`` (``a > 0``; ``a = 1`` when the number of heads is fixed): the step-0 test applies
-      with the expected slope ``-a/2``. Heads that grow with width more slowly than width (d_head
-      growing *partially*, ``0 < a < 1``) are judged the same way, on the slope muP's 1/d_head
-      gives them; 1/sqrt(d_head) still gives 0, so the test separates the two by ``a/2``, and where
-      that is within ``tol`` the verdict says the test cannot tell them apart (``weak`` note).
-    * ``fixed`` (the same head dimension at every width: the number of heads grows): the logits' scale
-      at initialisation does not depend on width at all, and 1/d_head versus 1/sqrt(d_head) is a
-      constant factor, not a width-scaling bug. Step 0 is judged by the ordinary attention rule (no
-      growth), not left unjudged: growing logits at a fixed head dimension are still a fault (q or k
-      growing with width), and no correct model grows there. Not "flat": shrinking logits at
-      initialisation are allowed for attention as everywhere in rule 3 (muP does not hold the logits
-      up at initialisation: TP5 recommends a zero-initialised query, which makes attention uniform
-      there on purpose, and a small query init that approaches it is no fault either).
-    * ``shrinks`` (``a < 0``: heads grow faster than width): 1/d_head lets the logits *grow* at
-      initialisation; not judged at step 0 (``skip``).
-    * ``unknown``: some width has no recorded head dimension (0: a frame from before the column).
-    """
-    attn = frame[(frame["role"] == "attention") & (frame["tensor"] == "out")]
-    if "head_dim" not in attn.columns or attn.empty:
-        return pd.DataFrame(columns=["config_id", "module", "exponent", "kind", "dims"])
-    per_width = attn.groupby(["config_id", "module", "width"], sort=True)["head_dim"].max().reset_index()
-    rows = []
-    for (cid, module), g in per_width.groupby(["config_id", "module"], sort=False):
-        h, w = g["head_dim"].to_numpy(dtype=float), g["width"].to_numpy(dtype=float)
-        if not (h > 0).any() and not module.endswith(QK_LOGITS):
-            continue  # a capture that does not know its head dimension (a hand-written softmax's input)
-        dims = f"{h[0]:.0f}" if (h == h[0]).all() else f"{h[0]:.0f} at width {w[0]:.0f} to {h[-1]:.0f} at width " \
-                                                       f"{w[-1]:.0f}"
-        if not (h > 0).all():
-            a, kind = np.nan, "unknown"
-        elif (h == h[0]).all():
-            a, kind = 0.0, "fixed"
-        else:
-            x, y = np.log2(w), np.log2(h)
-            a = float(np.polyfit(x, y, 1)[0]) if len(x) > 1 else 0.0
-            kind = "grows" if a > 0 else "shrinks"
-        rows.append((cid, module, a, kind, dims))
-    return pd.DataFrame(rows, columns=["config_id", "module", "exponent", "kind", "dims"])
+LEARNS = frozenset(r.name for r in RULES if r.learns)  # the rules whose modules must change during training
+FROZEN = "does not change during training (frozen, or lr=0?)"
 
 
 @dataclass
@@ -288,149 +172,6 @@ class Verdict:
         return s.sort_values(["_rank", "_abs"], ascending=False).drop(columns=["_rank", "_abs"]).head(n)
 
 
-def _judge_series(s: pd.DataFrame, rules: Rules, heads: pd.DataFrame | None = None) -> pd.DataFrame:
-    s = s.copy()
-    s["expect"] = [EXPECT.get((r, t), "flat") for r, t in zip(s["role"], s["tensor"])]
-    if heads is None or heads.empty:
-        heads = pd.DataFrame(columns=["config_id", "module", "exponent", "kind", "dims"])
-    hd = s[["config_id", "module"]].merge(heads, on=["config_id", "module"], how="left")  # rule 3b's head dimension
-    kind, exponent = hd["kind"].fillna("").to_numpy(), hd["exponent"].to_numpy(dtype=float)
-    qk_step0 = ((s["step"] == 0) & (s["tensor"] == "out") & (s["role"] == "attention")
-                & s["module"].str.endswith(QK_LOGITS)).to_numpy()  # pure q k^T * scale at initialisation
-    qk_init = qk_step0 & (kind == "grows")  # rule 3b: only where the head dimension grows with width
-    qk_skip = qk_step0 & (kind == "shrinks")
-    s.loc[qk_init, "expect"] = "qk_init"
-    own0 = (s["tensor"] == "own") & (s["step"] == 0) & s["role"].isin(["output", "attention"])
-    s.loc[own0, "expect"] = "no_growth"  # the readout's init gain (shown, not judged) may shrink or be zero
-    # not judged: a module's input (evidence for the causes), and the readout's own gain (READOUT_OWN)
-    given = ((s["tensor"] == "in") | ((s["tensor"] == "own") & (s["role"] == "output"))).to_numpy()
-    lo_band = np.where(s["expect"] == "flat", -rules.shrink_tol, -np.inf)
-    hi_band = np.where(qk_init, QK_INIT_SLOPE * np.where(qk_init, exponent, 0.0) + rules.tol, rules.tol)
-    s["band_low"], s["band_high"] = lo_band, hi_band
-    slope, ci_lo, ci_hi = s["slope"].to_numpy(), s["ci_low"].to_numpy(), s["ci_high"].to_numpy()
-    grows = slope > hi_band
-    shrinks = slope < lo_band
-    s["margin"] = np.minimum(hi_band - slope, slope - lo_band)  # distance to the band's nearest edge; < 0 outside
-    # significant when the whole interval is outside the band (NaN interval: not significant)
-    sig = np.where(grows, ci_lo > hi_band, np.where(shrinks, ci_hi < lo_band, False))
-    status = np.where(grows | shrinks, np.where(sig, "fail", "inconclusive"), "pass")
-    direction = np.where(grows, "grows", np.where(shrinks, "shrinks", ""))
-    note = np.full(len(s), "", dtype=object)
-    status = np.where(s["all_zero"], "zero", status)
-    note = np.where(s["all_zero"], "exactly zero at every width", note)
-    partial = s["any_zero"] & ~s["all_zero"] & ~s["nonfinite"]
-    status = np.where(partial, "inconclusive", status)
-    note = np.where(partial, "exactly zero at some widths only", note)
-    nonfinite = s["nonfinite"].to_numpy()
-    status = np.where(nonfinite, "fail", status)
-    direction = np.where(nonfinite, "diverged", direction)
-    undefined = ~nonfinite & ~s["any_zero"].to_numpy() & np.isnan(slope)
-    status = np.where(undefined, "inconclusive", status)
-    note = np.where(undefined, "slope undefined", note)
-    qk_note = qk_step0 & np.isin(kind, ["fixed", "unknown", "shrinks"])  # step 0 not judged by rule 3b: say why
-    note = np.where(qk_note & (note == ""), [HEAD_DIM_NOTES.get(k, "").format(dims=d) for k, d in
-                                             zip(kind, hd["dims"].fillna(""))], note)
-    status = np.where(qk_skip & ~nonfinite, "skip", status)
-    direction = np.where(qk_skip & ~nonfinite, "", direction)
-    status = np.where(given, "skip", status)
-    direction = np.where(given, "", direction)
-    note = np.where(given, np.where(s["tensor"] == "in", "the module's input: evidence for inheritance, not judged",
-                                    READOUT_OWN), note)
-    s["status"] = status
-    s["direction"] = direction
-    s["diagnosis"] = [
-        (QK_INIT_DIAGNOSIS.format(slope=QK_INIT_SLOPE * a, power="" if abs(a - 1) < 0.01 else f"^{a:.2f}", dims=dims)
-         if e == "qk_init" else FIXED_HEAD_GROWS.format(dims=dims) if k == "fixed" and d == "grows"
-         else likely_cause(r, t, st, d, p)) if d else n
-        for r, t, st, d, n, p, e, k, a, dims in zip(s["role"], s["tensor"], s["step"], direction, note,
-                                                   s["parametrization"], s["expect"], kind, exponent,
-                                                   hd["dims"].fillna(""))
-    ]
-    undecided = (s["status"] == "inconclusive") & (s["diagnosis"] != "")  # a guess from its role and direction
-    s.loc[undecided, "diagnosis"] = UNDECIDED_PREFIX + s.loc[undecided, "diagnosis"]
-    return s
-
-
-def _head_dim_notes(heads: pd.DataFrame, series: pd.DataFrame, rules: Rules) -> list[str]:
-    """``Verdict.notes`` for captured q k^T logits whose step 0 was not judged by rule 3b's shrink test (or judged by
-    it too weakly to tell the two scalings apart), one per (configuration, kind, head dimensions), naming the
-    modules."""
-    qk = heads[heads["module"].str.endswith(QK_LOGITS)] if len(heads) else heads
-    qk = qk[qk["module"].isin(series["module"])] if len(qk) else qk
-    if qk.empty:
-        return []
-    many = series["config_id"].nunique() > 1
-    par = series.groupby("config_id")["parametrization"].first()
-    notes = []
-    for (cid, kind, dims), g in qk.groupby(["config_id", "kind", "dims"], sort=False):
-        a = float(g["exponent"].iloc[0])
-        if kind == "grows" and -QK_INIT_SLOPE * a > rules.tol:
-            continue  # the test applies and separates the two scalings
-        text = HEAD_DIM_NOTES["weak" if kind == "grows" else kind].format(dims=dims, a=a, gap=-QK_INIT_SLOPE * a,
-                                                                          tol=rules.tol)
-        names = list(g["module"])
-        listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        notes.append(f"{par[cid] + ': ' if many else ''}{listed}: {text}")
-    return notes
-
-
-def _skip_inner_outputs(series: pd.DataFrame) -> pd.DataFrame:
-    """Judge the output rules on the model's output only (the last output module to run).
-
-    An output-role module that runs before it — logits before a hand-written output
-    multiplier — may legitimately grow with width; it is marked ``skip``.
-    """
-    out = series["role"] == "output"
-    if not out.any():
-        return series
-    final = series[out].groupby("config_id")["call_order"].transform("max")
-    inner = out & (series["call_order"] < final.reindex(series.index))
-    if inner.any():
-        name = series[out & ~inner].groupby("config_id")["module"].first()
-        series = series.copy()
-        series.loc[inner, "status"] = "skip"
-        series.loc[inner, "direction"] = ""
-        series.loc[inner, "diagnosis"] = [
-            f"not the model's output (e.g. logits before an output multiplier): judged at {name[c]}"
-            for c in series.loc[inner, "config_id"]
-        ]
-    return series
-
-
-OWN_ALONE = ("own update {direction} with width ({slope:+.2f} at step {step}) while the module's output and its change "
-             "since step 0 do not: not counted as a cause (an own update off the band that leaves the module's "
-             "features behaving like muP's shows no knob to turn)")
-
-
-def _uncorroborated_own(series: pd.DataFrame) -> pd.DataFrame:
-    """A failing ``own`` after updates counts only where the module's own ``out`` or ``delta`` also fails, in the same
-    direction, inside the window; otherwise it is ``inconclusive`` (and, by :data:`DECIDING`, decides nothing).
-
-    An own update off the band alone is not enough to name a knob. Measured on correct muP models: the ResNet of
-    ``coordcheck.testing`` (``experiments/public_models.py``, widths 8-64, 10 steps, 3 seeds) has its strided 1x1
-    shortcut's own update shrink like width^-0.43 [-0.50, -0.36]; a Granite from ``transformers`` made muP
-    (``experiments/narrow.py``'s, widths 128-1024) has a norm gain's own update grow like width^+0.27 [+0.21, +0.32]
-    at step 9 (Adam's sign steps on a vector-like gain add up more coherently at larger width) — every activation
-    of both, and its change, flat. A real fault moves the module's output with it: a hidden learning rate left
-    unscaled grows its ``delta``, an embedding's scaled like a hidden matrix shrinks it."""
-    own = (series["tensor"] == "own") & (series["status"] == "fail") & series["direction"].isin(["grows", "shrinks"]) \
-        & (series["step"] > 0)
-    if not own.any():
-        return series
-    acts = series[series["in_window"] & series["tensor"].isin(DECIDING) & (series["status"] == "fail")]
-    shown = set(zip(acts["config_id"], acts["module"], acts["direction"]))
-    alone = own & ~pd.Series([k in shown for k in zip(series["config_id"], series["module"], series["direction"])],
-                             index=series.index)
-    if not alone.any():
-        return series
-    series = series.copy()
-    rows = series.loc[alone]
-    series.loc[alone, "diagnosis"] = [OWN_ALONE.format(direction=d, slope=sl, step=st)
-                                      for d, sl, st in zip(rows["direction"], rows["slope"], rows["step"])]
-    series.loc[alone, "status"] = "inconclusive"
-    return series
-
-
 def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
     """One row per (configuration, module): its worst judged series, its margin, and a module status.
 
@@ -448,17 +189,15 @@ def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
         status = next((s for s in ("zero", "skip") if (g["status"] == s).all()), None) or (
             "pass" if ranks.max() == 0 else w["status"])
         diagnosis = w["diagnosis"] if status in ("fail", "inconclusive") else ""
-        role = g["role"].iloc[0]
-        learned = g[(g["tensor"] == "delta") & (g["step"] >= 1)]
+        learned = g[(g["tensor"] == "delta") & (g["step"] >= 1) & g["rule"].isin(LEARNS)]
         long_enough = learned["step"].nunique() >= min_window  # a zero readout delays hidden updates by a step
-        if (status in ("pass", "zero") and role in ("hidden", "output") and long_enough
-                and (learned["status"] == "zero").all()):
-            status, diagnosis = "inconclusive", "does not change during training (frozen, or lr=0?)"
+        if status in ("pass", "zero") and long_enough and (learned["status"] == "zero").all():
+            status, diagnosis = "inconclusive", FROZEN
         n_transient = int((g["status"] == "transient").sum())
-        rows.append((*key, int(g["layer_index"].iloc[0]), role, status, w["tensor"], int(w["step"]), w["slope"],
-                     w["ci_low"], w["ci_high"], w["margin"], n_transient, diagnosis))
+        rows.append((*key, int(g["layer_index"].iloc[0]), g["role"].iloc[0], status, w["tensor"], int(w["step"]),
+                     w["slope"], w["ci_low"], w["ci_high"], w["margin"], n_transient, diagnosis, w["rule"]))
     cols = CONFIG_COLUMNS + ["module", "layer_index", "role", "status", "tensor", "step", "slope", "ci_low",
-                             "ci_high", "margin", "transient_steps", "diagnosis"]
+                             "ci_high", "margin", "transient_steps", "diagnosis", "rule"]
     return pd.DataFrame(rows, columns=cols).sort_values(CONFIG_COLUMNS[:1] + ["layer_index", "module"], kind="stable")
 
 
@@ -573,11 +312,9 @@ def _fail_fixed_models(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> 
 def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Verdict:
     if slopes is None:
         slopes = fit_slopes(frame)
-    heads = head_dim_growth(frame)
     judged = slopes[(slopes["stat"] == rules.stat) & ~slopes["tensor"].isin(NOT_ACTIVATIONS)]
-    series = _judge_series(judged, rules, heads)
+    series = apply_rules(judged, rules, head_dim_growth(frame))  # each series by its rule (judge.rules.RULES)
     inst = find_instability(frame, rules.rise, rules.rise_floor, rules.persist)
-    series = _skip_inner_outputs(series)
     acts = frame[~frame["tensor"].isin(NOT_ACTIVATIONS) & (frame["stat"] == rules.stat)]
     bad_acts = acts[~np.isfinite(acts["value"].to_numpy(dtype=float))]
     configs, in_window = [], pd.Series(False, index=series.index)
@@ -592,7 +329,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
                               gross=rules.gross)
     series = mark_narrow(frame, series, rules.min_widths)  # issue 17 item 7: say narrow-width effects as such
     series = series.assign(in_window=in_window.astype(bool))
-    series = _uncorroborated_own(series)
+    series = corroborate(series)
     walk = find_causes(series, _module_table(series, rules.min_window), frame[frame["tensor"] == "loss"], rules.tol,
                        rules.shrink_tol, rules.gross)
     modules = walk.modules
@@ -660,8 +397,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
                         "instability": unstable_txt})
     if len(modules):  # module-level "does not learn" makes a passing configuration inconclusive
         for c in configs:
-            stuck = modules[(modules["config_id"] == c["config_id"])
-                            & (modules["diagnosis"].str.startswith("does not change"))]
+            stuck = modules[(modules["config_id"] == c["config_id"]) & (modules["diagnosis"] == FROZEN)]
             if c["status"] == "pass" and len(stuck):
                 c["status"] = "inconclusive"
                 c["reason"] = f"{stuck['module'].iloc[0]} does not change during training (frozen, or lr=0?)"
@@ -671,4 +407,4 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     worst = configs_df.loc[configs_df["status"].map(RANK).idxmax()]
     reason = worst["reason"] if len(configs_df) == 1 else f"{worst['parametrization']}: {worst['reason']}"
     return Verdict(worst["status"], reason, rules, series, modules, configs_df, inst, divergence,
-                   notes=_head_dim_notes(heads, series, rules), causes=walk.causes, evidence=walk.evidence)
+                   notes=rule_notes(series, rules), causes=walk.causes, evidence=walk.evidence)

@@ -116,8 +116,10 @@ class Report:
     def payload(self) -> dict:
         v = self.verdict
         mod_cols = ["config_id", "module", "layer_index", "role", "status", "tensor", "step", "slope", "ci_low",
-                    "ci_high", "margin", "transient_steps", "diagnosis", "cause", "inherited_from", "inherited_via"]
-        worst_cols = [c for c in mod_cols[:13] if c != "transient_steps"] + ["stat", "expect", "n_widths", "n_points"]
+                    "ci_high", "margin", "transient_steps", "diagnosis", "cause", "inherited_from", "inherited_via",
+                    "rule"]
+        worst_cols = [c for c in mod_cols[:13] if c != "transient_steps"] + ["stat", "expect", "n_widths", "n_points",
+                                                                             "rule"]
         cfg_cols = list(v.configs.columns) if len(v.configs) else []
         return {
             "schema": SCHEMA,

@@ -1,0 +1,240 @@
+"""The rule table (coordcheck.judge.rules.RULES): each rule proved on a synthetic frame with known slopes, and the
+table itself checked — every rule has a source and a test here, every series has a rule, the docs list is current."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from synthetic import make_frame
+
+from coordcheck.judge.rules import RULES, Rules, rule_for, rules_markdown
+from coordcheck.judge.verdict import judge
+
+ROOT = Path(__file__).resolve().parent.parent
+HEALTHY = {
+    ("emb", "input", "out"): 0.0, ("emb", "input", "delta"): 0.0,
+    ("h1", "hidden", "out"): 0.02, ("h1", "hidden", "delta"): -0.05,
+    ("scores", "attention", "out"): -0.6, ("scores", "attention", "delta"): -0.6,
+    ("head", "output", "out"): 0.0, ("head", "output", "delta"): 0.0,
+}
+
+
+def row(v, module, tensor, step):
+    s = v.series
+    return s[(s["module"] == module) & (s["tensor"] == tensor) & (s["step"] == step)].iloc[0]
+
+
+# -- the table ---------------------------------------------------------------------------------------------------------
+def test_every_rule_has_a_source_and_a_test_in_this_file_that_exists():
+    here = {n.name for n in ast.parse(Path(__file__).read_text()).body if isinstance(n, ast.FunctionDef)}
+    names = [r.name for r in RULES]
+    assert len(names) == len(set(names)), "rule names are unique"
+    for r in RULES:
+        path, _, test = r.test.partition("::")
+        assert r.source, f"{r.name}: no source"
+        assert path == "tests/test_rules.py" and test in here, f"{r.name}: its test {r.test} does not exist"
+
+
+@pytest.mark.parametrize("role", ["input", "hidden", "norm", "output", "attention", "a role of the user's"])
+@pytest.mark.parametrize("tensor", ["out", "delta", "own", "in"])
+@pytest.mark.parametrize("step", [0, 3])
+def test_every_series_gets_a_rule(role, tensor, step):
+    assert rule_for(role, tensor, step) is not None
+
+
+def test_the_engine_has_no_rule_specific_branches():
+    engine = "\n".join((ROOT / "coordcheck" / "judge" / f).read_text() for f in ("series.py", "verdict.py"))
+    named = [r.name for r in RULES if re.search(rf"['\"]{re.escape(r.name)}['\"]", engine)]
+    assert named == [], f"the engine names rules {named}: put what they need in the table"
+
+
+def test_the_docs_list_the_table_as_it_is():
+    page = (ROOT / "docs" / "verdict.md").read_text()
+    begin, end = "<!-- rules:begin (python experiments/rules_table.py) -->\n", "<!-- rules:end -->"
+    assert begin in page and end in page
+    assert page.split(begin)[1].split(end)[0] == rules_markdown(), "run: python experiments/rules_table.py"
+
+
+def test_verdict_rows_say_which_rule_judged_them():
+    v = judge(make_frame(HEALTHY, noise=0.02))
+    assert set(v.series["rule"]) <= {r.name for r in RULES} and (v.series["rule"] != "").all()
+    assert row(v, "h1", "delta", 3)["rule"] == "hidden-updates-flat"
+    assert row(v, "head", "out", 0)["rule"] == "output-no-growth"
+    assert {"rule"} <= set(v.modules.columns)
+
+
+# -- each rule ---------------------------------------------------------------------------------------------------------
+def test_a_modules_input_is_shown_never_judged():
+    v = judge(make_frame({**HEALTHY, ("h1", "hidden", "in"): 2.0}))
+    r = row(v, "h1", "in", 3)
+    assert v.status == "pass" and r["rule"] == "input-evidence" and r["status"] == "skip"
+    assert "evidence for inheritance" in r["diagnosis"]
+
+
+def test_the_readouts_own_gain_is_shown_never_judged():
+    v = judge(make_frame({**HEALTHY, ("head", "output", "own"): 0.5}))
+    assert v.status == "pass"
+    assert row(v, "head", "own", 0)["rule"] == "readout-own-init"
+    assert row(v, "head", "own", 2)["rule"] == "readout-own-updates"
+    assert row(v, "head", "own", 2)["status"] == "skip" and "rms(x)" in row(v, "head", "own", 2)["diagnosis"]
+    assert row(v, "head", "own", 0)["band_low"] == -float("inf")  # the band shown for it: may shrink at init
+
+
+def test_output_rules_judge_the_models_output_not_logits_before_its_multiplier():
+    series = {("emb", "input", "out"): 0.0, ("emb", "input", "delta"): 0.0, ("h1", "hidden", "out"): 0.0,
+              ("h1", "hidden", "delta"): 0.0, ("lm_head", "output", "out"): 1.0, ("lm_head", "output", "delta"): 1.0,
+              ("(root)", "output", "out"): 0.0, ("(root)", "output", "delta"): 0.0}  # (root) runs last
+    v = judge(make_frame(series))
+    assert v.status == "pass"
+    r = row(v, "lm_head", "out", 2)
+    assert r["rule"] == "inner-output" and r["status"] == "skip" and "judged at (root)" in r["diagnosis"]
+    assert row(v, "lm_head", "delta", 2)["rule"] == "inner-output-delta"
+    assert row(v, "(root)", "out", 2)["rule"] == "output-no-growth"
+
+
+QK = "h.0.attn.(sdpa)"
+
+
+def _qk_frame(init_slope, head_dim, **extra):
+    base = {**HEALTHY, (QK, "attention", "out"): lambda t: init_slope if t == 0 else -0.5,
+            (QK, "attention", "delta"): -0.5, **extra}
+    return make_frame(base, noise=0.02, head_dim={QK: head_dim})
+
+
+def test_pure_qk_logits_must_shrink_at_init_where_the_head_dimension_grows():
+    grows = lambda w: w // 4  # noqa: E731 - the number of heads fixed: d_head ~ width
+    assert judge(_qk_frame(-0.5, grows)).status == "pass"
+    v = judge(_qk_frame(0.0, grows))  # flat at init: 1/sqrt(d_head)
+    r = row(v, QK, "out", 0)
+    assert r["rule"] == "qk-init-shrinks" and r["status"] == "fail" and r["band_high"] == pytest.approx(-0.3)
+    assert "1/sqrt(d_head) instead of 1/d_head" in r["diagnosis"] and v.status == "fail"
+
+
+def test_a_slowly_growing_head_dimension_is_judged_on_its_own_slope_with_a_note():
+    weak = lambda w: int(round(8 * (w / 64) ** 0.3))  # noqa: E731 - a/2 = 0.15 <= tol
+    v = judge(_qk_frame(-0.15, weak))
+    r = row(v, QK, "out", 0)
+    assert r["rule"] == "qk-init-weak-head" and r["status"] == "pass"
+    assert any("cannot tell them apart" in n and QK in n for n in v.notes)
+
+
+def test_a_shrinking_head_dimension_is_not_judged_at_init():
+    v = judge(_qk_frame(0.5, lambda w: 4096 // w))
+    r = row(v, QK, "out", 0)
+    assert r["rule"] == "qk-init-heads-outgrow-width" and r["status"] == "skip" and v.status == "pass"
+    assert any("shrinks with width" in n for n in v.notes)
+
+
+def test_a_fixed_head_dimension_is_judged_by_no_growth_with_a_note():
+    assert judge(_qk_frame(0.0, 16)).status == "pass"  # flat logits: 1/d vs 1/sqrt(d) is a constant factor here
+    v = judge(_qk_frame(0.5, 16))
+    r = row(v, QK, "out", 0)
+    assert r["rule"] == "qk-init-fixed-head" and r["status"] == "fail"
+    assert "fixed at 16" in r["diagnosis"] and "1/sqrt(d_head) instead" not in r["diagnosis"]
+    assert any("head dimension fixed at 16" in n for n in v.notes)
+
+
+def test_an_unrecorded_head_dimension_falls_back_to_no_growth_with_a_note():
+    v = judge(_qk_frame(0.0, 0))  # head_dim 0 at every width: a frame from before the column
+    r = row(v, QK, "out", 0)
+    assert r["rule"] == "qk-init-unknown-head" and r["status"] == "pass"
+    assert any("not recorded at every width" in n for n in v.notes)
+
+
+def test_attention_modules_init_gain_may_shrink_but_not_grow():
+    v = judge(make_frame({**HEALTHY, ("attn.c_q", "attention", "own"): lambda t: -1.0 if t == 0 else 0.0}))
+    r = row(v, "attn.c_q", "own", 0)
+    assert r["rule"] == "attention-own-init" and r["status"] == "pass"
+    v = judge(make_frame({**HEALTHY, ("attn.c_q", "attention", "own"): lambda t: 0.8 if t == 0 else 0.0}))
+    assert row(v, "attn.c_q", "own", 0)["status"] == "fail"
+
+
+def test_attention_logits_must_not_grow():
+    assert judge(make_frame(HEALTHY)).status == "pass"  # shrinking logits (-0.6) are allowed
+    v = judge(make_frame({**HEALTHY, ("scores", "attention", "delta"): 0.6}))
+    r = row(v, "scores", "delta", 3)
+    assert r["rule"] == "attention-no-growth" and r["status"] == "fail" and "1/sqrt(d_head)" in r["diagnosis"]
+
+
+def test_the_models_output_may_shrink_but_not_grow():
+    assert judge(make_frame({**HEALTHY, ("head", "output", "out"): -1.0})).status == "pass"
+    v = judge(make_frame({**HEALTHY, ("head", "output", "out"): 1.0}))
+    assert row(v, "head", "out", 2)["rule"] == "output-no-growth" and v.status == "fail"
+    sp = judge(make_frame({**HEALTHY, ("head", "output", "out"): 1.0}, identity={"parametrization": "sp"}))
+    assert "expected for the SP control" in row(sp, "head", "out", 2)["diagnosis"]
+
+
+def test_the_outputs_change_must_neither_grow_nor_vanish():
+    v = judge(make_frame({**HEALTHY, ("head", "output", "delta"): -0.8}))
+    r = row(v, "head", "delta", 2)
+    assert r["rule"] == "output-delta-flat" and r["status"] == "fail" and "lazy" in r["diagnosis"]
+
+
+def test_activations_at_init_must_be_flat():
+    v = judge(make_frame({**HEALTHY, ("h1", "hidden", "out"): lambda t: 0.6 if t == 0 else 0.0}))
+    r = row(v, "h1", "out", 0)
+    assert r["rule"] == "init-flat" and r["status"] == "fail" and "init too large" in r["diagnosis"]
+    v = judge(make_frame({**HEALTHY, ("h1", "hidden", "out"): lambda t: -0.8 if t == 0 else 0.0}))
+    assert "init too small" in row(v, "h1", "out", 0)["diagnosis"]
+
+
+def test_input_features_must_stay_flat_after_updates():
+    v = judge(make_frame({**HEALTHY, ("emb", "input", "delta"): -0.8}))
+    r = row(v, "emb", "delta", 3)
+    assert r["rule"] == "input-updates-flat" and "embedding learning rate" in r["diagnosis"]
+    hand = judge(make_frame({**HEALTHY, ("emb", "input", "delta"): 0.8}, identity={"parametrization": "none"}))
+    assert "MuAdam" not in row(hand, "emb", "delta", 3)["diagnosis"]
+
+
+def test_hidden_features_must_neither_grow_nor_vanish_after_updates():
+    v = judge(make_frame({**HEALTHY, ("h1", "hidden", "delta"): 1.0}))
+    r = row(v, "h1", "delta", 3)
+    assert r["rule"] == "hidden-updates-flat" and "MuAdam" in r["diagnosis"]
+    hand = judge(make_frame({**HEALTHY, ("h1", "hidden", "delta"): 1.0}, identity={"parametrization": "none"}))
+    assert "parameter groups" in row(hand, "h1", "delta", 3)["diagnosis"]
+    lazy = judge(make_frame({**HEALTHY, ("h1", "hidden", "delta"): -0.8}))
+    assert "lazy" in row(lazy, "h1", "delta", 3)["diagnosis"]
+    frozen = judge(make_frame({**HEALTHY, ("h1", "hidden", "delta"): "zero"}))
+    assert frozen.status == "inconclusive" and "does not change during training" in frozen.reason
+
+
+def test_norms_and_other_roles_must_stay_flat_after_updates():
+    v = judge(make_frame({**HEALTHY, ("ln", "norm", "out"): 0.0, ("ln", "norm", "delta"): 0.9}))
+    assert row(v, "ln", "delta", 3)["rule"] == "updates-flat" and v.status == "fail"
+    custom = judge(make_frame({**HEALTHY, ("gate", "my_role", "delta"): 1.0}))  # a role of the user's: flat too
+    assert row(custom, "gate", "delta", 3)["rule"] == "updates-flat" and custom.status == "fail"
+    still = judge(make_frame({**HEALTHY, ("ln", "norm", "out"): 0.0, ("ln", "norm", "delta"): "zero"}))
+    assert still.status == "pass", "only a rule that learns asks a module's delta to change"
+
+
+def test_a_modules_init_gain_must_be_flat():
+    v = judge(make_frame({**HEALTHY, ("h1", "hidden", "own"): lambda t: 0.6 if t == 0 else 0.0}))
+    r = row(v, "h1", "own", 0)
+    assert r["rule"] == "own-init-flat" and r["status"] == "fail" and "fan_in**-0.5" in r["diagnosis"]
+
+
+@pytest.mark.parametrize("role,rule,fix", [
+    ("hidden", "own-updates-flat", "lr * base_width / width"),
+    ("input", "input-own-updates-flat", "keep its base lr"),
+    ("norm", "norm-own-updates-flat", "norm gains and biases keep the base lr"),
+])
+def test_own_updates_must_be_flat_and_count_only_with_the_modules_output(role, rule, fix):
+    out = (("m", role, "out"), ("m", role, "delta"))
+    flat = {**HEALTHY, **{k: 0.0 for k in out}, ("m", role, "own"): lambda t: 0.0 if t == 0 else 0.8}
+    v = judge(make_frame(flat))  # the own update grows, the module's output and change do not: no knob shown
+    r = row(v, "m", "own", 3)
+    assert r["rule"] == rule and r["status"] == "inconclusive" and "not counted as a cause" in r["diagnosis"]
+    assert v.status == "pass"
+    both = {**flat, ("m", role, "delta"): 0.8}
+    v = judge(make_frame(both))
+    r = row(v, "m", "own", 3)
+    assert r["status"] == "fail" and fix in r["diagnosis"] and v.status == "fail"
+
+
+def test_rules_use_the_knobs_for_their_bands():
+    v = judge(make_frame({**HEALTHY, ("h1", "hidden", "delta"): 0.3}), rules=Rules(tol=0.4))
+    r = row(v, "h1", "delta", 3)
+    assert (r["band_low"], r["band_high"]) == (-0.35, 0.4) and r["status"] == "pass"
