@@ -494,16 +494,16 @@ class _MhaWrap(nn.Module):
     (lambda: LogSoftmaxReadout(mult=0.25), torch.randn(3, 4), True),
 ])
 def test_every_step_records_what_step_0_recorded(monkeypatch, make, x, seen):
-    import coordcheck.record.probes as probes_module
+    from coordcheck.record.capture import FunctionProbe
 
     calls = []
-    original = probes_module._FunctionProbe.__torch_function__
+    original = FunctionProbe.__torch_function__
 
     def counted(self, func, types, args=(), kwargs=None):
         calls.append(self.probes.step)
         return original(self, func, types, args, kwargs)
 
-    monkeypatch.setattr(probes_module._FunctionProbe, "__torch_function__", counted)
+    monkeypatch.setattr(FunctionProbe, "__torch_function__", counted)
     records, _ = _train(make(), x)
     first = {k for k in records[0].keys if k[1] == "out"}
     for rec in records[1:]:

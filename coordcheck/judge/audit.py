@@ -41,13 +41,13 @@ from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS  # noqa: F40
 from coordcheck.core.frame import EPS_TENSOR, LOSS_MODULE
 from coordcheck.judge.rules import Rules
 from coordcheck.judge.slopes import t_quantile
+from coordcheck.record.shapes import CLASSES, dim_growth, param_class  # noqa: F401  (re-exported)
 
 __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
            "TABLE_COLUMNS", "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table",
            "eps_causes", "eps_evidence"]
 
 QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
-CLASSES = ("input-like", "hidden", "output-like", "vector", "fixed")
 JUDGED = ("mup", "sp")  # parametrizations under which no multiplier can hide in the forward
 EPS_MATERIAL = 0.05  # ε fraction at the widest width above which growth with width is a cause
 
@@ -164,39 +164,6 @@ def _fix(quantity: str, cls: str, family: str, expected: float) -> str:
     return f"scale it like width^{expected:+.2g}"
 
 
-def _growth(dims_by_width: Mapping[int, list[int]]) -> list[float] | None:
-    """Per dimension, the slope of log2 size against log2 width over the widths (0 when fixed); None when the
-    number of dimensions changes."""
-    widths = sorted(dims_by_width)
-    shapes = [list(dims_by_width[w]) for w in widths]
-    if len({len(s) for s in shapes}) != 1:
-        return None
-    x = np.log2(np.asarray(widths, dtype=float))
-    out = []
-    for i in range(len(shapes[0])):
-        d = np.asarray([s[i] for s in shapes], dtype=float)
-        out.append(0.0 if (d == d[0]).all() or (d <= 0).any() else round(float(np.polyfit(x, np.log2(d), 1)[0]), 9))
-    return out
-
-
-def param_class(growth: list[float] | None, embedding: bool = False) -> tuple[str, float, float, float]:
-    """``(class, a_in, a_out, a_main)`` from the growth exponent of each dimension (``_growth``)."""
-    if growth is None:
-        return "unmatched", 0.0, 0.0, 0.0
-    grows = [g > 0 for g in growth]
-    main = next((g for g, inf in zip(reversed(growth), reversed(grows)) if inf), 0.0)  # mup: the last width dim
-    if len(growth) == 1:
-        return ("vector" if grows[0] else "fixed"), 0.0, 0.0, main
-    if not any(grows):
-        return "fixed", 0.0, 0.0, 0.0
-    if sum(grows) > 2 or any(grows[2:]):
-        return "other", 0.0, 0.0, main
-    a_out, a_in = (growth[1], growth[0]) if embedding else (growth[0], growth[1])
-    if sum(grows) == 2:
-        return "hidden", growth[1], growth[0], main  # mup's fan-in / fan-out: dimensions 1 and 0
-    return ("output-like" if a_in > 0 else "input-like"), a_in, a_out, main
-
-
 def _fit(widths: np.ndarray, values: np.ndarray) -> tuple[float, float, float]:
     """Slope of log2 value vs log2 width, and its 95 % interval (exact: zero width, for values on a power law)."""
     x, y = np.log2(widths), np.log2(values)
@@ -262,7 +229,7 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
             if any(q is None for q in per):
                 cls, a_in, a_out, a_main = "unmatched", 0.0, 0.0, 0.0
             else:
-                cls, a_in, a_out, a_main = param_class(_growth(dict(zip(widths, [q["dims"] for q in per]))),
+                cls, a_in, a_out, a_main = param_class(dim_growth(dict(zip(widths, [q["dims"] for q in per]))),
                                                        bool(p.get("embedding")))
             family = str(p.get("family", ""))
             dims = " → ".join(dict.fromkeys("x".join(map(str, q["dims"])) for q in per if q is not None))

@@ -88,6 +88,7 @@ from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURE
 from coordcheck.core.frame import EPS_TENSOR, NOT_ACTIVATIONS
 from coordcheck.judge.narrow import mark_narrow, narrow_reason
 from coordcheck.record.shapes import model_table, shapes_by_config, width_problem
+from coordcheck.judge.roles import ROLE_COLUMNS, decide_roles, with_roles
 from coordcheck.judge.rules import EXPECT, RANK, RULES, STATUSES, Rules, likely_cause  # noqa: F401  (re-exported)
 from coordcheck.judge.series import (  # noqa: F401  (head_dim_growth, UNDECIDED_PREFIX: re-exported)
     UNDECIDED_PREFIX, apply_rules, corroborate, head_dim_growth, rule_notes,
@@ -125,6 +126,8 @@ class Verdict:
     depth: DepthVerdict | None = None  # the depth verdict of a depth sweep or grid; None otherwise
     width_status: str = ""  # the width verdict alone, when a depth verdict joined it ("not judged (one width)": a
     # pure depth sweep)
+    roles: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ROLE_COLUMNS))  # judge.roles: each
+    # module's role and what decided it
 
     @property
     def passed(self) -> bool:
@@ -212,7 +215,14 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
     ``shapes`` say whether the model grows with width (rule 9), and feed the parameter audit (rule 10); ``audit``: that
     audit already computed (:func:`coordcheck.judge.audit.audit_long` of the same facts), so that it is not done twice.
     """
-    verdict = _judge(frame, slopes, rules)
+    roles = decide_roles(frame, facts)  # roles from measured facts (judge.roles), where the jobs recorded them
+    frame = with_roles(frame, roles)
+    verdict = _judge(frame, with_roles(slopes, roles) if slopes is not None else None, rules)
+    verdict.roles = roles
+    if len(roles):
+        said = roles[["config_id", "module", "role_from"]]
+        verdict.series = verdict.series.merge(said, on=["config_id", "module"], how="left")
+        verdict.modules = verdict.modules.merge(said, on=["config_id", "module"], how="left")
     if problems and verdict.status == "pass":
         verdict.status = "inconclusive"
         verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"

@@ -34,7 +34,8 @@ from torch import nn
 from coordcheck.core.frame import ROOT_MODULE
 from coordcheck.setup.blocks import CONTAINERS, UNCALLED, find_blocks, has_params  # noqa: F401  (re-exported)
 
-__all__ = ["is_norm", "NORM_TYPES", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks", "infer_layout"]
+__all__ = ["is_norm", "NORM_TYPES", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks", "infer_layout", "OPS",
+           "op_kind", "module_ops"]
 
 NORM_TYPES = tuple(
     t for t in (
@@ -48,6 +49,36 @@ ATTENTION_NAME = re.compile(r"(score|logit)", re.IGNORECASE)
 def is_norm(module: nn.Module) -> bool:
     """Whether ``module`` is a normalisation layer (role ``norm``, unless it declares another)."""
     return isinstance(module, NORM_TYPES) or type(module).__name__.endswith("Norm")
+
+
+# What a module computes, by type (the first that matches): the op the verdict reads roles from, with the shapes of
+# its parameters across widths (coordcheck.judge.roles). Normalisation layers are told by is_norm.
+OPS: tuple[tuple[type, str], ...] = (
+    (nn.Embedding, "embedding"), (nn.EmbeddingBag, "embedding"), (nn.Linear, "linear"), (nn.Bilinear, "linear"),
+    (nn.modules.conv._ConvNd, "conv"),
+)
+
+
+def op_kind(module: nn.Module) -> str:
+    """``embedding``, ``norm``, ``linear`` (``MuReadout`` too), ``conv``, or ``""`` (anything else)."""
+    if is_norm(module):
+        return "norm"
+    return next((op for t, op in OPS if isinstance(module, t)), "")
+
+
+def module_ops(model: nn.Module, fired: list[str], captured: Mapping[str, str] | None = None) -> dict[str, dict]:
+    """``{name: {"op": ..., "declared": role or None}}`` for what was recorded at step 0: a module's op by its type
+    (:func:`op_kind`), a capture's op as the function probe saw it (``captured``: ``qk``, ``qk+mask``, ``qk-softmax``,
+    ``softmax``, ``logits``), and the role a module declares (``coordcheck_role``), which wins over any fact."""
+    modules = {(n or ROOT_MODULE): m for n, m in model.named_modules()}
+    out = {}
+    for n in fired:
+        m = modules.get(n)
+        if m is None:
+            out[n] = {"op": (captured or {}).get(n, ""), "declared": None}
+        else:
+            out[n] = {"op": op_kind(m), "declared": getattr(m, "coordcheck_role", None)}
+    return out
 
 
 def infer_layout(model: nn.Module, fired: list[str], captured: Mapping[str, str] | None = None

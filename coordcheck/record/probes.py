@@ -79,21 +79,18 @@ from them: :mod:`coordcheck.record.moments`.
 
 from __future__ import annotations
 
-import inspect
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from coordcheck.core.frame import DEFAULT_TENSORS, ROOT_MODULE, STATS
+from coordcheck.record.capture import MASK_BELOW, FunctionProbe
 from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-exported for old imports)
-    ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout,
+    ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout, module_ops,
 )
 from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
@@ -106,7 +103,8 @@ __all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", 
            "pool_moments", "STAT_FUNCS", "first_tensor", "select_output", "infer_layout", "LOGITS_MODULE", "MASK_BELOW"]
 
 LOGITS_MODULE = "(logits)"  # the input of a model's final (log_)softmax, when no module returns it
-MASK_BELOW = -1e4  # softmax inputs at or below this are masked positions (-inf, -1e9, finfo.min), not logits
+# What a capture is, by the function that computed it (a hand-written softmax's: capture.FunctionProbe decides)
+CAPTURE_OPS = {"(sdpa)": "qk", "(mha)": "qk", "(sdpa+mask)": "qk+mask", "(mha+mask)": "qk+mask"}
 
 
 BATCH_BUDGET = 1 << 26  # batched probes: float32 elements snapshotted (256 MiB) before a step reduces them early
@@ -123,95 +121,7 @@ class StepRecord:
     moments: np.ndarray
     loss: float
     head_dims: dict[str, int] = field(default_factory=dict)
-
-
-def _arg(args: tuple, kwargs: dict, i: int, name: str, default: object = None) -> object:
-    return args[i] if len(args) > i else kwargs.get(name, default)
-
-
-_MHA_PARAMS = list(inspect.signature(F.multi_head_attention_forward).parameters)
-
-
-class _FunctionProbe(TorchFunctionMode):
-    """Sees every torch function call of the probed forward; records attention logits (module docstring)."""
-
-    def __init__(self, probes: Probes):
-        super().__init__()
-        self.probes = probes
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        handler = _HANDLERS.get(func)
-        if handler is not None and self.probes.recording:
-            with torch.no_grad():
-                handler(self.probes, args, kwargs, out)
-        return out
-
-
-def _on_sdpa(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
-    q, k = args[0].detach(), args[1].detach()
-    mask = _arg(args, kwargs, 3, "attn_mask")
-    causal = _arg(args, kwargs, 5, "is_causal", False)
-    scale = _arg(args, kwargs, 6, "scale")
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    if q.ndim >= 3 and k.shape[-3] != q.shape[-3] and q.shape[-3] % k.shape[-3] == 0:
-        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)  # grouped-query attention
-    logits = (q @ k.transpose(-2, -1)) * scale  # (..., L, S)
-    keep, suffix = None, "(sdpa)"
-    if causal:
-        L, S = logits.shape[-2:]
-        keep = torch.ones(L, S, dtype=torch.bool, device=logits.device).tril()
-    if isinstance(mask, torch.Tensor):
-        if mask.dtype == torch.bool:
-            keep = mask if keep is None else keep & mask
-        else:  # a float mask may carry a bias (ALiBi, relative positions): not pure q k^T any more
-            logits, suffix = logits + mask, "(sdpa+mask)"
-            keep = (~(logits <= MASK_BELOW)) if keep is None else keep & ~(logits <= MASK_BELOW)
-    p.capture(suffix, logits, keep, head_dim=q.shape[-1])
-
-
-def _on_mha(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
-    a = dict(zip(_MHA_PARAMS, args), **kwargs)
-    query, key, h = a["query"].detach(), a["key"].detach(), int(a["num_heads"])
-    if query.ndim == 2:  # unbatched (L, E)
-        query, key = query.unsqueeze(1), key.unsqueeze(1)
-    E = query.shape[-1]
-    if a.get("use_separate_proj_weight"):
-        wq, wk = a["q_proj_weight"], a["k_proj_weight"]
-    else:
-        wq, wk = a["in_proj_weight"][:E], a["in_proj_weight"][E : 2 * E]
-    b = a.get("in_proj_bias")
-    bq, bk = (b[:E], b[E : 2 * E]) if b is not None else (None, None)
-    hd = E // h
-    q = F.linear(query, wq, bq).reshape(query.shape[0], -1, hd).transpose(0, 1)  # (N * h, L, hd)
-    k = F.linear(key, wk, bk).reshape(key.shape[0], -1, hd).transpose(0, 1)  # (N * h, S, hd)
-    logits = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-    mask, keep, suffix = a.get("attn_mask"), None, "(mha)"
-    if isinstance(mask, torch.Tensor):
-        if mask.dtype == torch.bool:
-            keep = ~mask  # True = not allowed, in nn.MultiheadAttention
-        else:
-            logits, suffix = logits + mask, "(mha+mask)"
-            keep = ~(logits <= MASK_BELOW)
-    p.capture(suffix, logits, keep, head_dim=hd)
-
-
-def _on_softmax(p: Probes, args: tuple, kwargs: dict, out: object) -> None:
-    x = args[0]
-    dim = _arg(args, kwargs, 1, "dim")
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or dim not in (-1, x.ndim - 1):
-        return
-    p.softmax(x, out)
-
-
-_HANDLERS = {
-    F.scaled_dot_product_attention: _on_sdpa,
-    F.multi_head_attention_forward: _on_mha,
-    **{f: _on_softmax for f in (F.softmax, F.log_softmax, torch.softmax, torch.log_softmax,
-                                torch.Tensor.softmax, torch.Tensor.log_softmax)},
-}
+    modules: dict[str, dict] = field(default_factory=dict)  # name -> {op, declared}, decided at step 0 (layout)
 
 
 @dataclass
@@ -237,6 +147,8 @@ class Probes:
     _fired: list = field(default_factory=list)  # names in first-record order at step 0
     _alias: set = field(default_factory=set)
     _captured: dict = field(default_factory=dict)  # captured name -> the module that computed it
+    _capture_ops: dict = field(default_factory=dict)  # captured name -> what it is (capture.FunctionProbe's ops)
+    modules: dict = field(default_factory=dict)  # name -> {op, declared} of what was recorded at step 0
     head_dims: dict = field(default_factory=dict)  # captured (sdpa) / (mha) name -> q's last dimension (first call)
     _renamed: dict = field(default_factory=dict)  # capture name -> LOGITS_MODULE (model ends in softmax)
     _stack: list = field(default_factory=list)  # modules whose forward is running, innermost last
@@ -253,7 +165,7 @@ class Probes:
         self._views: dict = {}  # (buffer, shape, device index) -> (flat, shaped) views of a scratch buffer
         if self.batched is None:  # per-hook reductions are the faster path on the CPU (benchmarked)
             self.batched = next(self.model.parameters(), torch.empty(0)).device.type == "cuda"
-        self._mode = _FunctionProbe(self)
+        self._mode = FunctionProbe(self)
         self._mode_on = False
         self._tracking = False  # the function probe and the module stack it reads are on for this forward
         self._functions_seen = False  # the function probe recorded (or decided) something at step 0
@@ -337,13 +249,16 @@ class Probes:
     def _parent(self) -> str:
         return self._stack[-1] if self._stack else ROOT_MODULE
 
-    def capture(self, suffix: str, logits: torch.Tensor, keep: torch.Tensor | None, head_dim: int = 0) -> str:
+    def capture(self, suffix: str, logits: torch.Tensor, keep: torch.Tensor | None, head_dim: int = 0,
+                op: str = "") -> str:
         """Record attention logits computed inside the running module as ``<module>.<suffix>``; ``head_dim``: the
-        dimension q.k summed over, when known (0: not known, as for a hand-written softmax's input)."""
+        dimension q.k summed over, when known (0: not known, as for a hand-written softmax's input); ``op``: what the
+        logits are (:data:`CAPTURE_OPS` of the suffix unless given)."""
         parent = self._parent()
         name = suffix if parent == ROOT_MODULE else f"{parent}.{suffix}"
         name = self._renamed.get(name, name)
         self._captured.setdefault(name, parent)
+        self._capture_ops.setdefault(name, op or CAPTURE_OPS.get(suffix, ""))  # step 0's: the calls are the same
         self._functions_seen = True
         if head_dim:
             self.head_dims.setdefault(name, int(head_dim))
@@ -357,8 +272,9 @@ class Probes:
             return
         if self._parent() in self._attn_parents:
             return  # a module already exposed these logits (e.g. the built-in GPT's attn.scores)
+        op = "qk-softmax" if self._mode.over_product(x) else "softmax"  # over q·kᵀ, or a projection (a router)
         x = x.detach()
-        self._softmax_out = (result, self.capture("(softmax)", x, ~(x <= MASK_BELOW)))
+        self._softmax_out = (result, self.capture("(softmax)", x, ~(x <= MASK_BELOW), op=op))
 
     def _ends_in_softmax(self, capture: str | None) -> None:
         """The root returned the latest softmax: judge the logits, not the probabilities."""
@@ -366,6 +282,7 @@ class Probes:
             return  # the readout's output is already recorded (or this capture already is the logits)
         self._renamed[capture] = LOGITS_MODULE
         self._captured.pop(capture, None)
+        self._capture_ops[LOGITS_MODULE] = "logits"
         if self.step == 0:  # rename what this step recorded under the capture's name
             ren = lambda key: (LOGITS_MODULE, key[1]) if key[0] == capture else key  # noqa: E731
             self._mkeys = [ren(k) for k in self._mkeys]
@@ -453,6 +370,8 @@ class Probes:
         self._root_done(self.model, (), None)
         if self.step == 0:
             self.layout = infer_layout(self.model, self._fired, self._captured)
+            self.modules = module_ops(self.model, self._fired, self._capture_ops)
+            self._mode.clear()  # the products followed at step 0: their ops are known
         parts = []
         if self.batched:
             done = self._reduced + ([batched_moments(self._vals, self._which)] if self._vals else [])
@@ -474,7 +393,7 @@ class Probes:
         keys, raw = pool_calls(self._keys + self._mkeys, raw)
         self._last_out = self._softmax_out = None  # hold no activation past the step
         self._vals, self._reduced, self._pending = [], [], 0
-        return StepRecord(self.step, keys, raw, float(host[-1]), dict(self.head_dims))
+        return StepRecord(self.step, keys, raw, float(host[-1]), dict(self.head_dims), self.modules)
 
     def remove(self) -> None:
         self._root_done(self.model, (), None)

@@ -1,10 +1,11 @@
-"""Parameter shapes per width: the evidence that the builder uses the width it is given.
+"""Parameter shapes per width: the evidence that the builder uses the width it is given, and what each parameter is.
 
-Stage: judge (the setup, before any slope). Input: the parameter shapes of the model each job
-built (``{name: [dims]}``, recorded by ``coordcheck.run.train`` and ``coordcheck.transfer.train`` in
-the job's facts as ``shapes``, so in ``job.json`` too). Output: one line saying what is wrong
-with the setup (:func:`width_problem`), or ``None``, and a per-width table of parameter counts
-and fingerprints for the reports (:func:`model_table`). Identical models at every width give flat
+Stage: record (the shapes of a built model, :func:`param_shapes`), read by the judge (the setup, before any slope).
+Input: the parameter shapes of the model each job built (``{name: [dims]}``, recorded by ``coordcheck.run.train`` and
+``coordcheck.transfer.train`` in the job's facts as ``shapes``, so in ``job.json`` too). Output: one line saying what
+is wrong with the setup (:func:`width_problem`), or ``None``; a per-width table of parameter counts and fingerprints
+for the reports (:func:`model_table`); and what a parameter is by which of its dimensions grow with width
+(:func:`param_class`: input-like, hidden, output-like, vector, fixed — the audit's classes and the verdict's roles). Identical models at every width give flat
 slopes and an optimum that stays put, so without this check a builder that ignores ``width``
 would pass. Never imports torch.
 """
@@ -15,6 +16,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from coordcheck.core.frame import digest
@@ -22,11 +24,14 @@ from coordcheck.core.frame import digest
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["Shapes", "param_shapes", "n_params", "fingerprint", "shapes_by_config", "width_problem", "model_table"]
+__all__ = ["Shapes", "param_shapes", "n_params", "fingerprint", "shapes_by_config", "width_problem", "model_table",
+           "dim_growth", "param_class", "CLASSES"]
 
 Shapes = Mapping[str, Sequence[int]]  # parameter name -> its dims, as model.named_parameters() gives them
 
 FIX = "make build(width=...) set the layer sizes"
+# What a parameter is, by which of its dimensions grow with width (param_class), as muP classes them
+CLASSES = ("input-like", "hidden", "output-like", "vector", "fixed")
 
 
 def param_shapes(model: nn.Module) -> dict[str, list[int]]:
@@ -94,3 +99,36 @@ def model_table(facts: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     rows = [(cid, w, n_params(s), fingerprint(s))
             for cid, by_width in shapes_by_config(facts).items() for w, s in sorted(by_width.items())]
     return pd.DataFrame(rows, columns=["config_id", "width", "n_params", "fingerprint"])
+
+
+def dim_growth(dims_by_width: Mapping[int, list[int]]) -> list[float] | None:
+    """Per dimension, the slope of log2 size against log2 width over the widths (0 when fixed); None when the
+    number of dimensions changes."""
+    widths = sorted(dims_by_width)
+    shapes = [list(dims_by_width[w]) for w in widths]
+    if len({len(s) for s in shapes}) != 1:
+        return None
+    x = np.log2(np.asarray(widths, dtype=float))
+    out = []
+    for i in range(len(shapes[0])):
+        d = np.asarray([s[i] for s in shapes], dtype=float)
+        out.append(0.0 if (d == d[0]).all() or (d <= 0).any() else round(float(np.polyfit(x, np.log2(d), 1)[0]), 9))
+    return out
+
+
+def param_class(growth: list[float] | None, embedding: bool = False) -> tuple[str, float, float, float]:
+    """``(class, a_in, a_out, a_main)`` from the growth exponent of each dimension (:func:`dim_growth`)."""
+    if growth is None:
+        return "unmatched", 0.0, 0.0, 0.0
+    grows = [g > 0 for g in growth]
+    main = next((g for g, inf in zip(reversed(growth), reversed(grows)) if inf), 0.0)  # mup: the last width dim
+    if len(growth) == 1:
+        return ("vector" if grows[0] else "fixed"), 0.0, 0.0, main
+    if not any(grows):
+        return "fixed", 0.0, 0.0, 0.0
+    if sum(grows) > 2 or any(grows[2:]):
+        return "other", 0.0, 0.0, main
+    a_out, a_in = (growth[1], growth[0]) if embedding else (growth[0], growth[1])
+    if sum(grows) == 2:
+        return "hidden", growth[1], growth[0], main  # mup's fan-in / fan-out: dimensions 1 and 0
+    return ("output-like" if a_in > 0 else "input-like"), a_in, a_out, main

@@ -71,6 +71,7 @@ from coordcheck.judge.audit import audit_long, audit_table
 from coordcheck.judge.causes import CAUSE_COLUMNS, NO_OWN_NOTE
 from coordcheck.judge.depth import LOSS_PLACE
 from coordcheck.judge.places import MATCHING, RESIDUAL
+from coordcheck.judge.roles import with_roles
 from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import atomic_write
 from coordcheck.judge.slopes import fit_slopes
@@ -117,9 +118,9 @@ class Report:
         v = self.verdict
         mod_cols = ["config_id", "module", "layer_index", "role", "status", "tensor", "step", "slope", "ci_low",
                     "ci_high", "margin", "transient_steps", "diagnosis", "cause", "inherited_from", "inherited_via",
-                    "rule"]
+                    "rule", "role_from"]
         worst_cols = [c for c in mod_cols[:13] if c != "transient_steps"] + ["stat", "expect", "n_widths", "n_points",
-                                                                             "rule"]
+                                                                             "rule", "role_from"]
         cfg_cols = list(v.configs.columns) if len(v.configs) else []
         return {
             "schema": SCHEMA,
@@ -196,7 +197,7 @@ class Report:
                            if m["inherited_from"] else "undecided: no cause the measurements show (see Cause)"
                            if w.status == "inconclusive" else "no cause found (see Cause)")
                 lines.append(
-                    f"| {md_escape(w.module)} | {w.role} | {w.tensor} | {w.step} | {num(w.slope)} | "
+                    f"| {md_escape(w.module)} | {role_cell(w)} | {w.tensor} | {w.step} | {num(w.slope)} | "
                     f"[{num(w.ci_low)}, {num(w.ci_high)}] | {w.status} | {md_escape(why)} |"
                 )
         else:
@@ -235,7 +236,7 @@ class Report:
                       "| layer | module | role | status | worst slope | margin | at | transients | cause |",
                       "|---|---|---|---|---|---|---|---|---|"]
             for m in v.modules.itertuples():
-                lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {m.role} | {m.status} | {num(m.slope)} | "
+                lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {role_cell(m)} | {m.status} | {num(m.slope)} | "
                              f"{num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} | "
                              f"{md_escape(module_cause(m))} |")
         if self.figures or self.notes:
@@ -323,6 +324,13 @@ def cause_lines(v: Verdict) -> list[str]:
     return lines + [""]
 
 
+def role_cell(row: Any) -> str:
+    """A table's role cell: the role and, where the jobs' facts decided it, what did (``output (weight: width →
+    fixed)``; :mod:`coordcheck.judge.roles`)."""
+    said = getattr(row, "role_from", None)
+    return md_escape(f"{row.role} ({said})" if isinstance(said, str) and said else row.role)
+
+
 def module_cause(m: Any) -> str:
     """A module row's cause column: "cause", "from X" (forward) or "from X (backward)"."""
     if m.cause:
@@ -358,6 +366,7 @@ def build_report(
     facts = list(facts or [])
     long = audit_long(facts, rules)  # the parameter audit, once: for the verdict's causes and audit.csv
     verdict = judge(frame, slopes, rules, problems=problems, facts=facts, audit=long)  # rules 8 and 9
+    frame, slopes = with_roles(frame, verdict.roles), with_roles(slopes, verdict.roles)  # one story: the judged roles
     return Report(frame, slopes, verdict, problems, list(jobs or []), command, config,
                   audit=audit_table(facts, rules, long=long), facts=facts)
 

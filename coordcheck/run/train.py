@@ -33,6 +33,7 @@ from coordcheck.setup.device import autocast, environment, grad_scaler
 from coordcheck.core.errors import CoordCheckError, check_count
 from coordcheck.core.frame import COLUMNS, DEFAULT_TENSORS, LOSS_MODULE, ROOT_MODULE, STATS, conform
 from coordcheck.setup.parametrization import Builder, Parametrization, build_model, named_keywords
+from coordcheck.record import capture as capture_module
 from coordcheck.record import probes as probes_module
 from coordcheck.record.moments import stats_from_moments
 from coordcheck.core.errors import resolve_seeds  # noqa: F401  (re-exported: its home was here)
@@ -101,7 +102,7 @@ def _first_line(e: BaseException) -> str:
 
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
-_DISPATCH_FILES = (probes_module.__file__, torch.overrides.__file__)
+_DISPATCH_FILES = (probes_module.__file__, capture_module.__file__, torch.overrides.__file__)
 
 
 def _blame(model: nn.Module, e: BaseException) -> tuple[nn.Module | None, str | None, bool]:
@@ -358,6 +359,7 @@ def run_width(
                 on_step=lambda rec: bar.update(1), output=output, forward_targets=forward_targets, grad_clip=grad_clip,
                 precision=precision, skipped_out=(skipped := []), eps=eps,
             )
+            facts.setdefault("modules", records[0].modules)  # each recorded module's op (coordcheck.judge.roles)
             if skipped:
                 facts.setdefault("fp16_skipped_updates", []).append({"seed": seed, "after_steps": skipped})
             last = records[-1]

@@ -1,0 +1,117 @@
+"""Roles from measured facts: what each recorded module is to the verdict, and what decided it.
+
+Stage: judge (before the rules: the rule table applies by role). Input: a tidy frame (its ``role`` column, recorded by
+the probes' layout at one width) and the jobs' facts — ``modules`` (each recorded module's op at step 0:
+:func:`coordcheck.record.layout.module_ops`, a capture's as :mod:`coordcheck.record.capture` saw it) and ``shapes``
+(the parameter shapes at every width). Output: the role of every (configuration, module) with ``role_from`` — what
+decided it — and the frame with its ``role`` column set to it (:func:`with_roles`). Never imports torch.
+
+What decides a role, first that applies (:data:`ROLE_OF_OP`, :data:`ROLE_OF_CLASS`):
+
+* a role the module declares (``coordcheck_role``);
+* its op: an embedding is input, a normalisation layer norm; q·kᵀ logits (captured from
+  ``F.scaled_dot_product_attention`` or ``nn.MultiheadAttention``, or a softmax taken over a product of two
+  activations) are attention; a softmax over anything else (a mixture-of-experts router's logits) and the input of
+  the model's final softmax are output-like;
+* for a linear or convolution layer, which dimensions of its weight grow with width across the jobs
+  (:func:`coordcheck.record.shapes.param_class`): fixed → width is input, width → width hidden, width → fixed output
+  (a readout, or a router: output-like wherever it runs; only the model's output is judged as output);
+* else the role the layout recorded from the module's place (no parameters of its own: a block, an activation, the
+  root), said as such.
+
+Never a name: a module called ``scores`` is not attention because of it. Frames without ``modules`` facts (written
+before them) keep the recorded roles, and say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from coordcheck.record.shapes import dim_growth, param_class
+
+__all__ = ["ROLE_OF_OP", "ROLE_OF_CLASS", "RECORDED", "ROLE_COLUMNS", "decide_roles", "with_roles"]
+
+ROLE_OF_OP: dict[str, tuple[str, str]] = {  # op -> (role, what decided it)
+    "embedding": ("input", "op: embedding"),
+    "norm": ("norm", "op: normalisation layer"),
+    "qk": ("attention", "op: q·kᵀ (scaled_dot_product_attention / MultiheadAttention)"),
+    "qk+mask": ("attention", "op: q·kᵀ plus a float mask"),
+    "qk-softmax": ("attention", "op: softmax over a product of two activations (q·kᵀ)"),
+    "softmax": ("output", "op: softmax over a projection (output-like)"),
+    "logits": ("output", "op: the input of the model's final softmax"),
+}
+ROLE_OF_CLASS: dict[str, tuple[str, str]] = {  # a linear or convolution layer's weight class -> (role, what decided it)
+    "input-like": ("input", "weight: fixed → width"),
+    "hidden": ("hidden", "weight: width → width"),
+    "output-like": ("output", "weight: width → fixed"),
+}
+WEIGHTED = ("linear", "conv")  # the ops whose weight's shape says what they are
+RECORDED = "place (recorded: no op or parameters of its own that say more)"
+ROLE_COLUMNS = ["config_id", "module", "recorded", "role", "role_from"]
+
+
+def _weight(module: str, shapes: Mapping[str, Sequence[int]]) -> str | None:
+    """The module's own weight: ``<module>.weight``, else its own parameter with the most dimensions."""
+    own = [n for n in shapes if n.rpartition(".")[0] == module]
+    if f"{module}.weight" in own:
+        return f"{module}.weight"
+    return max(own, key=lambda n: len(shapes[n]), default=None)
+
+
+def _decide(module: str, recorded: str, info: Mapping[str, Any] | None,
+            shapes_by_width: Mapping[int, Mapping[str, Sequence[int]]]) -> tuple[str, str]:
+    if info is None:
+        return recorded, RECORDED
+    if info.get("declared"):
+        return str(info["declared"]), "declared (coordcheck_role)"
+    op = str(info.get("op", ""))
+    if op in ROLE_OF_OP:
+        return ROLE_OF_OP[op]
+    if op in WEIGHTED and len(shapes_by_width) >= 2:
+        widest = shapes_by_width[max(shapes_by_width)]
+        name = _weight(module, widest)
+        dims = {w: s[name] for w, s in shapes_by_width.items() if name is not None and name in s}
+        if len(dims) == len(shapes_by_width):
+            cls = param_class(dim_growth(dims))[0]
+            if cls in ROLE_OF_CLASS:
+                return ROLE_OF_CLASS[cls]
+            return recorded, f"{RECORDED}; weight class {cls}"
+    return recorded, RECORDED
+
+
+def decide_roles(frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
+    """One row per (configuration, recorded module) of ``frame``: ``recorded`` (the frame's role), ``role`` (the one
+    the verdict uses) and ``role_from`` (what decided it; see the module docstring). Loss rows have none."""
+    modules: dict[str, dict[str, Any]] = {}
+    shapes: dict[str, dict[int, Mapping[str, Sequence[int]]]] = {}
+    for f in facts:
+        cid = str(f.get("config_id"))
+        if f.get("modules"):
+            modules.setdefault(cid, {}).update(f["modules"])
+        if f.get("shapes") is not None and f.get("width") is not None:
+            shapes.setdefault(cid, {}).setdefault(int(f["width"]), f["shapes"])
+    recorded = frame.loc[frame["role"] != "loss", ["config_id", "module", "role"]].drop_duplicates(
+        ["config_id", "module"])
+    rows = []
+    for cid, module, role in recorded.itertuples(index=False):
+        info = modules[cid].get(module) if cid in modules else None
+        rows.append((cid, module, role, *_decide(module, role, info, shapes.get(cid, {}))))
+    return pd.DataFrame(rows, columns=ROLE_COLUMNS)
+
+
+def with_roles(df: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (a frame, or a table with ``config_id``, ``module`` and ``role`` columns) with the decided roles."""
+    if roles.empty or df.empty:
+        return df
+    changed = roles[roles["role"] != roles["recorded"]]
+    if changed.empty:
+        return df
+    key = pd.MultiIndex.from_frame(df[["config_id", "module"]])
+    new = pd.Series(changed["role"].to_numpy(), index=pd.MultiIndex.from_frame(changed[["config_id", "module"]]))
+    role = new.reindex(key).to_numpy()
+    df = df.copy()
+    df["role"] = df["role"].where(pd.isna(role), role)
+    return df

@@ -1,0 +1,159 @@
+"""Capture: attention logits wherever they are computed, and what each captured softmax is taken over.
+
+Stage: record (the function probe of :class:`coordcheck.record.probes.Probes`). Input: every torch function call of
+the probed forward, seen by a ``torch.overrides.TorchFunctionMode``. Output: calls back into the probes — the implicit
+logits of ``F.scaled_dot_product_attention`` (``(sdpa)``) and of ``nn.MultiheadAttention`` (``(mha)``), with the head
+dimension q.k sums over, and the input of a ``softmax`` / ``log_softmax`` over the last dimension — and, at step 0,
+the **op** each softmax is taken over: a product of two activations (``qk-softmax``: q·kᵀ, however it is written —
+``@``, ``matmul``, ``bmm``, ``einsum`` — through any scale, mask or cast of the same shape) or anything else
+(``softmax``: a projection's output, such as a mixture-of-experts router's logits). The role of a capture follows from
+its op (:mod:`coordcheck.judge.roles`), not from a name.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import weakref
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["FunctionProbe", "MASK_BELOW", "PRODUCTS"]
+
+MASK_BELOW = -1e4  # softmax inputs at or below this are masked positions (-inf, -1e9, finfo.min), not logits
+# Products of two tensors: q·kᵀ when neither is a parameter (nor a view of one), as hand-written attention computes it
+PRODUCTS = frozenset({torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.bmm,
+                      torch.Tensor.bmm, torch.einsum, torch.baddbmm, torch.Tensor.baddbmm})
+
+
+def _arg(args: tuple, kwargs: dict, i: int, name: str, default: object = None) -> object:
+    return args[i] if len(args) > i else kwargs.get(name, default)
+
+
+_MHA_PARAMS = list(inspect.signature(F.multi_head_attention_forward).parameters)
+
+
+def _operands(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors among a call's arguments (one level of lists, as ``einsum`` takes them)."""
+    out = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out += [t for t in a if isinstance(t, torch.Tensor)]
+    return out
+
+
+def _activation(t: torch.Tensor) -> bool:
+    """Whether ``t`` is computed in the forward: neither a parameter nor a view of one (``W.T``)."""
+    return not isinstance(t, nn.Parameter) and not isinstance(getattr(t, "_base", None), nn.Parameter)
+
+
+class FunctionProbe(TorchFunctionMode):
+    """Sees every torch function call of the probed forward; records attention logits (module docstring).
+
+    At step 0 it also follows products of two activations (q·kᵀ) through the calls that keep their shape (a scale,
+    a mask, a cast), in :attr:`products` (weak references: nothing is kept alive), so that a softmax can say what it
+    is taken over. After step 0 the same forward makes the same calls (the batch is fixed): the ops are known."""
+
+    def __init__(self, probes: Any):
+        super().__init__()
+        self.probes = probes
+        self.products: dict[int, weakref.ref] = {}  # id -> a weak reference: tensors compare by identity, not ==
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        p = self.probes
+        if not p.recording:
+            return out
+        if p.step == 0 and isinstance(out, torch.Tensor):
+            self._follow(func, args, kwargs, out)
+        handler = _HANDLERS.get(func)
+        if handler is not None:
+            with torch.no_grad():
+                handler(p, args, kwargs, out)
+        return out
+
+    def _follow(self, func: Any, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+        operands = _operands(args, kwargs)
+        if (sum(_activation(t) for t in operands) >= 2 if func in PRODUCTS
+                else any(t.shape == out.shape and self.over_product(t) for t in operands)):  # scaled, masked or cast
+            self.products[id(out)] = weakref.ref(out)
+
+    def over_product(self, x: torch.Tensor) -> bool:
+        """Whether ``x`` is (a scaled, masked or cast) product of two activations, as q·kᵀ is."""
+        ref = self.products.get(id(x))
+        return ref is not None and ref() is x
+
+    def clear(self) -> None:
+        self.products = {}
+
+
+def _on_sdpa(p: Any, args: tuple, kwargs: dict, out: object) -> None:
+    q, k = args[0].detach(), args[1].detach()
+    mask = _arg(args, kwargs, 3, "attn_mask")
+    causal = _arg(args, kwargs, 5, "is_causal", False)
+    scale = _arg(args, kwargs, 6, "scale")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if q.ndim >= 3 and k.shape[-3] != q.shape[-3] and q.shape[-3] % k.shape[-3] == 0:
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)  # grouped-query attention
+    logits = (q @ k.transpose(-2, -1)) * scale  # (..., L, S)
+    keep, suffix = None, "(sdpa)"
+    if causal:
+        L, S = logits.shape[-2:]
+        keep = torch.ones(L, S, dtype=torch.bool, device=logits.device).tril()
+    if isinstance(mask, torch.Tensor):
+        if mask.dtype == torch.bool:
+            keep = mask if keep is None else keep & mask
+        else:  # a float mask may carry a bias (ALiBi, relative positions): not pure q k^T any more
+            logits, suffix = logits + mask, "(sdpa+mask)"
+            keep = (~(logits <= MASK_BELOW)) if keep is None else keep & ~(logits <= MASK_BELOW)
+    p.capture(suffix, logits, keep, head_dim=q.shape[-1])
+
+
+def _on_mha(p: Any, args: tuple, kwargs: dict, out: object) -> None:
+    a = dict(zip(_MHA_PARAMS, args), **kwargs)
+    query, key, h = a["query"].detach(), a["key"].detach(), int(a["num_heads"])
+    if query.ndim == 2:  # unbatched (L, E)
+        query, key = query.unsqueeze(1), key.unsqueeze(1)
+    E = query.shape[-1]
+    if a.get("use_separate_proj_weight"):
+        wq, wk = a["q_proj_weight"], a["k_proj_weight"]
+    else:
+        wq, wk = a["in_proj_weight"][:E], a["in_proj_weight"][E : 2 * E]
+    b = a.get("in_proj_bias")
+    bq, bk = (b[:E], b[E : 2 * E]) if b is not None else (None, None)
+    hd = E // h
+    q = F.linear(query, wq, bq).reshape(query.shape[0], -1, hd).transpose(0, 1)  # (N * h, L, hd)
+    k = F.linear(key, wk, bk).reshape(key.shape[0], -1, hd).transpose(0, 1)  # (N * h, S, hd)
+    logits = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+    mask, keep, suffix = a.get("attn_mask"), None, "(mha)"
+    if isinstance(mask, torch.Tensor):
+        if mask.dtype == torch.bool:
+            keep = ~mask  # True = not allowed, in nn.MultiheadAttention
+        else:
+            logits, suffix = logits + mask, "(mha+mask)"
+            keep = ~(logits <= MASK_BELOW)
+    p.capture(suffix, logits, keep, head_dim=hd)
+
+
+def _on_softmax(p: Any, args: tuple, kwargs: dict, out: object) -> None:
+    x = args[0]
+    dim = _arg(args, kwargs, 1, "dim")
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or dim not in (-1, x.ndim - 1):
+        return
+    p.softmax(x, out)
+
+
+_HANDLERS = {
+    F.scaled_dot_product_attention: _on_sdpa,
+    F.multi_head_attention_forward: _on_mha,
+    **{f: _on_softmax for f in (F.softmax, F.log_softmax, torch.softmax, torch.log_softmax,
+                                torch.Tensor.softmax, torch.Tensor.log_softmax)},
+}
