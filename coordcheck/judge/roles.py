@@ -48,7 +48,7 @@ ROLE_OF_CLASS: dict[str, tuple[str, str]] = {  # a linear or convolution layer's
     "hidden": ("hidden", "weight: width → width"),
     "output-like": ("output", "weight: width → fixed"),
 }
-WEIGHTED = ("linear", "conv")  # the ops whose weight's shape says what they are
+WEIGHTED = ("linear", "linear-t", "conv")  # the ops whose weight's shape says what they are (linear-t: stored (in, out))
 RECORDED = "place (recorded: no op or parameters of its own that say more)"
 ROLE_COLUMNS = ["config_id", "module", "recorded", "role", "role_from"]
 
@@ -73,7 +73,8 @@ def _decide(module: str, recorded: str, info: Mapping[str, Any] | None,
     if op in WEIGHTED and len(shapes_by_width) >= 2:
         widest = shapes_by_width[max(shapes_by_width)]
         name = _weight(module, widest)
-        dims = {w: s[name] for w, s in shapes_by_width.items() if name is not None and name in s}
+        dims = {w: list(s[name])[::-1] if op == "linear-t" else s[name] for w, s in shapes_by_width.items()
+                if name is not None and name in s}
         if len(dims) == len(shapes_by_width):
             cls = param_class(dim_growth(dims))[0]
             if cls in ROLE_OF_CLASS:

@@ -73,7 +73,8 @@ QK_INIT_SLOPE = -0.5
 OPS = {"qk": "pure q·kᵀ·scale logits, captured from F.scaled_dot_product_attention or nn.MultiheadAttention"}
 # Facts a rule can need, computed for each series by the engine (coordcheck.judge.series.series_facts).
 FACTS = {
-    "inner_output": "an output-role module that runs before the model's output (the last output module to run)",
+    "inner_output": "an output-role module in the model's output chain before its output: after the last module of "
+                    "another role, before the last output module to run (logits, then a multiplier)",
     "head_grows": "the head dimension grows with width by more than the step-0 test can resolve (a/2 > tol)",
     "head_weak": "the head dimension grows with width, too slowly for the step-0 test (0 < a/2 <= tol)",
     "head_fixed": "the head dimension is the same at every width (the number of heads grows)",

@@ -80,7 +80,10 @@ def series_facts(s: pd.DataFrame, heads: pd.DataFrame, rules: Rules) -> pd.DataF
         s[f"fact_head_{k}"] = kind == k
     out = s["role"] == "output"
     final = s[out].groupby("config_id")["call_order"].transform("max")
-    s["fact_inner_output"] = out & (s["call_order"] < final.reindex(s.index))
+    # before the model's output and in its chain: nothing but output modules runs after it (logits, then a multiplier)
+    last_other = s[~out].groupby("config_id")["call_order"].max()
+    chained = s["call_order"] > s["config_id"].map(last_other).fillna(-1)
+    s["fact_inner_output"] = out & (s["call_order"] < final.reindex(s.index)) & chained
     finals = s[out & ~s["fact_inner_output"]].groupby("config_id")["module"].first()
     s["final"] = s["config_id"].map(finals).fillna("")
     return s

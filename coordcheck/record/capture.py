@@ -28,6 +28,16 @@ MASK_BELOW = -1e4  # softmax inputs at or below this are masked positions (-inf,
 # Products of two tensors: q·kᵀ when neither is a parameter (nor a view of one), as hand-written attention computes it
 PRODUCTS = frozenset({torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.bmm,
                       torch.Tensor.bmm, torch.einsum, torch.baddbmm, torch.Tensor.baddbmm})
+# What a module computes with its own weight, as the calls show it (for modules whose type says nothing: a custom
+# router with a raw weight and F.linear, Hugging Face's Conv1D with addmm). "linear-t": x @ W, the weight (in, out).
+WEIGHT_OPS: dict[Any, str] = {
+    F.linear: "linear", F.bilinear: "linear", F.embedding: "embedding", F.embedding_bag: "embedding",
+    **{f: "conv" for f in (F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)},
+    **{f: "norm" for f in (F.layer_norm, F.group_norm, F.batch_norm, F.instance_norm, getattr(F, "rms_norm", None))
+       if f is not None},
+    **{f: "linear-t" for f in (torch.addmm, torch.Tensor.addmm, torch.matmul, torch.Tensor.matmul,
+                               torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm)},
+}
 
 
 def _arg(args: tuple, kwargs: dict, i: int, name: str, default: object = None) -> object:
@@ -60,10 +70,12 @@ class FunctionProbe(TorchFunctionMode):
     a mask, a cast), in :attr:`products` (weak references: nothing is kept alive), so that a softmax can say what it
     is taken over. After step 0 the same forward makes the same calls (the batch is fixed): the ops are known."""
 
-    def __init__(self, probes: Any):
+    def __init__(self, probes: Any, owners: dict[int, set[str]]):
         super().__init__()
         self.probes = probes
+        self.owners = owners  # id(parameter) -> the modules that hold it directly
         self.products: dict[int, weakref.ref] = {}  # id -> a weak reference: tensors compare by identity, not ==
+        self.ops: dict[str, str] = {}  # module -> what it computed with its own weight (WEIGHT_OPS), at step 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -81,6 +93,16 @@ class FunctionProbe(TorchFunctionMode):
 
     def _follow(self, func: Any, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
         operands = _operands(args, kwargs)
+        op = WEIGHT_OPS.get(func)
+        if op is not None and self.probes._stack:  # the running module's own weight in a linear, conv, norm, ...
+            running = self.probes._stack[-1]
+            weights = [t for t in operands if t.ndim >= 2 or op == "norm"]  # a bias is no weight
+            for i, t in enumerate(weights):
+                base = t if isinstance(t, nn.Parameter) else getattr(t, "_base", None)
+                if isinstance(base, nn.Parameter) and running in self.owners.get(id(base), ()):
+                    transposed = op == "linear-t" and (i == 0 or t is not base)  # W @ x, or x @ W.T: (out, in)
+                    self.ops.setdefault(running, "linear" if transposed else op)
+                    break
         if (sum(_activation(t) for t in operands) >= 2 if func in PRODUCTS
                 else any(t.shape == out.shape and self.over_product(t) for t in operands)):  # scaled, masked or cast
             self.products[id(out)] = weakref.ref(out)

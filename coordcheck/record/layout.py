@@ -66,10 +66,14 @@ def op_kind(module: nn.Module) -> str:
     return next((op for t, op in OPS if isinstance(module, t)), "")
 
 
-def module_ops(model: nn.Module, fired: list[str], captured: Mapping[str, str] | None = None) -> dict[str, dict]:
+def module_ops(model: nn.Module, fired: list[str], captured: Mapping[str, str] | None = None,
+               computed: Mapping[str, str] | None = None) -> dict[str, dict]:
     """``{name: {"op": ..., "declared": role or None}}`` for what was recorded at step 0: a module's op by its type
-    (:func:`op_kind`), a capture's op as the function probe saw it (``captured``: ``qk``, ``qk+mask``, ``qk-softmax``,
-    ``softmax``, ``logits``), and the role a module declares (``coordcheck_role``), which wins over any fact."""
+    (:func:`op_kind`), else by what it computed with its own weight (``computed``: the function probe saw it call
+    ``F.linear``, ``addmm``, ``F.embedding``, a convolution or a norm on it; ``linear-t``: ``x @ W``, the weight
+    stored (in, out)), a capture's op as the function probe saw it (``captured``: ``qk``, ``qk+mask``,
+    ``qk-softmax``, ``softmax``, ``logits``), and the role a module declares (``coordcheck_role``), which wins over
+    any fact."""
     modules = {(n or ROOT_MODULE): m for n, m in model.named_modules()}
     out = {}
     for n in fired:
@@ -77,7 +81,7 @@ def module_ops(model: nn.Module, fired: list[str], captured: Mapping[str, str] |
         if m is None:
             out[n] = {"op": (captured or {}).get(n, ""), "declared": None}
         else:
-            out[n] = {"op": op_kind(m), "declared": getattr(m, "coordcheck_role", None)}
+            out[n] = {"op": op_kind(m) or (computed or {}).get(n, ""), "declared": getattr(m, "coordcheck_role", None)}
     return out
 
 

@@ -165,7 +165,11 @@ class Probes:
         self._views: dict = {}  # (buffer, shape, device index) -> (flat, shaped) views of a scratch buffer
         if self.batched is None:  # per-hook reductions are the faster path on the CPU (benchmarked)
             self.batched = next(self.model.parameters(), torch.empty(0)).device.type == "cuda"
-        self._mode = FunctionProbe(self)
+        owners: dict[int, set[str]] = {}
+        for name, module in self.model.named_modules():
+            for param in module.parameters(recurse=False):
+                owners.setdefault(id(param), set()).add(name or ROOT_MODULE)
+        self._mode = FunctionProbe(self, owners)
         self._mode_on = False
         self._tracking = False  # the function probe and the module stack it reads are on for this forward
         self._functions_seen = False  # the function probe recorded (or decided) something at step 0
@@ -370,7 +374,7 @@ class Probes:
         self._root_done(self.model, (), None)
         if self.step == 0:
             self.layout = infer_layout(self.model, self._fired, self._captured)
-            self.modules = module_ops(self.model, self._fired, self._capture_ops)
+            self.modules = module_ops(self.model, self._fired, self._capture_ops, self._mode.ops)
             self._mode.clear()  # the products followed at step 0: their ops are known
         parts = []
         if self.batched:
