@@ -92,8 +92,10 @@ class FunctionProbe(TorchFunctionMode):
         return out
 
     def _follow(self, func: Any, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
-        operands = _operands(args, kwargs)
         op = WEIGHT_OPS.get(func)
+        if op is None and not self.products and func not in PRODUCTS:
+            return  # the common call: nothing to follow (most of a forward's calls, in a model without q·kᵀ)
+        operands = _operands(args, kwargs)
         if op is not None and self.probes._stack:  # the running module's own weight in a linear, conv, norm, ...
             running = self.probes._stack[-1]
             weights = [t for t in operands if t.ndim >= 2 or op == "norm"]  # a bias is no weight
