@@ -1,6 +1,7 @@
 """Muon and muP: which ``adjust_lr_fn`` keeps hidden updates width-invariant, measured.
 
-``optimizer=muon`` (:func:`coordcheck.setup.optim.muon`) puts ``torch.optim.Muon`` on the hidden matrices of the built-in
+``optimizer=muon`` (:func:`coordcheck.setup.optim.muon`) puts ``torch.optim.Muon`` on the hidden matrices of the
+built-in
 muP GPT and (Mu)AdamW on the rest. Two parts, one thread:
 
 * ``spectral``: the spectral norm of each hidden matrix's update, ``||W_t - W_{t-1}||_2``

@@ -1,4 +1,5 @@
-"""The Python API (``coordcheck.app.api``): ``coord_check(build, widths)`` and the :class:`CoordCheckResult` it returns."""
+"""The Python API (``coordcheck.app.api``): ``coord_check(build, widths)`` and the :class:`CoordCheckResult` it
+returns."""
 
 import pytest
 import torch

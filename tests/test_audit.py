@@ -1,4 +1,5 @@
-"""The parameter audit (coordcheck.judge.audit, coordcheck.record.param_facts): classes from shapes, exponents against the
+"""The parameter audit (coordcheck.judge.audit, coordcheck.record.param_facts): classes from shapes, exponents against
+the
 expectations, the built-in models audited clean under muP and caught under SP, causes in the contract's schema."""
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import pytest
 import torch
 
 from coordcheck import coord_check
-from coordcheck.judge.audit import (CAUSE_COLUMNS, EVIDENCE_COLUMNS, audit_causes, audit_evidence, audit_long, audit_table,
-                              param_class)
+from coordcheck.judge.audit import (
+    CAUSE_COLUMNS, EVIDENCE_COLUMNS, audit_causes, audit_evidence, audit_long, audit_table, param_class,
+)
 from coordcheck.setup.models import GPT, gpt, mlp
 from coordcheck.setup.optim import adam, adamw, sgd
 from coordcheck.record.param_facts import param_facts

@@ -36,7 +36,8 @@ class ToyRules:
 
 
 TOY = Knobs(name="toy_report", schema_name="ToyReportOptions", rules=ToyRules,
-            own=(("strict", bool, False, "exit non-zero"), ("size", report_knobs.Size, report_knobs.Size.paper, "figure size")),
+            own=(("strict", bool, False, "exit non-zero"),
+                 ("size", report_knobs.Size, report_knobs.Size.paper, "figure size")),
             choices={"size": report_knobs.Size})
 
 
@@ -119,11 +120,13 @@ def test_add_flags_only_some_knobs_and_steps_as_a_list(capsys):
 
 
 def test_report_knobs_are_the_fields_of_rules_then_the_reports_own(capsys):
-    assert list(report_knobs.KNOBS) == [f.name for f in fields(Rules)] + ["figures", "size", "steps", "strict", "layout"]
+    assert list(report_knobs.KNOBS) == [f.name for f in fields(Rules)] + ["figures", "size", "steps", "strict",
+                                                                          "layout"]
     with initialize_config_dir(config_dir=app.CONF_DIR, version_base="1.3"):
         cfg = compose("config")
     assert OmegaConf.get_type(cfg.report) is report_knobs.ReportOptions
-    assert report_knobs.report_options(cfg.report) == report_knobs.report_options(), "conf/config.yaml's report drifted from Rules"
+    assert report_knobs.report_options(cfg.report) == report_knobs.report_options(), \
+        "conf/config.yaml's report drifted from Rules"
     assert report_knobs.rules_of(report_knobs.report_options()) == Rules()
     from coordcheck import plot
 
@@ -304,12 +307,12 @@ def test_knob_ranges_and_help_come_from_the_rules_fields():
 @pytest.mark.parametrize("path, message", [
     ("nowhere.build", "model._target_=nowhere.build: module 'nowhere' not found: check the spelling, or install the "
                       "package (or put its directory on PYTHONPATH)"),
-    ("coordcheck.setup.models.build", "model._target_=coordcheck.setup.models.build: 'coordcheck.setup.models' has no attribute 'build': "
-                                "check the name"),
+    ("coordcheck.setup.models.build", "model._target_=coordcheck.setup.models.build: 'coordcheck.setup.models' has no "
+                                      "attribute 'build': check the name"),
     ("coordcheck.nowhere.build", "model._target_=coordcheck.nowhere.build: 'coordcheck' has no attribute 'nowhere': "
                                  "check the name"),
-    ("coordcheck.setup.models.gpt.width", "model._target_=coordcheck.setup.models.gpt.width: 'coordcheck.setup.models.gpt' has no "
-                                    "attribute 'width': check the name"),
+    ("coordcheck.setup.models.gpt.width", "model._target_=coordcheck.setup.models.gpt.width: "
+                                          "'coordcheck.setup.models.gpt' has no attribute 'width': check the name"),
     ("bad_module.build", "model._target_=bad_module.build: importing 'bad_module' failed (ZeroDivisionError: division "
                          "by zero): fix that module"),
     ("needs_dep.build", "model._target_=needs_dep.build: importing 'needs_dep' failed: No module named "
@@ -364,7 +367,8 @@ def test_a_sweep_runs_with_multirun_however_it_is_asked_for():
     ("gradflow", ["width=256,512"], "width=256,512 is a sweep: add --multirun"),
     ("gradflow", ["width=[256,512]"], "width=[256,512] is a list, not one width"),
     ("gradflow", ["--multirun", "steps=2,0"], "steps must be an integer >= 1, got 0"),
-    ("gradflow", ["optimizer._target_=coordcheck.setup.optim.lion"], "'coordcheck.setup.optim' has no attribute 'lion'"),
+    ("gradflow", ["optimizer._target_=coordcheck.setup.optim.lion"],
+     "'coordcheck.setup.optim' has no attribute 'lion'"),
 ])
 def test_the_transfer_and_gradflow_command_lines_share_the_checks(config_name, argv, message):
     from coordcheck.gradflow.app import check_overrides

@@ -1,4 +1,5 @@
-"""Fixed and fresh batches (``coordcheck.setup.data``): the same for every width and model seed, never the global RNG's."""
+"""Fixed and fresh batches (``coordcheck.setup.data``): the same for every width and model seed, never the global
+RNG's."""
 
 import pytest
 import torch

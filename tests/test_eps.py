@@ -1,4 +1,5 @@
-"""Adam's epsilon measured (coordcheck.record.eps) and judged (coordcheck.judge.audit.eps_table / eps_causes): exact fractions on
+"""Adam's epsilon measured (coordcheck.record.eps) and judged (coordcheck.judge.audit.eps_table / eps_causes): exact
+fractions on
 a hand-made state, the frame's eps rows, the verdict ignoring them, and a constructed case where ε takes over."""
 
 from __future__ import annotations

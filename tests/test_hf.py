@@ -1,4 +1,5 @@
-"""``model=hf`` (coordcheck.setup.hf): transformers models from a config class, the width's fields, the resolvers, labels,
+"""``model=hf`` (coordcheck.setup.hf): transformers models from a config class, the width's fields, the resolvers,
+labels,
 offline builds, the attention logits the probes see, and the one line without transformers."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``coordcheck.record.moments``: the one definition of the moments both probes reduce, checked against torch directly."""
+"""``coordcheck.record.moments``: the one definition of the moments both probes reduce, checked against torch
+directly."""
 
 from __future__ import annotations
 

@@ -126,7 +126,8 @@ def test_the_lr_factor_is_torchs(fn):
 def test_the_config_composes_to_the_factory(parametrization, mu, mu_adamw_calls):
     assert "muon" in options("optimizer")
     node = compose_config(["optimizer=muon", f"parametrization={parametrization}"]).optimizer
-    assert node._target_ == "coordcheck.setup.optim.muon" and node.mu is mu and node.adjust_lr_fn == MUON_WIDTH_INVARIANT
+    assert node._target_ == "coordcheck.setup.optim.muon" and node.mu is mu
+    assert node.adjust_lr_fn == MUON_WIDTH_INVARIANT
     model = built(gpt, 32, Mup if mu else Standard)
     opt = instantiate(node)(model, LR)
     assert parts(model, opt)[0] == GPT_HIDDEN and len(mu_adamw_calls) == mu

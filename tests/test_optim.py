@@ -1,4 +1,5 @@
-"""Optimizer factories (``coordcheck.setup.optim``): the mup variant scales per-layer learning rates, torch's does not."""
+"""Optimizer factories (``coordcheck.setup.optim``): the mup variant scales per-layer learning rates, torch's does
+not."""
 
 import inspect
 

@@ -22,7 +22,8 @@ def test_wheel_runs_a_sweep_without_the_checkout(tmp_path):
     env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     where = subprocess.run([sys.executable, "-c", "import coordcheck.app.config as a; print(a.__file__, a.CONF_DIR)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert where.stdout.split() == [str(target / "coordcheck" / "app" / "config.py"), "pkg://coordcheck.conf"], where.stderr
+    assert where.stdout.split() == [str(target / "coordcheck" / "app" / "config.py"), "pkg://coordcheck.conf"], \
+        where.stderr
     r = subprocess.run([sys.executable, "-m", "coordcheck", "model=mlp", "width=16,32,64", "seeds=1", "steps=1",
                         "progress=false", "report.figures=false", f"hydra.sweep.dir={tmp_path / 'sweep'}",
                         "--multirun"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -1,4 +1,5 @@
-"""Parameter shapes per width (``coordcheck.record.shapes``): a builder that does not use ``width`` is named, never passed."""
+"""Parameter shapes per width (``coordcheck.record.shapes``): a builder that does not use ``width`` is named, never
+passed."""
 
 import pytest
 from cli_builders import build_no_width, capped, deeper

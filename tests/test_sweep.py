@@ -1,4 +1,5 @@
-"""Aggregation (``coordcheck.run.sweep``): a sweep's job directories read from disk, every job that left no frame listed."""
+"""Aggregation (``coordcheck.run.sweep``): a sweep's job directories read from disk, every job that left no frame
+listed."""
 
 import dataclasses
 import json

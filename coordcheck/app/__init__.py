@@ -3,7 +3,8 @@
 :mod:`~coordcheck.app.overrides`), and the Python API ``coord_check`` (:mod:`~coordcheck.app.api`). The top stage: it
 imports every stage below, none imports it.
 
-``coordcheck.app.<name>`` is the Hydra app's name, as before the app became this package (``coordcheck.app.SweepCallback``
+``coordcheck.app.<name>`` is the Hydra app's name, as before the app became this package
+(``coordcheck.app.SweepCallback``
 in a config's ``hydra.callbacks``); loaded on first use, so that ``coordcheck.app.config`` alone stays light."""
 
 from importlib import import_module

@@ -189,7 +189,8 @@ def coord_check(
     refused with the reason (:mod:`coordcheck.setup.device`).
     ``rules``: the verdict's numbers (:class:`coordcheck.judge.verdict.Rules`).
 
-    Depth (:mod:`coordcheck.setup.depth`): ``depths=[2, 4, 8, 16]`` with ``width=128`` sweeps the number of residual blocks
+    Depth (:mod:`coordcheck.setup.depth`): ``depths=[2, 4, 8, 16]`` with ``width=128`` sweeps the number of residual
+    blocks
     at one width (``widths=[...]`` and ``depths=[...]`` together: the grid). The builder gets each depth by
     ``depth_key`` (``"auto"``: the first of ``depth``, ``n_layer``, ``n_layers``, ``num_layers``, ... that it takes),
     and ``base_depth`` / ``depth_alpha`` when its signature names them. ``depth_scaling``: ``"none"``,

@@ -139,7 +139,8 @@ def check_targets(cfg: DictConfig, overrides: list) -> None:
     """Every ``_target_`` of the config's top-level nodes (``model``, ``data``, ``parametrization``,
     ``optimizer``), each swept value included, can be imported (:func:`locate`), and the model's builder can take a
     width (``parametrization.check_builder``, from its signature: nothing is built). A builder with a
-    ``check_node(node, width)`` attribute (``coordcheck.setup.hf.build``) checks its config node at every width the command
+    ``check_node(node, width)`` attribute (``coordcheck.setup.hf.build``) checks its config node at every width the
+    command
     takes, without building anything (a misspelt config class or field is one line before any job runs)."""
     swept = _swept_values(overrides)
     found_of: dict[str, list[tuple[str, Any]]] = {}  # group -> (target, object) of each value its _target_ takes
@@ -168,9 +169,11 @@ def check_targets(cfg: DictConfig, overrides: list) -> None:
 def check_depth_targets(cfg: DictConfig, swept: Mapping[str, list | None],
                         found_of: Mapping[str, list[tuple[str, Any]]]) -> None:
     """The depth keys against the objects the config names (``found_of``: group -> (target, object)), nothing
-    built: with ``depth`` set or swept, the builder takes a depth (``coordcheck.setup.depth.depth_keyword``: its signature,
+    built: with ``depth`` set or swept, the builder takes a depth (``coordcheck.setup.depth.depth_keyword``: its
+    signature,
     its config node's keys, ``depth_key``); with ``depth_scaling`` active under ``parametrization=mup``/``sp``, the
-    optimizer is one whose learning rate and ε the harness can scale (``coordcheck.setup.depth.check_scaled_optimizer``)."""
+    optimizer is one whose learning rate and ε the harness can scale
+    (``coordcheck.setup.depth.check_scaled_optimizer``)."""
     if "depth" not in cfg and "depth_scaling" not in cfg:  # another experiment's config (gradflow)
         return
     from coordcheck.setup.depth import DepthScaling, check_scaled_optimizer, depth_keyword

@@ -49,7 +49,8 @@ NOT_IN_FAMILY = ("depth", *NOT_IN_ID)
 RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False,
                 "init": {"_target_": "coordcheck.setup.init.as_built", "_partial_": True},
                 "depth": None, "base_depth": 2, "depth_key": "auto",
-                "depth_scaling": {"_target_": "coordcheck.setup.depth.DepthScaling", "name": "none", "alpha": 0.0}}  # at these values a key is left
+                "depth_scaling": {"_target_": "coordcheck.setup.depth.DepthScaling", "name": "none",
+                                  "alpha": 0.0}}  # at these values a key is left
 # out of the hashes, so that sweeps made before the keys existed keep their config_id and resume (init: conf/init/none)
 
 
@@ -102,7 +103,8 @@ def safe_dirname(name: str) -> str:
 
 
 def job_depth(cfg: DictConfig) -> Any:
-    """The job's :class:`coordcheck.setup.depth.Depth` from ``depth``, ``base_depth``, ``depth_key`` and ``depth_scaling``
+    """The job's :class:`coordcheck.setup.depth.Depth` from ``depth``, ``base_depth``, ``depth_key`` and
+    ``depth_scaling``
     (every experiment's job builds its model through it; torch is imported here, not with this module)."""
     from coordcheck.setup.depth import Depth, NO_DEPTH_SCALING
 

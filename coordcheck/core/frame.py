@@ -137,7 +137,8 @@ TENSORS = ("out", "delta", "in", "own", "loss", "eps")
 EPS_TENSOR = "eps"  # Adam's epsilon fraction per parameter (coordcheck.record.eps, judged by coordcheck.judge.audit)
 NOT_ACTIVATIONS = ("loss", EPS_TENSOR)  # tensor kinds the activation rules of the verdict do not judge
 DEFAULT_TENSORS = ("out", "delta")  # what the probes record unless told otherwise (config: tensors)
-# The causes' tensors (coordcheck.judge.causes: which parameter's init or learning rate is off): a setting, not the default,
+# The causes' tensors (coordcheck.judge.causes: which parameter's init or learning rate is off): a setting, not the
+# default,
 # because the own update costs more than the probes' target allows at small width (experiments/bench_probes.py,
 # variant f: GPT width 256 about 1.6x bare training against <= 1.30; width 1024 about 1.15x).
 CAUSE_TENSORS = ("out", "delta", "in", "own")

@@ -1,14 +1,17 @@
 """The depth verdict: is the model's depth scaling right? Rules over the slopes against depth, per depth family.
 
-Stage: judge. Input: a tidy frame whose jobs set a ``depth`` (``coordcheck.core.frame``; a depth sweep or a width x depth
+Stage: judge. Input: a tidy frame whose jobs set a ``depth`` (``coordcheck.core.frame``; a depth sweep or a width x
+depth
 grid) and, optionally, the jobs' facts (``job.json``: the parameter audit's init std and learning rate per parameter).
 Output: a :class:`DepthVerdict` — ``pass`` / ``fail`` / ``inconclusive`` / ``not a depth sweep``, one row per
 (``family_id``, ``width``) (the depths of one configuration at one width), the judged series, the causes and the notes.
 Never imports torch.
 
-Series are matched across depths by place (:func:`coordcheck.judge.places.match_places`, said in ``notes``) and fitted as
+Series are matched across depths by place (:func:`coordcheck.judge.places.match_places`, said in ``notes``) and fitted
+as
 ``log2 stat`` against ``log2 depth`` over every (depth, seed) point, with 95% intervals
-(:func:`coordcheck.judge.slopes.fit_slopes`). What is judged, and why (measured with ``experiments/depth_known_answers.py``
+(:func:`coordcheck.judge.slopes.fit_slopes`). What is judged, and why (measured with
+``experiments/depth_known_answers.py``
 on the built-in GPT, width 128, depths 2-16, 3 seeds, 10 Adam steps, lr 1e-2 and 1e-3; the slopes quoted are those):
 
 * **The residual stream's change since step 0** (``delta`` of the last block's output, steps >= 1): flat,
@@ -37,7 +40,8 @@ on the built-in GPT, width 128, depths 2-16, 3 seeds, 10 Adam steps, lr 1e-2 and
 
 Significance (the whole interval outside the band), persistence (``persist`` consecutive judged steps unless
 ``gross``: :func:`coordcheck.judge.stability.mark_transients`), zeros, divergence and the stability window
-(:func:`coordcheck.judge.stability.find_instability` per depth; a family's window ends before the first instability at any of
+(:func:`coordcheck.judge.stability.find_instability` per depth; a family's window ends before the first instability at
+any of
 its depths) are the width verdict's. Fewer than ``min_depths`` depths is ``inconclusive``, never ``pass``.
 
 Causes (each only where its evidence is measured; else the reason says what was seen and names no knob):

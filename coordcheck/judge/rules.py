@@ -1,4 +1,5 @@
-"""The verdict's rules: the numbers it judges with (:class:`Rules`, every one a knob), and the rule table (:data:`RULES`).
+"""The verdict's rules: the numbers it judges with (:class:`Rules`, every one a knob), and the rule table
+(:data:`RULES`).
 
 Stage: judge (below the engine that applies the table, :mod:`coordcheck.judge.series`, the verdict, the audit and the
 depth verdict, which all read it). Input: none. Output: the :class:`Rules` knobs (``report.tol`` in a sweep, ``--tol``

@@ -1,6 +1,7 @@
 """The depth figures: the coordinate check against depth, and the slopes of a width x depth grid.
 
-Stage: figures (analysis side; never imports torch). Input: a tidy frame (:mod:`coordcheck.core.frame` schema) whose jobs
+Stage: figures (analysis side; never imports torch). Input: a tidy frame (:mod:`coordcheck.core.frame` schema) whose
+jobs
 set a ``depth`` (a depth sweep at one width, or a width x depth grid). Output: a matplotlib Figure, and, when a path is
 given, the same figure as ``<path>.pdf`` and ``<path>.png`` (:func:`~coordcheck.plot.helpers.save_figure`).
 
@@ -20,7 +21,8 @@ the guide layout's kinds of :func:`~coordcheck.plot.coords.activation_kind` plus
 :func:`plot_depth`: x = depth on a log2 axis, a line per step, a panel per kind (the kind's places pooled by geometric
 mean), the seeds averaged in log space with their min-max as a band, as :func:`~coordcheck.plot.coords.plot_coords`'s
 guide layout does against width. :func:`plot_grid_slopes`: for a width x depth grid, the slope of log2 stat against
-log2 width at each depth beside the slope against log2 depth at each width (:func:`coordcheck.judge.slopes.fit_slopes`), for
+log2 width at each depth beside the slope against log2 depth at each width (:func:`coordcheck.judge.slopes.fit_slopes`),
+for
 the series a depth verdict judges (:data:`GRID_SERIES`).
 """
 
@@ -286,7 +288,8 @@ def plot_grid_slopes(
 
     Per family with two widths and two depths or more, a pair of heatmaps: left, the slope of log2 ``stat`` against
     log2 width (rows: depths; each depth is its own configuration); right, the slope against log2 depth (rows:
-    widths). Both are :func:`coordcheck.judge.slopes.fit_slopes` over the places of :func:`coordcheck.judge.places.match_places`
+    widths). Both are :func:`coordcheck.judge.slopes.fit_slopes` over the places of
+    :func:`coordcheck.judge.places.match_places`
     (``axis="width"`` with keys family_id, depth, place, tensor, stat, step; ``axis="depth"`` with keys family_id,
     width, place, tensor, stat, step). Columns are the places of each ``series`` entry ``(kind, tensor, step)``
     (kind: :data:`DEPTH_KINDS`; step None: the family's last recorded step; every place of the kind gets its own

@@ -1,7 +1,8 @@
 """Adam's epsilon, measured: per parameter and step, the fraction of coordinates where ε is not small against √v̂.
 
 Stage: measure (beside the probes; optimizer side). Input: an Adam-family optimizer (state ``exp_avg_sq``) right
-after each ``optimizer.step()``. Output: rows of the tidy frame (``coordcheck.core.frame`` schema) with ``tensor="eps"``,
+after each ``optimizer.step()``. Output: rows of the tidy frame (``coordcheck.core.frame`` schema) with
+``tensor="eps"``,
 ``module`` = the parameter's dotted name, the owning module's ``layer_index`` / ``role`` / ``call_order``, ``stat``
 ``mean`` and ``value`` = the fraction, at ``step`` t = after t updates (the step whose forward sees them).
 

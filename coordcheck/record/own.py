@@ -272,7 +272,8 @@ class OwnUpdate:
     def flush(self, which: tuple[str, ...]) -> tuple[list[tuple[str, str]], list[int], torch.Tensor | None]:
         """This step's ``in`` / ``own`` rows: their keys, element counts and device moments ``which`` (R, k), all
         ``in`` rows before all ``own`` rows. Batched (the GPU): reduced here together in a fixed number of kernels
-        (:func:`coordcheck.record.moments.batched_moments`), ``own`` divided by the rms of its input here, also in one pass
+        (:func:`coordcheck.record.moments.batched_moments`), ``own`` divided by the rms of its input here, also in one
+        pass
         for all modules; on the CPU reduced in the hooks already (:meth:`_reduce`) and only joined here."""
         if not self.probes.batched:  # the CPU: reduced in the hooks (_reduce); here only joined, ins before owns
             rows = self._in_rows + self._own_rows

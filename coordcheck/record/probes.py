@@ -199,7 +199,7 @@ class Probes:
             self._enter_handles = []
 
     def _enter(self, name: str, module: nn.Module, inputs: object) -> None:
-        if not (self._tracking and self.recording):  # not recording: the own update's extra calls (coordcheck.record.own)
+        if not (self._tracking and self.recording):  # not recording: the own update's extra calls (record.own)
             return
         self._stack.append(name)
         if name == ROOT_MODULE and not self._mode_on:

@@ -5,7 +5,8 @@ Input: the parameter shapes of the model each job built (``{name: [dims]}``, rec
 ``coordcheck.transfer.train`` in the job's facts as ``shapes``, so in ``job.json`` too). Output: one line saying what
 is wrong with the setup (:func:`width_problem`), or ``None``; a per-width table of parameter counts and fingerprints
 for the reports (:func:`model_table`); and what a parameter is by which of its dimensions grow with width
-(:func:`param_class`: input-like, hidden, output-like, vector, fixed — the audit's classes and the verdict's roles). Identical models at every width give flat
+(:func:`param_class`: input-like, hidden, output-like, vector, fixed — the audit's classes and the verdict's roles).
+Identical models at every width give flat
 slopes and an optimum that stays put, so without this check a builder that ignores ``width``
 would pass. Never imports torch.
 """

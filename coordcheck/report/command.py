@@ -1,7 +1,8 @@
 """The report command: ``python -m coordcheck.report SWEEP_DIR [--strict]`` (console script ``coordcheck-report``).
 
 Stage: report (its command line). Input: a sweep directory and the verdict's flags (one per knob of
-:data:`coordcheck.report.knobs.REPORT`). Output: ``SWEEP_DIR/report/`` (:func:`coordcheck.report.compliance.report_sweep`),
+:data:`coordcheck.report.knobs.REPORT`). Output: ``SWEEP_DIR/report/``
+(:func:`coordcheck.report.compliance.report_sweep`),
 the summary on stdout, the exit status. A directory of another experiment's sweep (a learning-rate sweep's
 ``transfer.parquet`` frames) goes to that experiment's report command (:class:`coordcheck.report.common.ReportCommand`).
 """

@@ -83,7 +83,7 @@ from coordcheck.judge.verdict import NOT_JUDGED, Rules, Verdict, judge
 __all__ = ["Report", "build_report", "write_report", "report_sweep", "coord_figure_options"]
 
 SCHEMA = "coordcheck.report/1"
-AUDIT_NAME = "audit.csv"  # SWEEP_DIR/report/audit.csv: the parameter audit (coordcheck.judge.audit), linked from report.md
+AUDIT_NAME = "audit.csv"  # SWEEP_DIR/report/audit.csv: the parameter audit (judge.audit), linked from report.md
 @dataclass
 class Report:
     """A judged sweep: the verdict plus what the report files are made of."""
@@ -236,7 +236,8 @@ class Report:
                       "| layer | module | role | status | worst slope | margin | at | transients | cause |",
                       "|---|---|---|---|---|---|---|---|---|"]
             for m in v.modules.itertuples():
-                lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {role_cell(m)} | {m.status} | {num(m.slope)} | "
+                lines.append(f"| {m.layer_index} | {md_escape(m.module)} | {role_cell(m)} | {m.status} | "
+                             f"{num(m.slope)} | "
                              f"{num(m.margin)} | {m.tensor}, step {m.step} | {m.transient_steps or ''} | "
                              f"{md_escape(module_cause(m))} |")
         if self.figures or self.notes:

@@ -351,7 +351,7 @@ def run_width(
             model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init, depth)
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.record.shapes)
             facts["n_params"] = n_params(facts["shapes"])
-            if "audit" not in facts:  # coordcheck.judge.audit, from the first seed (setdefault would build it every seed)
+            if "audit" not in facts:  # judge.audit, from the first seed (setdefault would build it every seed)
                 facts["audit"] = param_facts(model, opt, parametrization.name)
             eps = EpsProbe(model, opt) if EPS_TENSOR in tensors else None
             records, layout = train_with_probes(

@@ -187,7 +187,8 @@ def scale_optimizer(opt: torch.optim.Optimizer, model: nn.Module, scaling: Depth
 @dataclass(frozen=True)
 class Depth:
     """A job's depth: ``depth`` (None: the model's own), ``base_depth``, the :class:`DepthScaling` and the builder's
-    depth keyword (``depth_key``; ``auto``: :func:`depth_keyword`). What the engine (``coordcheck.run.train``) asks of it:
+    depth keyword (``depth_key``; ``auto``: :func:`depth_keyword`). What the engine (``coordcheck.run.train``) asks of
+    it:
     the builder with the depth keywords bound, the optimizer factory's keywords, and the optimizer's depth factors."""
 
     depth: int | None = None

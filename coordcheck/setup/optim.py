@@ -220,7 +220,8 @@ def mup_groups(
     carry the learning rates (and weight decays) mup's MuAdamW / MuAdam / MuSGD would give (:func:`mup_param_groups`).
 
     Which dimensions grow with width is found as mup's base shapes find it: the builder at ``base_width`` and
-    ``2 * base_width`` on the meta device (:func:`coordcheck.setup.parametrization.width_infshapes`), against the model's
+    ``2 * base_width`` on the meta device (:func:`coordcheck.setup.parametrization.width_infshapes`), against the
+    model's
     own shapes; the harness passes ``build`` and ``base_width`` because this factory's signature names them. Nothing
     is set on the model, so it works under ``parametrization=none`` for models whose forward carries the muP
     multipliers (an output multiplier such as Granite's ``logits_scaling``), and gives MuAdamW's learning rates under

@@ -214,7 +214,8 @@ def transfer(
     if loss is not None and loss != "model" and not callable(loss):
         raise CoordCheckError(f"loss must be a callable loss(output, targets), 'model' or None, got {loss!r}")
     init_fn = resolve_init(init)
-    opt_name = optimizer if isinstance(optimizer, str) else short_name(qualified_name(optimizer), "coordcheck.setup.optim")
+    opt_name = (optimizer if isinstance(optimizer, str)
+                else short_name(qualified_name(optimizer), "coordcheck.setup.optim"))
     model_name = short_name(qualified_name(build), "coordcheck.setup.models")
     bar = tqdm(total=len(pars) * len(depth_list) * len(widths) * len(lrs) * len(seeds) * steps, desc="μTransfer grid",
                disable=not progress)

@@ -161,7 +161,8 @@ def run_cell(
 
     ``prepared``: ``parametrization.prepare`` already ran for this builder (the API prepares once per grid);
     ``init``: re-initialises the built model (:mod:`coordcheck.setup.init`; None: as built); ``depth``: the job's depth,
-    ``base_depth`` and depth scaling (:class:`coordcheck.setup.depth.Depth`; None: the model's own, unscaled), applied as
+    ``base_depth`` and depth scaling (:class:`coordcheck.setup.depth.Depth`; None: the model's own, unscaled), applied
+    as
     the coordinate check applies it (``coordcheck.run.train.build_on``).
     """
     check_count(steps, "steps")
