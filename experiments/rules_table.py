@@ -1,4 +1,4 @@
-"""The rule table of docs/verdict.md, written from coordcheck.judge.rules.RULES (the docs list cannot drift from it).
+"""The rule tables of docs/verdict.md, written from coordcheck.judge.rules.RULES (the docs list cannot drift from it).
 
     python experiments/rules_table.py            # rewrite the block in docs/verdict.md
     python experiments/rules_table.py --check    # exit 1 if the block is not the table as it is
@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from coordcheck.judge.rules import rules_markdown
+from coordcheck.judge.rules import DEPTH_RULES, RULES, rules_markdown
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "verdict.md"
 BEGIN, END = "<!-- rules:begin (python experiments/rules_table.py) -->\n", "<!-- rules:end -->"
@@ -34,7 +34,7 @@ def main() -> int:
         print("current" if old == new else "stale: run python experiments/rules_table.py")
         return 0 if old == new else 1
     PAGE.write_text(head + BEGIN + new + END + tail)
-    print(f"wrote {len(new.splitlines()) - 2} rules to {PAGE}")
+    print(f"wrote {len(RULES)} width rules and {len(DEPTH_RULES)} depth rules to {PAGE}")
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from synthetic import make_frame
 
-from coordcheck.judge.rules import RULES, Rules, rule_for, rules_markdown
+from coordcheck.judge.rules import DEPTH_RULES, RULES, Rules, rule_for, rules_markdown
 from coordcheck.judge.verdict import judge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,9 +30,9 @@ def row(v, module, tensor, step):
 # -- the table ---------------------------------------------------------------------------------------------------------
 def test_every_rule_has_a_source_and_a_test_in_this_file_that_exists():
     here = {n.name for n in ast.parse(Path(__file__).read_text()).body if isinstance(n, ast.FunctionDef)}
-    names = [r.name for r in RULES]
+    names = [r.name for r in (*RULES, *DEPTH_RULES)]
     assert len(names) == len(set(names)), "rule names are unique"
-    for r in RULES:
+    for r in (*RULES, *DEPTH_RULES):
         path, _, test = r.test.partition("::")
         assert r.source, f"{r.name}: no source"
         assert path == "tests/test_rules.py" and test in here, f"{r.name}: its test {r.test} does not exist"
@@ -47,7 +47,8 @@ def test_every_series_gets_a_rule(role, tensor, step):
 
 def test_the_engine_has_no_rule_specific_branches():
     engine = "\n".join((ROOT / "coordcheck" / "judge" / f).read_text() for f in ("series.py", "verdict.py"))
-    named = [r.name for r in RULES if re.search(rf"['\"]{re.escape(r.name)}['\"]", engine)]
+    engine += (ROOT / "coordcheck" / "judge" / "depth.py").read_text()
+    named = [r.name for r in (*RULES, *DEPTH_RULES) if re.search(rf"['\"]{re.escape(r.name)}['\"]", engine)]
     assert named == [], f"the engine names rules {named}: put what they need in the table"
 
 
@@ -238,3 +239,50 @@ def test_rules_use_the_knobs_for_their_bands():
     v = judge(make_frame({**HEALTHY, ("h1", "hidden", "delta"): 0.3}), rules=Rules(tol=0.4))
     r = row(v, "h1", "delta", 3)
     assert (r["band_low"], r["band_high"]) == (-0.35, 0.4) and r["status"] == "pass"
+
+
+# -- the depth rules ------------------------------------------------------------------------------------------------
+def _depth_series(rows):
+    """Depth slopes as the depth verdict fits them: (place, place_kind, role, tensor, step, slope, ci half-width)."""
+    import pandas as pd
+
+    from coordcheck.judge.series import judge_by_table
+
+    df = pd.DataFrame([dict(place=p, place_kind=k, role=r, tensor=t, step=st, slope=sl, ci_low=sl - h, ci_high=sl + h,
+                            parametrization="mup", all_zero=False, any_zero=False, nonfinite=False)
+                       for p, k, r, t, st, sl, h in rows])
+    return judge_by_table(df, Rules(), DEPTH_RULES, "depth").set_index(["place", "tensor", "step"])
+
+
+def test_depth_modules_inside_the_blocks_are_shown_not_judged():
+    s = _depth_series([("blocks.*.mlp.c_proj", "pooled", "hidden", "delta", 3, -0.5, 0.05)])
+    r = s.loc[("blocks.*.mlp.c_proj", "delta", 3)]
+    assert (r["rule"], r["status"]) == ("depth-pooled-shown", "skip") and "depth^-1/2 by design" in r["diagnosis"]
+
+
+def test_the_residual_stream_must_not_grow_with_depth_at_init():
+    s = _depth_series([("res", "residual", "hidden", "out", 0, 0.38, 0.05), ("ok", "residual", "hidden", "out", 0,
+                                                                               -0.4, 0.05)])
+    r = s.loc[("res", "out", 0)]
+    assert (r["rule"], r["status"]) == ("depth-residual-init", "fail") and "at initialisation" in r["diagnosis"]
+    assert s.loc[("ok", "out", 0), "status"] == "pass"  # it may shrink
+
+
+def test_the_residual_streams_change_must_be_flat_in_depth():
+    s = _depth_series([("res", "residual", "hidden", "delta", 3, 0.8, 0.1), ("res", "residual", "hidden", "out", 3,
+                                                                              2.0, 0.1),
+                       ("low", "residual", "hidden", "delta", 3, -0.8, 0.1)])
+    assert s.loc[("res", "delta", 3), "rule"] == "depth-residual-change"
+    assert s.loc[("res", "delta", 3), "status"] == "fail" and "grows with depth" in s.loc[("res", "delta", 3),
+                                                                                          "diagnosis"]
+    assert "vanishes with depth" in s.loc[("low", "delta", 3), "diagnosis"]
+    value = s.loc[("res", "out", 3)]
+    assert (value["rule"], value["status"]) == ("depth-residual-value", "skip")  # its change judges it
+
+
+def test_modules_outside_the_blocks_are_judged_by_their_width_rule_along_depth():
+    s = _depth_series([("lm_head", "module", "output", "out", 0, -0.6, 0.05), ("ln_f", "module", "norm", "delta", 3,
+                                                                                -0.6, 0.05)])
+    head, norm = s.loc[("lm_head", "out", 0)], s.loc[("ln_f", "delta", 3)]
+    assert (head["rule"], head["status"]) == ("depth-module", "pass")  # the output may shrink, as along width
+    assert norm["status"] == "fail" and norm["diagnosis"] == "the norm layer change since step 0 vanishes with depth"

@@ -27,7 +27,8 @@ on the built-in GPT, width 128, depths 2-16, 3 seeds, 10 Adam steps, lr 1e-2 and
   multiplier with a fan-in init grows like depth^+0.38; GPT-2's init is flat here (+0.00) and wrong only after updates,
   so step 0 alone would pass it. The residual's value after updates is shown, not judged: its change judges it.
 * **Embeddings, the final norm, the readout**: their ``out`` / ``delta`` by role as in the width verdict
-  (:data:`coordcheck.judge.rules.EXPECT`): the final norm's output is flat by construction, which is why the logits
+  (the rule ``depth-module`` of :data:`coordcheck.judge.rules.DEPTH_RULES`: the width rules' bands): the final
+  norm's output is flat by construction, which is why the logits
   alone are nearly blind to depth errors.
 * **Modules inside the blocks** (pooled over blocks): shown, not judged. Depth-μP shrinks each block's update like
   depth^-1/2 by design (the pooled ``mlp.c_proj`` change: -0.23..-0.50) and CompleteP's per-block updates move with
@@ -75,7 +76,8 @@ import pandas as pd
 from coordcheck.core.frame import LOSS_MODULE
 from coordcheck.judge.places import MATCHING, RESIDUAL, match_places
 from coordcheck.judge.slopes import fit_slopes, t_quantile
-from coordcheck.judge.rules import EXPECT, RANK, Rules
+from coordcheck.judge.rules import DEPTH_RULES, RANK, Rules
+from coordcheck.judge.series import judge_by_table
 from coordcheck.judge.stability import find_instability, mark_transients
 
 __all__ = ["DepthVerdict", "judge_depth", "NOT_A_DEPTH_SWEEP", "FAMILY_COLUMNS", "pooled_parameters"]
@@ -85,10 +87,9 @@ FAMILY_COLUMNS = ["family_id", "width"]  # one depth family: the depths of one c
 KEYS = ["family_id", "width", "model", "parametrization", "optimizer", "lr", "data", "data_policy", "place",
         "place_kind", "role", "place_order", "tensor", "stat", "step"]
 SERIES_COLUMNS = KEYS + ["slope", "ci_low", "ci_high", "n_depths", "min_depth", "max_depth", "expect", "band_low",
-                         "band_high", "margin", "status", "direction", "diagnosis", "in_window"]
+                         "band_high", "margin", "status", "direction", "diagnosis", "in_window", "rule"]
 CAUSE_COLUMNS = ["family_id", "width", "order", "kind", "what", "measure", "exponent", "expected", "fix", "line"]
 LOSS_PLACE = "(loss)"
-SHOWN = "inside the blocks: shown, not judged (depth-μP shrinks per-block updates like depth^-1/2 by design)"
 MULTIPLIER_FIX = ("add the branch multiplier (depth/base_depth)^-α on each branch output (depth_scaling=depth_mup or "
                   "completep)")
 INIT_FIX = "add the branch multiplier and drop the depth factor from the init"
@@ -169,57 +170,10 @@ def _param_exponents(pooled: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["family_id", "width", "name", "std_exponent", "lr_exponent"])
 
 
-def _expect(kind: str, role: str, tensor: str, step: int) -> str:
-    if kind == "pooled":
-        return "shown"
-    if kind == "residual":
-        return "no_growth" if tensor == "out" and step == 0 else "flat" if tensor == "delta" else "shown"
-    return EXPECT.get((role, tensor), "flat")
-
-
-def _diagnosis(kind: str, role: str, tensor: str, step: int, direction: str) -> str:
-    if direction == "diverged":
-        return "training diverged (non-finite values): lower the learning rate, or check the initialisation"
-    where = {"residual": "the residual stream", "module": f"the {role} layer"}.get(kind, "")
-    if direction == "grows":
-        if kind == "residual" and step == 0:
-            return "the residual stream grows with depth at initialisation"
-        return f"{where} {'output' if tensor == 'out' else 'change since step 0'} grows with depth after updates"
-    if direction == "shrinks":
-        return f"{where} {'output' if tensor == 'out' else 'change since step 0'} vanishes with depth"
-    return ""
-
-
 def _judge_series(s: pd.DataFrame, rules: Rules) -> pd.DataFrame:
-    """Bands, significance, zeros and non-finite values, as the width verdict's rules 2-5 (bands per place)."""
-    s = s.copy()
-    s["expect"] = [_expect(k, r, t, st) for k, r, t, st in zip(s["place_kind"], s["role"], s["tensor"], s["step"])]
-    s["band_low"] = np.where(s["expect"] == "flat", -rules.shrink_tol, -np.inf)
-    s["band_high"] = np.where(s["expect"] == "shown", np.inf, rules.tol)
-    slope, lo, hi = s["slope"].to_numpy(float), s["ci_low"].to_numpy(float), s["ci_high"].to_numpy(float)
-    grows, shrinks = slope > s["band_high"].to_numpy(), slope < s["band_low"].to_numpy()
-    sig = np.where(grows, lo > s["band_high"], np.where(shrinks, hi < s["band_low"], False))
-    status = np.where(grows | shrinks, np.where(sig, "fail", "inconclusive"), "pass").astype(object)
-    direction = np.where(grows, "grows", np.where(shrinks, "shrinks", "")).astype(object)
-    note = np.full(len(s), "", dtype=object)
-    partial = (s["any_zero"] & ~s["all_zero"] & ~s["nonfinite"]).to_numpy()
-    undefined = ~s["nonfinite"].to_numpy() & ~s["any_zero"].to_numpy() & np.isnan(slope)
-    for mask, st, text in ((s["all_zero"].to_numpy(), "zero", "exactly zero at every depth"),
-                           (partial, "inconclusive", "exactly zero at some depths only"),
-                           (undefined, "inconclusive", "slope undefined")):
-        status, note = np.where(mask, st, status), np.where(mask, text, note)
-        direction = np.where(mask, "", direction)
-    nonfinite = s["nonfinite"].to_numpy()
-    status, direction = np.where(nonfinite, "fail", status), np.where(nonfinite, "diverged", direction)
-    shown = (s["expect"] == "shown").to_numpy() & ~nonfinite
-    status, direction = np.where(shown, "skip", status), np.where(shown, "", direction)
-    note = np.where(shown, np.where(s["place_kind"] == "pooled", SHOWN, "the residual's value after updates: shown, "
-                                    "judged by its change since step 0"), note)
-    s["status"], s["direction"] = status, direction
-    s["margin"] = np.minimum(s["band_high"] - s["slope"], s["slope"] - s["band_low"])
-    s["diagnosis"] = [_diagnosis(k, r, t, st, d) if d else n for k, r, t, st, d, n in
-                      zip(s["place_kind"], s["role"], s["tensor"], s["step"], direction, note)]
-    return s
+    """Each place's series judged by its rule of :data:`coordcheck.judge.rules.DEPTH_RULES` (bands, significance,
+    zeros and non-finite values as in the width verdict: :func:`coordcheck.judge.series.judge_by_table`)."""
+    return judge_by_table(s, rules, DEPTH_RULES, "depth")
 
 
 def _loss_row(loss: pd.DataFrame, step: int, rules: Rules) -> dict[str, Any] | None:

@@ -21,8 +21,8 @@ from coordcheck.core.errors import check_knobs, knob
 from coordcheck.core.frame import STATS
 from coordcheck.judge.causes import INIT_FIX, UPDATE_FIX
 
-__all__ = ["Rules", "STATUSES", "RANK", "Rule", "RULES", "BANDS", "FACTS", "OPS", "EXPECT", "rule_named",
-           "expected_band", "likely_cause", "rules_markdown"]
+__all__ = ["Rules", "STATUSES", "RANK", "Rule", "RULES", "DEPTH_RULES", "BANDS", "FACTS", "OPS", "PLACES", "EXPECT",
+           "rule_named", "expected_band", "likely_cause", "rules_markdown"]
 
 
 STATUSES = ("pass", "fail", "inconclusive", "zero", "skip", "transient")
@@ -65,7 +65,13 @@ BANDS = {
     "flat": "[-shrink_tol, +tol]",
     "no_growth": "(-inf, +tol]",
     "qk_init": "(-inf, -a/2 + tol], a = the head dimension's width exponent",
+    "shown": "(-inf, +inf)",
+    "as_width": "the width verdict's band for the role, tensor and step (the width rules)",
 }
+# Where a depth series sits (coordcheck.judge.places): the residual stream, block modules pooled over the blocks, or a
+# module outside the blocks (matched across depths by name).
+PLACES = {"residual": "the residual stream (the last block's output)", "pooled": "a module inside the blocks, pooled",
+          "module": "a module outside the blocks (embeddings, final norm, readout)"}
 # Captured q k^T * scale at step 0: independent q and k give q.k ~ sqrt(d_head), so muP's 1/d_head scale shrinks the
 # logits like d_head^-0.5 — width^-0.5 when d_head grows like width. With d_head ~ width^a: QK_INIT_SLOPE * a.
 QK_INIT_SLOPE = -0.5
@@ -92,11 +98,12 @@ class Rule:
     """One rule of the width verdict: the series it applies to, what it expects of them, and what a violation means.
 
     A series (configuration, module, tensor, statistic, step) gets the first rule of :data:`RULES` whose ``roles``,
-    ``tensors``, ``steps``, ``ops`` and ``facts`` all match (an empty tuple matches anything). ``expect`` names its
+    ``tensors``, ``steps``, ``ops`` and ``facts`` all match (an empty tuple matches anything); a series of the depth
+    verdict, the first of :data:`DEPTH_RULES` whose ``places`` (:data:`PLACES`) match too. ``expect`` names its
     band (:data:`BANDS`); ``judged=False`` shows the series with its band but never counts it (status ``skip``,
     ``note`` says why). ``grows`` / ``shrinks``: the cause and fix of a series leaving the band that way, by
     parametrization (``*``: any; Python format fields ``dims``, ``slope``, ``power``, ``final`` come from the
-    series' facts). ``corroborate``: a failure counts only where the same module's series of these tensors fail in
+    series' facts; in the depth verdict ``role`` and ``what``, "output" or "change since step 0"). ``corroborate``: a failure counts only where the same module's series of these tensors fail in
     the same direction (else it is inconclusive and ``alone`` says why). ``learns``: a module whose ``delta`` this rule
     judges must change — exactly zero at every updated step is "does not change during training" (inconclusive), not
     a pass. ``note``: said of every series the rule
@@ -109,6 +116,7 @@ class Rule:
     tensors: tuple[str, ...]
     steps: Steps = "any"
     ops: tuple[str, ...] = ()
+    places: tuple[str, ...] = ()
     facts: tuple[str, ...] = ()
     expect: str = "flat"
     judged: bool = True
@@ -280,7 +288,36 @@ RULES: tuple[Rule, ...] = (
                 "activation flat (experiments/public_models.py): hence corroborate",
          test="tests/test_rules.py::test_own_updates_must_be_flat_and_count_only_with_the_modules_output"),
 )
-_BY_NAME = {r.name: r for r in RULES}
+DEPTH_SOURCE = ("CompleteP (Dey et al. 2025) and depth-μP (Yang et al. 2023); measured with "
+                "experiments/depth_known_answers.py on the built-in GPT, width 128, depths 2-16 (docs/depth.md)")
+DEPTH_RULES: tuple[Rule, ...] = (
+    Rule("depth-pooled-shown", roles=(), tensors=("out", "delta", "own", "in"), places=("pooled",), expect="shown",
+         judged=False, note="inside the blocks: shown, not judged (depth-μP shrinks per-block updates like depth^-1/2 "
+                            "by design)",
+         source=f"{DEPTH_SOURCE}: the pooled mlp.c_proj change -0.23..-0.50 under correct depth-μP",
+         test="tests/test_rules.py::test_depth_modules_inside_the_blocks_are_shown_not_judged"),
+    Rule("depth-residual-init", roles=(), tensors=("out",), steps="init", places=("residual",), expect="no_growth",
+         grows={ANY: "the residual stream grows with depth at initialisation"},
+         source=f"{DEPTH_SOURCE}: CompleteP's residual at step 0 -0.02; a missing multiplier with a fan-in init "
+                "+0.38",
+         test="tests/test_rules.py::test_the_residual_stream_must_not_grow_with_depth_at_init"),
+    Rule("depth-residual-value", roles=(), tensors=("out", "own", "in"), places=("residual",), expect="shown",
+         judged=False, note="the residual's value after updates: shown, judged by its change since step 0",
+         source=DEPTH_SOURCE,
+         test="tests/test_rules.py::test_the_residual_streams_change_must_be_flat_in_depth"),
+    Rule("depth-residual-change", roles=(), tensors=("delta",), places=("residual",),
+         grows={ANY: "the residual stream change since step 0 grows with depth after updates"},
+         shrinks={ANY: "the residual stream change since step 0 vanishes with depth"},
+         source=f"{DEPTH_SOURCE}: correct depth-μP -0.09..+0.19, CompleteP -0.31..+0.02; no multiplier "
+                "+0.6..+1.7, GPT-2's 1/sqrt(2L) init +0.6..+1.2",
+         test="tests/test_rules.py::test_the_residual_streams_change_must_be_flat_in_depth"),
+    Rule("depth-module", roles=(), tensors=("out", "delta", "own", "in"), places=("module",), expect="as_width",
+         grows={ANY: "the {role} layer {what} grows with depth after updates"},
+         shrinks={ANY: "the {role} layer {what} vanishes with depth"},
+         source=f"{DEPTH_SOURCE}: embeddings, final norm and readout are judged as the width verdict judges them",
+         test="tests/test_rules.py::test_modules_outside_the_blocks_are_judged_by_their_width_rule_along_depth"),
+)
+_BY_NAME = {r.name: r for r in (*RULES, *DEPTH_RULES)}
 
 
 def rule_named(name: str) -> Rule:
@@ -288,7 +325,7 @@ def rule_named(name: str) -> Rule:
 
 
 def _matches(rule: Rule, role: str, tensor: str, step: int, op: str = "", facts: frozenset[str] = frozenset()) -> bool:
-    return ((not rule.roles or role in rule.roles) and tensor in rule.tensors
+    return (not rule.places and (not rule.roles or role in rule.roles) and tensor in rule.tensors
             and (rule.steps == "any" or (rule.steps == "init") == (step == 0))
             and (not rule.ops or op in rule.ops) and set(rule.facts) <= facts)
 
@@ -320,7 +357,7 @@ EXPECT = {(role, tensor): expected_band(role, tensor, 1)  # kept for old imports
 
 
 def rules_markdown() -> str:
-    """The rule table as Markdown, for ``docs/verdict.md`` (``python experiments/rules_table.py`` writes it there)."""
+    """The rule tables as Markdown, for ``docs/verdict.md`` (``python experiments/rules_table.py`` writes it there)."""
     def cell(text: str) -> str:
         return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -331,18 +368,26 @@ def rules_markdown() -> str:
                 parts.append(f"*{word}{'' if par == ANY else f' ({par})'}*: {text}")
         return "<br>".join(cell(p) for p in parts) or "—"
 
-    lines = ["| rule | applies to | expects | cause and fix | source | proved by |", "|---|---|---|---|---|---|"]
-    for r in RULES:
-        where = [f"role {', '.join(r.roles)}" if r.roles else "any role", f"tensor {', '.join(r.tensors)}",
-                 {"init": "step 0", "updates": "steps ≥ 1", "any": "every step"}[r.steps]]
-        where += [f"op {o}" for o in r.ops] + [f"{FACTS[f]}" for f in r.facts]
-        expects = f"`{r.expect}` {BANDS[r.expect]}" + ("" if r.judged else ", not judged (shown)")
-        evidence = []
-        if r.corroborate:
-            evidence.append(f"counts only with the module's {' or '.join(r.corroborate)} failing the same way")
-        if r.note:
-            evidence.append(f"note: {r.note}")
-        test = r.test.split("::")
-        lines.append(f"| `{r.name}` | {cell('; '.join(where))} | {cell(expects + ''.join('; ' + e for e in evidence))}"
-                     f" | {causes(r)} | {cell(r.source)} | `{test[-1]}` |")
-    return "\n".join(lines) + "\n"
+    def table(rules: tuple[Rule, ...]) -> list[str]:
+        lines = ["| rule | applies to | expects | cause and fix | source | proved by |", "|---|---|---|---|---|---|"]
+        for r in rules:
+            where = [PLACES[p] for p in r.places]
+            where += [f"role {', '.join(r.roles)}" if r.roles else "any role", f"tensor {', '.join(r.tensors)}",
+                      {"init": "step 0", "updates": "steps ≥ 1", "any": "every step"}[r.steps]]
+            where += [f"op {o}" for o in r.ops] + [f"{FACTS[f]}" for f in r.facts]
+            expects = f"`{r.expect}` {BANDS[r.expect]}" + ("" if r.judged else ", not judged (shown)")
+            evidence = []
+            if r.corroborate:
+                evidence.append(f"counts only with the module's {' or '.join(r.corroborate)} failing the same way")
+            if r.learns:
+                evidence.append("its module must change: a delta exactly zero at every updated step is inconclusive")
+            if r.note:
+                evidence.append(f"note: {r.note}")
+            test = r.test.split("::")
+            lines.append(f"| `{r.name}` | {cell('; '.join(where))} | "
+                         f"{cell(expects + ''.join('; ' + e for e in evidence))} | {causes(r)} | {cell(r.source)} | "
+                         f"`{test[-1]}` |")
+        return lines
+
+    return "\n".join(["Width (slopes against width; the first rule that matches):", "", *table(RULES), "",
+                      "Depth (slopes against depth, by place; the depth verdict):", "", *table(DEPTH_RULES)]) + "\n"

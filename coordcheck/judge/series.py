@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 
 from coordcheck.core.frame import QK_LOGITS
-from coordcheck.judge.rules import QK_INIT_SLOPE, RULES, Rule, Rules
+from coordcheck.judge.rules import DIVERGED, QK_INIT_SLOPE, RULES, Rule, Rules, expected_band
 
-__all__ = ["head_dim_growth", "series_facts", "apply_rules", "rule_notes", "UNDECIDED_PREFIX", "HEAD_COLUMNS"]
+__all__ = ["head_dim_growth", "series_facts", "judge_by_table", "apply_rules", "rule_notes", "corroborate",
+           "UNDECIDED_PREFIX", "HEAD_COLUMNS"]
 
 UNDECIDED_PREFIX = "not decided; if confirmed: "  # an undecided series' diagnosis is what it would mean, not a cause
 HEAD_COLUMNS = ["config_id", "module", "exponent", "kind", "dims"]
@@ -89,11 +90,11 @@ def series_facts(s: pd.DataFrame, heads: pd.DataFrame, rules: Rules) -> pd.DataF
     return s
 
 
-def _assign(s: pd.DataFrame) -> pd.Series:
-    """The name of the first rule of the table that matches each series ('' where none does)."""
+def _assign(s: pd.DataFrame, table: tuple[Rule, ...]) -> pd.Series:
+    """The name of the first rule of ``table`` that matches each series ('' where none does)."""
     rule = pd.Series("", index=s.index, dtype=object)
     step0 = s["step"] == 0
-    for r in RULES:
+    for r in table:
         m = (rule == "") & s["tensor"].isin(r.tensors)
         if r.roles:
             m &= s["role"].isin(r.roles)
@@ -101,35 +102,48 @@ def _assign(s: pd.DataFrame) -> pd.Series:
             m &= step0 if r.steps == "init" else ~step0
         if r.ops:
             m &= s["op"].isin(r.ops)
+        if r.places:
+            m &= s["place_kind"].isin(r.places)
         for f in r.facts:
             m &= s[f"fact_{f}"]
         rule[m] = r.name
     return rule
 
 
-def _band(r: Rule | None, rules: Rules, a: float) -> tuple[float, float]:
-    if r is None or r.expect == "flat":
+def _band(expect: str, rules: Rules, a: float, role: str, tensor: str, step: int) -> tuple[float, float]:
+    if expect == "as_width":  # the width verdict's band for this role, tensor and step
+        expect = expected_band(role, tensor, step)
+    if expect == "flat":
         return -rules.shrink_tol, rules.tol
-    if r.expect == "qk_init":
+    if expect == "qk_init":
         return -np.inf, QK_INIT_SLOPE * a + rules.tol
+    if expect == "shown":
+        return -np.inf, np.inf
     return -np.inf, rules.tol
 
 
 def _fields(row: pd.Series, rules: Rules) -> dict:
-    a = float(row["head_exponent"]) if np.isfinite(row["head_exponent"]) else 0.0
-    return {"dims": row["dims"], "slope": QK_INIT_SLOPE * a, "power": "" if abs(a - 1) < 0.01 else f"^{a:.2f}",
-            "a": a, "gap": -QK_INIT_SLOPE * a, "tol": rules.tol, "final": row["final"]}
+    """The values a rule's texts are formatted with (:class:`~coordcheck.judge.rules.Rule`)."""
+    a = float(row.get("head_exponent", np.nan))
+    a = a if np.isfinite(a) else 0.0
+    return {"dims": row.get("dims", ""), "slope": QK_INIT_SLOPE * a, "power": "" if abs(a - 1) < 0.01 else f"^{a:.2f}",
+            "a": a, "gap": -QK_INIT_SLOPE * a, "tol": rules.tol, "final": row.get("final", ""), "role": row["role"],
+            "what": "output" if row["tensor"] == "out" else "change since step 0"}
 
 
-def apply_rules(slopes: pd.DataFrame, rules: Rules, heads: pd.DataFrame) -> pd.DataFrame:
-    """Each series of ``slopes`` judged by its rule (module docstring); ``heads``: :func:`head_dim_growth`."""
-    s = series_facts(slopes, heads, rules)
-    s["rule"] = _assign(s)
-    by_name = {r.name: r for r in RULES}
+def judge_by_table(s: pd.DataFrame, rules: Rules, table: tuple[Rule, ...] = RULES, axis: str = "width"
+                   ) -> pd.DataFrame:
+    """Each series of ``s`` judged by its rule of ``table`` (module docstring): ``s`` holds the slopes against
+    ``axis`` and the facts its rules read (``op`` and ``fact_*`` for the width rules, ``place_kind`` for the depth
+    rules)."""
+    s = s.copy()
+    s["rule"] = _assign(s, table)
+    by_name = {r.name: r for r in table}
     rule_of = [by_name.get(n) for n in s["rule"]]
     s["expect"] = [r.expect if r is not None else "flat" for r in rule_of]
-    bands = np.array([_band(r, rules, a if np.isfinite(a) else 0.0) for r, a in zip(rule_of, s["head_exponent"])],
-                     dtype=float).reshape(-1, 2)
+    a = s["head_exponent"] if "head_exponent" in s.columns else pd.Series(0.0, index=s.index)
+    bands = np.array([_band(e, rules, x if np.isfinite(x) else 0.0, role, t, st) for e, x, role, t, st in
+                      zip(s["expect"], a, s["role"], s["tensor"], s["step"])], dtype=float).reshape(-1, 2)
     s["band_low"], s["band_high"] = bands[:, 0], bands[:, 1]
     slope, ci_lo, ci_hi = s["slope"].to_numpy(), s["ci_low"].to_numpy(), s["ci_high"].to_numpy()
     lo_band, hi_band = bands[:, 0], bands[:, 1]
@@ -140,32 +154,36 @@ def apply_rules(slopes: pd.DataFrame, rules: Rules, heads: pd.DataFrame) -> pd.D
     direction = np.where(grows, "grows", np.where(shrinks, "shrinks", "")).astype(object)
     note = np.full(len(s), "", dtype=object)
     status = np.where(s["all_zero"], "zero", status)
-    note = np.where(s["all_zero"], "exactly zero at every width", note)
+    note = np.where(s["all_zero"], f"exactly zero at every {axis}", note)
     partial = (s["any_zero"] & ~s["all_zero"] & ~s["nonfinite"]).to_numpy()
     status = np.where(partial, "inconclusive", status)
-    note = np.where(partial, "exactly zero at some widths only", note)
-    nonfinite = s["nonfinite"].to_numpy()
-    status, direction = np.where(nonfinite, "fail", status), np.where(nonfinite, "diverged", direction)
-    undefined = ~nonfinite & ~s["any_zero"].to_numpy() & np.isnan(slope)
+    note = np.where(partial, f"exactly zero at some {axis}s only", note)
+    undefined = ~s["nonfinite"].to_numpy() & ~s["any_zero"].to_numpy() & np.isnan(slope)
     status, note = np.where(undefined, "inconclusive", status), np.where(undefined, "slope undefined", note)
     shown = np.array([r is not None and not r.judged for r in rule_of])
     status, direction = np.where(shown, "skip", status), np.where(shown, "", direction)
-    fields = [_fields(row, rules) for _, row in s[["head_exponent", "dims", "final"]].iterrows()]
+    nonfinite = s["nonfinite"].to_numpy()  # a non-finite value fails, judged or shown: "diverged"
+    status, direction = np.where(nonfinite, "fail", status), np.where(nonfinite, "diverged", direction)
     diagnosis = []
-    for r, d, n, par, f in zip(rule_of, direction, note, s["parametrization"], fields):
+    for r, d, n, par, (_, row) in zip(rule_of, direction, note, s["parametrization"], s.iterrows()):
         if d == "diverged":
-            diagnosis.append("training diverged (non-finite values): lower the learning rate, or check the "
-                             "initialisation")
+            diagnosis.append(DIVERGED)
         elif d:
-            diagnosis.append(r.cause(d, par).format(**f) if r is not None else "")
+            diagnosis.append(r.cause(d, par).format(**_fields(row, rules)) if r is not None else "")
         elif r is not None and r.note and (not r.judged or not n):
-            diagnosis.append(r.note.format(**f))
+            diagnosis.append(r.note.format(**_fields(row, rules)))
         else:
             diagnosis.append(n)
     s["status"], s["direction"], s["diagnosis"] = status, direction, diagnosis
     undecided = (s["status"] == "inconclusive") & (s["diagnosis"] != "") & (s["direction"] != "")
     s.loc[undecided, "diagnosis"] = UNDECIDED_PREFIX + s.loc[undecided, "diagnosis"]
     return s
+
+
+def apply_rules(slopes: pd.DataFrame, rules: Rules, heads: pd.DataFrame) -> pd.DataFrame:
+    """Each series of a width verdict's ``slopes`` judged by its rule (:data:`coordcheck.judge.rules.RULES`), with
+    the facts the rules read; ``heads``: :func:`head_dim_growth`."""
+    return judge_by_table(series_facts(slopes, heads, rules), rules, RULES, "width")
 
 
 def rule_notes(series: pd.DataFrame, rules: Rules) -> list[str]:

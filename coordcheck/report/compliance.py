@@ -259,7 +259,7 @@ class Report:
 
 
 DEPTH_SERIES = ["family_id", "width", "place", "place_kind", "role", "tensor", "step", "slope", "ci_low", "ci_high",
-                "band_low", "band_high", "status", "diagnosis"]
+                "band_low", "band_high", "status", "diagnosis", "rule"]
 
 
 def depth_payload(v: Verdict) -> dict | None:
