@@ -429,7 +429,7 @@ def test_site_builds_strict(tmp_path):
                        env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr[-3000:]
     api = (tmp_path / "site" / "api" / "index.html").read_text()
-    assert 'id="coordcheck.app.api.coord_check"' in api and 'id="coordcheck.judge.verdict.Rules"' in api
+    assert 'id="coordcheck.app.api.coord_check"' in api and 'id="coordcheck.judge.rules.Rules"' in api
 
 
 def test_a_page_s_expected_error_and_its_traceback_are_told_apart(tmp_path, monkeypatch, capsys):
