@@ -17,6 +17,9 @@ kinds of series is the table's (:data:`coordcheck.judge.rules.RULES`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -122,7 +125,7 @@ def _band(expect: str, rules: Rules, a: float, role: str, tensor: str, step: int
     return -np.inf, rules.tol
 
 
-def _fields(row: pd.Series, rules: Rules) -> dict:
+def _fields(row: Mapping[str, Any], rules: Rules) -> dict:
     """The values a rule's texts are formatted with (:class:`~coordcheck.judge.rules.Rule`)."""
     a = float(row.get("head_exponent", np.nan))
     a = a if np.isfinite(a) else 0.0
@@ -164,16 +167,16 @@ def judge_by_table(s: pd.DataFrame, rules: Rules, table: tuple[Rule, ...] = RULE
     status, direction = np.where(shown, "skip", status), np.where(shown, "", direction)
     nonfinite = s["nonfinite"].to_numpy()  # a non-finite value fails, judged or shown: "diverged"
     status, direction = np.where(nonfinite, "fail", status), np.where(nonfinite, "diverged", direction)
-    diagnosis = []
-    for r, d, n, par, (_, row) in zip(rule_of, direction, note, s["parametrization"], s.iterrows()):
-        if d == "diverged":
-            diagnosis.append(DIVERGED)
-        elif d:
-            diagnosis.append(r.cause(d, par).format(**_fields(row, rules)) if r is not None else "")
-        elif r is not None and r.note and (not r.judged or not n):
-            diagnosis.append(r.note.format(**_fields(row, rules)))
-        else:
-            diagnosis.append(n)
+    diagnosis = list(note)
+    texts = [(i, r.cause(d, par) if d else r.note) for i, (r, d, n, par) in
+             enumerate(zip(rule_of, direction, note, s["parametrization"]))
+             if r is not None and d != "diverged" and (d or (r.note and (not r.judged or not n)))]
+    columns = [c for c in ("head_exponent", "dims", "final", "role", "tensor") if c in s.columns]
+    rows = s.iloc[[i for i, _ in texts]][columns].to_dict("records") if texts else []
+    for (i, text), row in zip(texts, rows):  # only the rows that say something are formatted
+        diagnosis[i] = text.format(**_fields(row, rules))
+    for i in np.flatnonzero(direction == "diverged"):
+        diagnosis[i] = DIVERGED
     s["status"], s["direction"], s["diagnosis"] = status, direction, diagnosis
     undecided = (s["status"] == "inconclusive") & (s["diagnosis"] != "") & (s["direction"] != "")
     s.loc[undecided, "diagnosis"] = UNDECIDED_PREFIX + s.loc[undecided, "diagnosis"]
