@@ -95,20 +95,20 @@ TP5 = "Yang & Hu et al. 2021, Tensor Programs V (muP), Table 3"
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule of the width verdict: the series it applies to, what it expects of them, and what a violation means.
+    """One rule of a verdict: the series it applies to, what it expects of them, and what a violation means.
 
     A series (configuration, module, tensor, statistic, step) gets the first rule of :data:`RULES` whose ``roles``,
     ``tensors``, ``steps``, ``ops`` and ``facts`` all match (an empty tuple matches anything); a series of the depth
-    verdict, the first of :data:`DEPTH_RULES` whose ``places`` (:data:`PLACES`) match too. ``expect`` names its
-    band (:data:`BANDS`); ``judged=False`` shows the series with its band but never counts it (status ``skip``,
-    ``note`` says why). ``grows`` / ``shrinks``: the cause and fix of a series leaving the band that way, by
-    parametrization (``*``: any; Python format fields ``dims``, ``slope``, ``power``, ``final`` come from the
-    series' facts; in the depth verdict ``role`` and ``what``, "output" or "change since step 0"). ``corroborate``: a failure counts only where the same module's series of these tensors fail in
-    the same direction (else it is inconclusive and ``alone`` says why). ``learns``: a module whose ``delta`` this rule
-    judges must change — exactly zero at every updated step is "does not change during training" (inconclusive), not
-    a pass. ``note``: said of every series the rule
-    judges; with ``tell`` the verdict's notes list the modules too. ``source``: the paper or the measurement the rule
-    rests on; ``test``: the test that proves it (``tests/path.py::name``).
+    verdict, the first of :data:`DEPTH_RULES` whose ``places`` (:data:`PLACES`) match too. ``expect`` names its band
+    (:data:`BANDS`); ``judged=False`` shows the series with its band but never counts it (status ``skip``, ``note``
+    says why). ``grows`` / ``shrinks``: the cause and fix of a series leaving the band that way, by parametrization
+    (``*``: any; Python format fields ``dims``, ``slope``, ``power``, ``final`` come from the series' facts; in the
+    depth verdict ``role`` and ``what``, "output" or "change since step 0"). ``corroborate``: a failure counts only
+    where the same module's series of these tensors fail in the same direction (else it is inconclusive and
+    ``alone`` says why). ``learns``: a module whose ``delta`` this rule judges must change — exactly zero at every
+    updated step is "does not change during training" (inconclusive), not a pass. ``note``: said of every series the
+    rule judges; with ``tell`` the verdict's notes list the modules too. ``source``: the paper or the measurement
+    the rule rests on; ``test``: the test that proves it (``tests/path.py::name``).
     """
 
     name: str
@@ -165,6 +165,9 @@ OWN_INIT = {ANY: INIT_FIX.format(it="it")}
 OWN_ALONE = ("own update {direction} with width ({slope:+.2f} at step {step}) while the module's output and its change "
              "since step 0 do not: not counted as a cause (an own update off the band that leaves the module's "
              "features behaving like muP's shows no knob to turn)")
+READOUT_OWN = ("the readout's own gain is not judged (a multiplier on its input is divided out by rms(x)): the model's "
+               "output is judged on its out and delta")
+INNER_OUTPUT = "not the model's output (e.g. logits before an output multiplier): judged at {final}"
 QK_GROWS = {ANY: "attention logits do not shrink at initialisation (independent q and k give q.k ~ sqrt(d_head), which "
                  "q.k/d_head shrinks like width^{slope:.2g} where d_head grows like width{power}, as here: {dims}): "
                  "scores are scaled by 1/sqrt(d_head) instead of 1/d_head"}
@@ -178,23 +181,21 @@ RULES: tuple[Rule, ...] = (
          source="design (issue 17): a module's input is some other module's output, read by the causes walk",
          test="tests/test_rules.py::test_a_modules_input_is_shown_never_judged"),
     Rule("readout-own-init", roles=("output",), tensors=("own",), steps="init", expect="no_growth", judged=False,
-         note="the readout's own gain is not judged (a multiplier on its input is divided out by rms(x)): the model's "
-              "output is judged on its out and delta",
+         note=READOUT_OWN,
          source="measured: coordcheck.testing's torchtitan-style LLaMA (a 1/width multiplier on the readout's input): "
                 "init gain +0.48 [+0.46, +0.51] while the logits shrink as muP wants",
          test="tests/test_rules.py::test_the_readouts_own_gain_is_shown_never_judged"),
     Rule("readout-own-updates", roles=("output",), tensors=("own",), steps="updates", judged=False,
-         note="the readout's own gain is not judged (a multiplier on its input is divided out by rms(x)): the model's "
-              "output is judged on its out and delta",
+         note=READOUT_OWN,
          source="as readout-own-init",
          test="tests/test_rules.py::test_the_readouts_own_gain_is_shown_never_judged"),
     Rule("inner-output", roles=("output",), tensors=("out",), facts=("inner_output",), expect="no_growth",
-         judged=False, note="not the model's output (e.g. logits before an output multiplier): judged at {final}",
+         judged=False, note=INNER_OUTPUT,
          source="hand-written muP (nanoGPT-mup, OLMo): logits = lm_head(x) * base_width / width outside the readout "
                 "module; the readout's output grows like width^+0.5..+1 while the model's output is flat",
          test="tests/test_rules.py::test_output_rules_judge_the_models_output_not_logits_before_its_multiplier"),
     Rule("inner-output-delta", roles=("output",), tensors=("delta",), facts=("inner_output",), judged=False,
-         note="not the model's output (e.g. logits before an output multiplier): judged at {final}",
+         note=INNER_OUTPUT,
          source="as inner-output",
          test="tests/test_rules.py::test_output_rules_judge_the_models_output_not_logits_before_its_multiplier"),
     # -- attention logits at initialisation: the 1/d_head test -------------------------------------------------------
