@@ -93,23 +93,25 @@ def series_facts(s: pd.DataFrame, heads: pd.DataFrame, rules: Rules) -> pd.DataF
     return s
 
 
-def _assign(s: pd.DataFrame, table: tuple[Rule, ...]) -> pd.Series:
+def _assign(s: pd.DataFrame, table: tuple[Rule, ...]) -> np.ndarray:
     """The name of the first rule of ``table`` that matches each series ('' where none does)."""
-    rule = pd.Series("", index=s.index, dtype=object)
-    step0 = s["step"] == 0
+    col = {c: s[c].to_numpy(dtype=object) for c in ("tensor", "role", "op", "place_kind") if c in s.columns}
+    step0 = s["step"].to_numpy() == 0
+    rule = np.full(len(s), "", dtype=object)
+    free = np.ones(len(s), dtype=bool)
     for r in table:
-        m = (rule == "") & s["tensor"].isin(r.tensors)
+        m = free & np.isin(col["tensor"], r.tensors)
         if r.roles:
-            m &= s["role"].isin(r.roles)
+            m &= np.isin(col["role"], r.roles)
         if r.steps != "any":
             m &= step0 if r.steps == "init" else ~step0
         if r.ops:
-            m &= s["op"].isin(r.ops)
+            m &= np.isin(col["op"], r.ops)
         if r.places:
-            m &= s["place_kind"].isin(r.places)
+            m &= np.isin(col["place_kind"], r.places)
         for f in r.facts:
-            m &= s[f"fact_{f}"]
-        rule[m] = r.name
+            m &= s[f"fact_{f}"].to_numpy(dtype=bool)
+        rule[m], free = r.name, free & ~m
     return rule
 
 
@@ -144,9 +146,18 @@ def judge_by_table(s: pd.DataFrame, rules: Rules, table: tuple[Rule, ...] = RULE
     by_name = {r.name: r for r in table}
     rule_of = [by_name.get(n) for n in s["rule"]]
     s["expect"] = [r.expect if r is not None else "flat" for r in rule_of]
-    a = s["head_exponent"] if "head_exponent" in s.columns else pd.Series(0.0, index=s.index)
-    bands = np.array([_band(e, rules, x if np.isfinite(x) else 0.0, role, t, st) for e, x, role, t, st in
-                      zip(s["expect"], a, s["role"], s["tensor"], s["step"])], dtype=float).reshape(-1, 2)
+    a = np.nan_to_num(s["head_exponent"].to_numpy(dtype=float)) if "head_exponent" in s.columns else np.zeros(len(s))
+    expect = s["expect"].to_numpy(dtype=object)
+    bands = np.empty((len(s), 2))
+    for e in np.unique(expect):  # one band per kind of expectation (as_width: per role, tensor and step)
+        rows = np.flatnonzero(expect == e)
+        if e == "as_width":
+            keys = list(zip(s["role"].iloc[rows], s["tensor"].iloc[rows], s["step"].iloc[rows] == 0))
+            bands[rows] = [_band("as_width", rules, 0.0, role, t, 0 if init else 1) for role, t, init in keys]
+        elif e == "qk_init":
+            bands[rows, 0], bands[rows, 1] = -np.inf, QK_INIT_SLOPE * a[rows] + rules.tol
+        else:
+            bands[rows] = _band(e, rules, 0.0, "", "", 0)
     s["band_low"], s["band_high"] = bands[:, 0], bands[:, 1]
     slope, ci_lo, ci_hi = s["slope"].to_numpy(), s["ci_low"].to_numpy(), s["ci_high"].to_numpy()
     lo_band, hi_band = bands[:, 0], bands[:, 1]
