@@ -79,3 +79,4 @@ def deep_flaky(width: int, n_layer: int = 2, **kwargs) -> nn.Module:
     if n_layer == 4:
         raise RuntimeError("simulated: CUDA out of memory at depth 4")
     return gpt(width, n_layer=n_layer, **kwargs)
+

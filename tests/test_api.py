@@ -33,12 +33,19 @@ def test_api_bad_input(bad, match):
     assert "\n" not in str(e.value)
 
 
-def test_a_builder_of_its_own_needs_data():
+def test_a_builder_of_its_own_gets_data_read_off_its_first_layer():
     def plain(width):
         return nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, 2))
 
-    with pytest.raises(CoordCheckError, match="no default data for this builder: pass data="):
-        coord_check(plain, [8], parametrization="none", **TINY)
+    r = coord_check(plain, [8], parametrization="none", **TINY)
+    assert r.frame["data"].iloc[0] == "gaussian" and r.facts[0]["width"] == 8
+
+    def recurrent(width):
+        return nn.Sequential(nn.GRU(4, width), nn.Linear(width, 2))
+
+    with pytest.raises(CoordCheckError, match="first layer '0' is a GRU, which coordcheck cannot read inputs off: "
+                                              "pass data="):
+        coord_check(recurrent, [8], parametrization="none", **TINY)
 
 
 def test_widths_are_sorted_and_unique_one_fact_each():

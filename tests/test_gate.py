@@ -121,5 +121,5 @@ def test_planted_gpt(fault, named):
 def test_a_mistake_in_the_call_is_an_error_not_a_failed_check():
     from coordcheck import CoordCheckError
 
-    with pytest.raises(CoordCheckError, match="no default data for this builder"):
-        assert_mup(km.build, parametrization="none", optimizer=km.make_optimizer)
+    with pytest.raises(CoordCheckError, match="unknown optimizer 'adamm'"):
+        assert_mup(km.build, parametrization="none", optimizer="adamm")

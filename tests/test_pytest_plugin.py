@@ -208,3 +208,27 @@ def test_the_docs_example_test_file_passes(pytester):
     pytester.syspathinsert()
     r = pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", "tests/test_mup.py")
     r.assert_outcomes(passed=2)
+
+
+def readme_snippet() -> str:
+    """The README's pytest snippet: the python fence that calls ``coordcheck(my_pkg.models.build, ...)``."""
+    text = (ROOT / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    return next(b for b in blocks if "coordcheck(my_pkg.models.build" in b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,outcome", [("TokenLM", "passed"), ("PlainMLP", "failed")])
+def test_the_readme_snippet_runs_as_written(pytester, model, outcome):
+    """The README's snippet, unchanged, on a token model made muP with mup (it passes) and on a plain MLP (it fails
+    with the cause): no data given, the default parametrization, a verdict either way, never an error."""
+    pytester.mkpydir("my_pkg")
+    shutil.copy(ROOT / "tests" / "user_models.py", pytester.path / "my_pkg" / "zoo.py")
+    (pytester.path / "my_pkg" / "models.py").write_text(f"from my_pkg.zoo import {model} as build  # noqa: F401\n")
+    (pytester.path / "test_readme.py").write_text("import torch\nimport my_pkg.models\ntorch.set_num_threads(1)\n\n"
+                                                  + readme_snippet())
+    pytester.syspathinsert()
+    r = pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", "test_readme.py")
+    r.assert_outcomes(**{outcome: 1})
+    if outcome == "failed":
+        r.stdout.fnmatch_lines(["*AssertionError*", "*cause: head (Linear): maps the width to a fixed size*"])

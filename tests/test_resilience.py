@@ -184,7 +184,6 @@ BAD_COMMAND_LINE = [  # caught when the command line is composed, before Hydra r
     (["threads=0"], "threads must be a positive integer or auto, got 0"),
     (["loss=foo"], "loss must be null (cross-entropy) or model (the loss the model returns), got 'foo'"),
     (["model=custom"], "model._target_ has no value: set it on the command line"),
-    (["model=custom", "model._target_=cli_builders.no_readout"], "data._target_ has no value"),
     (["width=256,512,1024"], "width=256,512,1024 is a sweep: add --multirun"),
     (["width=[256,512,1024]"], "width=[256,512,1024] is a list, not one width: a sweep over width is written "
                                "width=256,512,1024 --multirun"),
@@ -193,7 +192,6 @@ BAD_COMMAND_LINE = [  # caught when the command line is composed, before Hydra r
 BAD_JOB = [  # only the job can tell (it builds the model, feeds it data): recorded in its job.json
     (["width=66"], "width 66 is not divisible by n_head=4"),
     (["model=custom", "model._target_=cli_builders.not_a_module", "data=mlp"], "returned str, not an nn.Module"),
-    (["model=custom", "model._target_=cli_builders.no_readout", "data=mlp"], "is not a mup.MuReadout"),
     (["model=mlp", "data.dim=5"], "data does not fit the model"),
     (["model=custom", "model._target_=cli_builders.raises_in_forward", "data=mlp", "parametrization=none"],
      "the model raised an error in (root) (TypeError"),

@@ -9,6 +9,7 @@ Stage: orchestration (the notebook / test-suite twin of the Hydra app). Input: a
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -28,12 +29,20 @@ from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import DEFAULT_TENSORS, STATS, concat_frames, digest
 from coordcheck.setup.init import resolve_init
 from coordcheck.setup.optim import OPTIMIZERS, with_mu
-from coordcheck.setup.parametrization import PARAMETRIZATIONS, Parametrization, qualified_name, short_name
+from coordcheck.setup.parametrization import (
+    PARAMETRIZATIONS,
+    Parametrization,
+    model_batch,
+    qualified_name,
+    short_name,
+)
 from coordcheck.report import Report, build_report, environments, write_report
 from coordcheck.run.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
 from coordcheck.judge.verdict import Rules, Verdict
 
 __all__ = ["coord_check", "CoordCheckResult", "PlotKind"]
+
+log = logging.getLogger("coordcheck")
 
 PlotKind = Literal["coords", "causes", "depth", "grid"]  # the figures of CoordCheckResult.plot
 
@@ -126,13 +135,17 @@ class CoordCheckResult:
         return plot_coords(self.frame, path, layout=layout, **{**defaults, **kwargs})
 
 
-def _default_data(build: Callable, build_kwargs: dict) -> Batch:
+def _default_data(build: Callable, build_kwargs: dict, width: int, base_width: int) -> Batch:
+    """The built-in models' own data; any other model's read off its layers (one log line says what)."""
     if build in (models.gpt, models.GPT):
         return data_mod.tokens(vocab_size=build_kwargs.get("vocab_size", 256),
                                seq_len=min(32, build_kwargs.get("context", 64)))
     if build in (models.mlp, models.MLP):
         return data_mod.gaussian(dim=build_kwargs.get("in_dim", 32), n_classes=build_kwargs.get("out_dim", 10))
-    raise CoordCheckError("no default data for this builder: pass data= (a name or an (inputs, targets) batch)")
+    builder = functools.partial(build, **build_kwargs) if build_kwargs else build
+    batch, said = model_batch(builder, width, base_width)
+    log.info("data: %s (read off the model; pass data= to choose)", said)
+    return batch
 
 
 def coord_check(
@@ -218,7 +231,7 @@ def coord_check(
         opt_name, factory = short_name(qualified_name(optimizer), "coordcheck.setup.optim"), optimizer
 
     if data is None:
-        batch = _default_data(build, build_kwargs)
+        batch = _default_data(build, build_kwargs, widths[0], base_width)
     elif isinstance(data, str):
         if data not in DATA:
             raise CoordCheckError(f"unknown data {data!r}: use one of {sorted(DATA)} or pass (inputs, targets)")

@@ -85,10 +85,10 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     """Train ``cfg.width`` for every seed; write ``frame.parquet`` then ``job.json``."""
     import torch  # noqa: F401  (imported here so `--help` and config errors stay fast)
 
-    from coordcheck.setup.data import as_batch
+    from coordcheck.setup.data import as_batch, batch_for
     from coordcheck.setup.device import check_compile, check_precision, resolve_device
     from coordcheck.setup.models import check_width
-    from coordcheck.setup.parametrization import short_name
+    from coordcheck.setup.parametrization import model_batch, short_name
     from coordcheck.run.train import RunIdentity, cross_entropy, resolve_seeds, run_width
 
     width = check_width(cfg.width)
@@ -101,8 +101,12 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     parametrization = instantiate_node(cfg.parametrization, "parametrization")
     optimizer = instantiate_node(cfg.optimizer, "optimizer")
     init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
-    batch = as_batch(instantiate_node(cfg.data, "data"),
-                     name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.setup.data"))
+    data = instantiate_node(cfg.data, "data")
+    if getattr(data, "func", None) is batch_for:  # data/custom.yaml's default: read off the model
+        batch, said = model_batch(build, width, cfg.base_width)
+        log.info("data: %s (read off the model; pass data= to choose)", said)
+    else:
+        batch = as_batch(data, name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.setup.data"))
     depth = job_depth(cfg)
     identity = RunIdentity(
         config_id=config_id(cfg), family_id=family_id(cfg), depth=depth.depth or 0,

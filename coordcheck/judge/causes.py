@@ -53,6 +53,7 @@ KINDS = {
     "output_multiplier": "the model's output lacks muP's 1/width multiplier (readout or outside any module)",
     "readout_lr": "the readout's learning rate does not scale like muP's",
     "attention_scale": "attention logits scaled 1/sqrt(d_head) instead of 1/d_head",
+    "structure": "the model's structure does not fit the parametrization (a plain nn.Linear readout under mup)",
     "epsilon": "Adam's epsilon dominates the update at large width",
     "audit": "the parameter audit: a measured init std or learning rate against muP's exponent",
 }

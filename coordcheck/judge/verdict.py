@@ -82,6 +82,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from coordcheck.judge.structure import structure_causes
 from coordcheck.judge.audit import audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
 from coordcheck.judge.depth import DepthVerdict, judge_depth
 from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes
@@ -228,6 +229,7 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
         verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
     _fail_fixed_models(verdict, facts)
     _add_parameter_causes(verdict, frame, facts, rules, audit)
+    _add_structure(verdict, facts)
     _add_depth(verdict, frame, rules, facts)
     return verdict
 
@@ -300,6 +302,34 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
         verdict.status = "fail"
         many = len(verdict.configs) > 1
         verdict.reason = f"{worst['parametrization']}: {worst['reason']}" if many else worst["reason"]
+
+
+def _add_structure(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> None:
+    """A structural mismatch with the parametrization (:mod:`coordcheck.judge.structure`: a plain readout under mup)
+    is the first cause of its configuration and fails it. A cause of the walk or the audit on the same modules says
+    the same in general terms ("the readout is not a MuReadout or its multiplier is missing"): it gives way."""
+    found = structure_causes(facts, verdict.series)
+    if found.empty or verdict.configs.empty:
+        return
+    causes = verdict.causes
+    if len(causes):
+        named = {(cid, m) for cid, ms in zip(found["config_id"], found["modules"]) for m in ms}
+        same = [all((cid, m) in named for m in ms) for cid, ms in zip(causes["config_id"], causes["modules"])]
+        causes = causes[~np.asarray(same, dtype=bool)]
+        ahead = found.groupby("config_id").size()
+        causes = causes.assign(order=causes["order"] + causes["config_id"].map(ahead).fillna(0).astype("int64"))
+    found = found.assign(order=found.groupby("config_id").cumcount().astype("int64"))
+    verdict.causes = (pd.concat([found, causes[found.columns]], ignore_index=True) if len(causes) else found)
+    verdict.causes = verdict.causes.sort_values(["config_id", "order"], kind="stable").reset_index(drop=True)
+    first = None
+    for i, c in verdict.configs.iterrows():
+        mine = found[found["config_id"] == c["config_id"]]
+        if len(mine):
+            verdict.configs.loc[i, ["status", "reason"]] = ["fail", mine["line"].iloc[0]]
+            first = first or (mine["line"].iloc[0] if len(verdict.configs) == 1
+                              else f"{c['parametrization']}: {mine['line'].iloc[0]}")
+    if first is not None:
+        verdict.status, verdict.reason = "fail", first
 
 
 def _fail_fixed_models(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> None:

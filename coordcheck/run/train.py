@@ -353,6 +353,8 @@ def run_width(
             facts["n_params"] = n_params(facts["shapes"])
             if "audit" not in facts:  # judge.audit, from the first seed (setdefault would build it every seed)
                 facts["audit"] = param_facts(model, opt, parametrization.name)
+            if parametrization.structure:  # what does not fit the parametrization (judge.causes.structure_causes)
+                facts["structure"] = parametrization.structure
             eps = EpsProbe(model, opt) if EPS_TENSOR in tensors else None
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,

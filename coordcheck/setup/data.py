@@ -9,6 +9,10 @@ Built-ins: ``tokens`` (uniform random token sequences, for the GPT), ``text`` (a
 corpus that ships with Python: the ``pydoc_data`` topic help, byte-level, so the
 vocabulary is 256), ``gaussian`` (standard normal vectors with random class labels, for
 the MLP). A user callable returning a ``Batch`` or an ``(inputs, targets)`` pair works too.
+
+No data given: :func:`batch_for` reads it off the model — its first layer says what it takes (an
+embedding: tokens of its vocabulary; a linear layer: gaussian vectors of its fan-in; a convolution:
+gaussian images with its input channels), its last linear layer how many classes the targets have.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from coordcheck.core.errors import CoordCheckError
 
-__all__ = ["Batch", "tokens", "text", "gaussian", "as_batch", "text_stream", "SPLITS", "HELDOUT_FRACTION"]
+__all__ = ["Batch", "tokens", "text", "gaussian", "images", "as_batch", "batch_for", "text_stream", "SPLITS",
+           "HELDOUT_FRACTION"]
 
 SPLITS = ("train", "heldout")
 HELDOUT_FRACTION = 0.1  # text_stream: the corpus' last 10% is held out
@@ -114,3 +120,52 @@ def gaussian(batch_size: int = 64, dim: int = 32, n_classes: int = 10, seed: int
     x = torch.randn(batch_size, dim, generator=g)
     y = torch.randint(0, n_classes, (batch_size,), generator=g)
     return Batch(x, y, name="gaussian")
+
+
+def images(batch_size: int = 8, channels: int = 3, size: int = 16, n_classes: int = 10, seed: int = 0) -> Batch:
+    """Standard normal images (batch_size, channels, size, size) float32 with random labels (batch_size,) int64."""
+    g = _generator(seed)
+    x = torch.randn(batch_size, channels, size, size, generator=g)
+    y = torch.randint(0, n_classes, (batch_size,), generator=g)
+    return Batch(x, y, name="gaussian")
+
+
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+def batch_for(model: nn.Module) -> tuple[Batch, str]:
+    """The batch a model takes, read off its layers (it may live on the meta device), and one line that says so.
+
+    The first module that owns a weight decides the inputs: an ``nn.Embedding`` -> :func:`tokens` of its
+    vocabulary (sequences of 32, fewer when another embedding, a position table, has fewer rows); an
+    ``nn.Linear`` -> :func:`gaussian` vectors of its ``in_features``; an ``nn.Conv2d`` -> :func:`images` with its
+    input channels. The last ``nn.Linear`` (a readout, ``MuReadout`` too) gives the
+    number of classes of the targets (an embedding model: its vocabulary). Anything else: a one-line error that says
+    to pass ``data=``."""
+    owners = [(n, m) for n, m in model.named_modules() if next(m.parameters(recurse=False), None) is not None]
+    if not owners:
+        raise CoordCheckError("no data given and the model has no parameters to read its inputs off: pass data= "
+                              "(a name or an (inputs, targets) batch)")
+    name, first = owners[0]
+    layers = [(n, m) for n, m in owners if isinstance(m, (nn.Embedding, nn.Linear))]
+    readouts = [m for _, m in layers if isinstance(m, nn.Linear)]
+    n_classes = readouts[-1].out_features if readouts else None
+    if isinstance(first, nn.Embedding):
+        rows = [m.num_embeddings for _, m in layers[1:] if isinstance(m, nn.Embedding)]
+        seq_len = min([32, *rows])
+        vocab = first.num_embeddings
+        if n_classes is not None and n_classes < vocab:
+            vocab = n_classes  # targets must be classes the readout has
+        return (tokens(seq_len=seq_len, vocab_size=vocab),
+                f"tokens in the vocabulary of '{name}' ({vocab}), 4 sequences of {seq_len}")
+    if isinstance(first, nn.Linear):
+        classes = n_classes or 10
+        return (gaussian(dim=first.in_features, n_classes=classes),
+                f"64 gaussian vectors of the fan-in of '{name}' ({first.in_features}), {classes} classes")
+    classes = n_classes or 10
+    if isinstance(first, nn.Conv2d):
+        return (images(channels=first.in_channels, n_classes=classes),
+                f"8 gaussian 16x16 images with the {first.in_channels} input channels of '{name}', {classes} classes")
+    raise CoordCheckError(f"no data given and the model's first layer '{name or '(root)'}' is a "
+                          f"{type(first).__name__}, which coordcheck cannot read inputs off: pass data= (a name or an "
+                          f"(inputs, targets) batch)")

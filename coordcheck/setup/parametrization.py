@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from mup import MuReadout, make_base_shapes, set_base_shapes
@@ -32,9 +32,10 @@ from mup.shape import zip_infshapes
 from torch import nn
 
 from coordcheck.core.errors import CoordCheckError, check_width
+from coordcheck.setup.data import Batch, batch_for
 
 __all__ = ["Parametrization", "Mup", "Standard", "AsGiven", "build_model", "check_builder", "PARAMETRIZATIONS",
-           "base_shapes", "width_infshapes", "named_keywords"]
+           "base_shapes", "model_batch", "PLAIN_READOUT", "PLAIN_READOUT_FIX", "width_infshapes", "named_keywords"]
 
 Builder = Callable[..., nn.Module]
 
@@ -101,12 +102,20 @@ def short_name(target: str, package: str) -> str:
     return target.rsplit(".", 1)[-1] if target.startswith(package + ".") else target
 
 
+# What a structural mismatch with muP is called and how it is fixed (job facts ``structure``; the judge makes each a
+# cause: coordcheck.judge.causes.structure_causes).
+PLAIN_READOUT = "maps the width to a fixed size but is not a mup.MuReadout"
+PLAIN_READOUT_FIX = ("make it a mup.MuReadout, or use parametrization=none with your own output multiplier "
+                     "(logits * base_width / width)")
+
+
 @dataclass
 class Parametrization:
     """Base class; subclasses say how to turn ``build(width)`` into the trained model."""
 
     name: str = "none"
     mu_optimizer: bool = False  # read by the optimizer configs: Mu* variants under mup
+    structure: list[dict] = field(default_factory=list)  # what in the last applied model does not fit (job facts)
 
     def prepare(self, build: Builder, base_width: int) -> None:
         """Per-job work shared by every seed (e.g. base shapes)."""
@@ -125,16 +134,18 @@ class Mup(Parametrization):
         self._base = base_shapes(build, base_width)
 
     def apply(self, model: nn.Module) -> nn.Module:
+        """mup's base shapes on ``model``. A plain ``nn.Linear`` that maps the width to a fixed size (a readout mup
+        cannot scale) is trained as it is and recorded in :attr:`structure`: the verdict fails it, with what it
+        measured grows (mup's own ``set_base_shapes`` assert would stop the run instead)."""
         set_base_shapes(model, self._base, do_assert=False)
-        for name, module in model.named_modules():  # mup's own check, with a message that says what to do
+        self.structure = []
+        for name, module in model.named_modules():
             if isinstance(module, nn.Linear) and not isinstance(module, MuReadout):
                 fan_out, fan_in = module.weight.infshape[:2]
                 if fan_in.isinf() and not fan_out.isinf():
-                    raise CoordCheckError(
-                        f"parametrization=mup: module '{name}' ({type(module).__name__}) maps the width to a fixed "
-                        f"size but is not a mup.MuReadout: make it a MuReadout (or use parametrization=none "
-                        f"with your own output multiplier)"
-                    )
+                    self.structure.append({"module": name or "(root)", "type": type(module).__name__,
+                                           "problem": PLAIN_READOUT,
+                                           "fix": PLAIN_READOUT_FIX})
         reset = getattr(model, "reset_parameters", None)
         if callable(reset):
             reset()
@@ -178,6 +189,21 @@ class AsGiven(Parametrization):
                     f"shapes: use parametrization=mup (or sp), or call mup.set_base_shapes in the builder"
                 )
         return model
+
+
+def model_batch(build: Builder, width: int, base_width: int | None = None) -> tuple[Batch, str]:
+    """The batch ``build(width)`` takes when no data is given (:func:`coordcheck.setup.data.batch_for`), read off the
+    model built on the meta device (nothing allocated, the global RNG untouched); a model that cannot be built there
+    is built on the CPU."""
+    with torch.random.fork_rng(devices=[]):
+        try:
+            with torch.device("meta"):
+                model = call_builder(build, width, base_width)
+        except CoordCheckError:
+            raise
+        except Exception:  # noqa: BLE001 - a builder that needs real tensors (numpy, .item()): build it for real
+            model = call_builder(build, width, base_width)
+    return batch_for(model)
 
 
 def base_shapes(build: Builder, base_width: int) -> dict:
