@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import re
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
 
 from conftest import run_in_process
 from coordcheck import coord_check
+from coordcheck.judge.siblings import narrow_by_audit
 from coordcheck.setup.data import batch_for
 from coordcheck.testing import assert_mup
 from user_models import PlainMLP, TokenLM
@@ -71,3 +73,105 @@ def test_plain_readout_from_the_cli_is_a_fail_report(monkeypatch, capsys, tmp_pa
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["status"] == "fail" and report["causes"][0]["modules"] == ["head"]
     assert report["causes"][0]["kind"] == "structure"
+
+
+# -- the audit narrows a cause to the sibling that was set apart ------------------------------------------------------
+
+def _audit_rows(exponents: dict[str, float], quantity: str = "lr") -> pd.DataFrame:
+    return pd.DataFrame([dict(config_id="c", parameter=f"{m}.weight", module=m, order=i, quantity=quantity,
+                              exponent=e, **{"class": "hidden"}) for i, (m, e) in enumerate(exponents.items())])
+
+
+def _cause(modules: list[str], kind: str = "lr") -> pd.DataFrame:
+    what = f"{len(modules)} of 8 hidden matrices"
+    line = (f"{what}: own update grows like width^+0.35 [+0.29, +0.41] at step 3 (muP: 0 (flat)) — the hidden "
+            f"learning rate is not scaled by width: give them lr * base_width / width")
+    return pd.DataFrame([dict(config_id="c", order=0, kind=kind, what=what, modules=modules, line=line,
+                              fix=line.split(" — ", 1)[1])])
+
+
+def _modules(names: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(dict(config_id="c", module=names, cause=names, inherited_from="", inherited_via=""))
+
+
+EIGHT = [f"blocks.{b}.{m}" for b in (0, 1) for m in ("attn_in", "attn_out", "fc1", "fc2")]
+
+
+def test_a_cause_on_two_siblings_narrows_to_the_one_the_audit_sets_apart():
+    given = {m: (0.0 if m == "blocks.1.fc2" else -1.0) for m in EIGHT}
+    causes, modules = narrow_by_audit(_cause(["blocks.0.fc2", "blocks.1.fc2"]),
+                                      _modules(["blocks.0.fc2", "blocks.1.fc2"]), _audit_rows(given), tol=0.2)
+    c = causes.iloc[0]
+    assert list(c["modules"]) == ["blocks.1.fc2"] and c["what"] == "blocks.1.fc2"
+    assert c["line"].startswith("blocks.1.fc2: own update grows like width^+0.35")
+    assert "the audit: its learning rate ∝ width^+0.00 where the other 7 of its class have width^-1.00" in c["line"]
+    assert c["line"].endswith("give it lr * base_width / width")
+    m = modules.set_index("module")
+    assert m.loc["blocks.0.fc2", "cause"] == "" and m.loc["blocks.0.fc2", "inherited_from"] == "blocks.1.fc2"
+
+
+@pytest.mark.parametrize("given", [
+    {m: -1.0 for m in EIGHT},  # every sibling was given the same: nothing sets one apart
+    {m: 0.0 for m in EIGHT},  # all unscaled (standard parametrization): the cause is the class, not one sibling
+])
+def test_siblings_given_the_same_keep_the_cause_as_the_walk_named_it(given):
+    causes, _ = narrow_by_audit(_cause(["blocks.0.fc2", "blocks.1.fc2"]), _modules(["blocks.0.fc2", "blocks.1.fc2"]),
+                                _audit_rows(given), tol=0.2)
+    assert list(causes.iloc[0]["modules"]) == ["blocks.0.fc2", "blocks.1.fc2"]
+
+
+def test_an_init_cause_reads_the_init_exponents_not_the_learning_rates():
+    lr = _audit_rows({m: (0.0 if m == "blocks.1.fc2" else -1.0) for m in EIGHT})
+    init = _audit_rows({m: -0.5 for m in EIGHT}, quantity="init")
+    causes, _ = narrow_by_audit(_cause(["blocks.0.fc2", "blocks.1.fc2"], kind="init"),
+                                _modules(["blocks.0.fc2", "blocks.1.fc2"]), pd.concat([lr, init]), tol=0.2)
+    assert list(causes.iloc[0]["modules"]) == ["blocks.0.fc2", "blocks.1.fc2"]
+
+
+# -- the default command names the cause: the cause pass ------------------------------------------------------------
+
+PLANTED_CLI = ["model=custom", "model._target_=coordcheck.testing.planted.planted_builder", "parametrization=none",
+               "optimizer=factory", "optimizer._target_=coordcheck.testing.planted.planted_optimizers",
+               "forward_targets=true", "loss=model", "output=0", "base_width=64", "width=128,256,512", "steps=4",
+               "seeds=2", "threads=1", "progress=false", "report.figures=false"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault,override,kind,modules", [
+    ("hidden_lr_one_matrix", "+model.unscaled_lr=[transformer.h.1.mlp.c_proj.weight]", "lr",
+     ["transformer.h.1.mlp.c_proj"]),
+    ("embedding_lr_scaled", "+model.scaled_lr=[transformer.wte.weight]", "lr", ["transformer.wte"]),
+    ("no_output_multiplier", "+model.output_mult=false", "output_multiplier", ["(root)"]),
+    ("constant_init_std", "+model.constant_std=[transformer.h.0.mlp.c_fc.weight]", "init",
+     ["transformer.h.0.mlp.c_fc"]),
+])
+def test_the_default_command_names_each_planted_fault(monkeypatch, capsys, tmp_path, fault, override, kind, modules):
+    """The command line a user types (no tensors=): the sweep fails, a cause pass records in/own for the failing jobs
+    as far as the last failing step (one line), and every output names exactly the planted parameter."""
+    code = run_in_process(monkeypatch, *PLANTED_CLI, override, f"hydra.sweep.dir={tmp_path}", "--multirun")
+    out, _ = capsys.readouterr()
+    assert code == 0
+    said = [line for line in out.splitlines() if "a cause pass records in/own for 3 job(s) up to step" in line]
+    assert len(said) == 1, out
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["status"] == "fail"
+    assert [(c["kind"], c["modules"]) for c in report["causes"]] == [(kind, modules)]
+    first = report["causes"][0]["line"]
+    assert f"coordcheck: first cause: {first}" in out and report["worst"][0]["module"] in modules + ["(root)"]
+    assert sorted(p.name for p in tmp_path.rglob("frame.causes.parquet")) == ["frame.causes.parquet"] * 3
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert first.split(": ", 1)[1][:60] in md.split("## Cause", 1)[1].split("##", 1)[0]
+
+
+def test_no_cause_pass_on_a_pass_or_when_own_is_recorded():
+    from coordcheck.judge.cause_pass import cause_pass_steps
+    from coordcheck.setup.models import mlp
+
+    passed = coord_check(mlp, [64, 128, 256], **QUICK)
+    assert passed.verdict.status == "pass" and cause_pass_steps(passed.verdict) == {}
+    assert set(passed.frame["tensor"]) == {"out", "delta", "loss"}  # the passing sweep paid for nothing more
+    sp = coord_check(mlp, [64, 128, 256], parametrization="sp", **QUICK)
+    assert sp.verdict.status == "fail" and {"in", "own"} <= set(sp.frame["tensor"])  # the pass ran, in Python too
+    assert cause_pass_steps(sp.verdict) == {}  # ... and is not needed twice
+    off = coord_check(mlp, [64, 128, 256], parametrization="sp", cause_pass=False, **QUICK)
+    assert "own" not in set(off.frame["tensor"]) and cause_pass_steps(off.verdict)

@@ -37,3 +37,61 @@ class PlainMLP(nn.Module):
 
     def forward(self, x):
         return self.head(self.fc2(self.fc1(x).relu()).relu())
+
+
+class OlmoStyleGPT(nn.Module):
+    """A decoder with muP written by hand the OLMo / nanoGPT-mup way: ``blocks.N.{attn_in,attn_out,fc1,fc2}``, RMSNorm,
+    SDPA at 1/d_head, the output multiplier ``base_width / width`` on the logits, hidden init std
+    ``0.02 * sqrt(base_width / width)``; its learning-rate groups come from :func:`olmo_optimizer`. Faults, one
+    keyword each: ``unscaled_lr`` (parameter names kept at the full lr), ``embed_hidden_lr`` (the embedding given the
+    hidden lr), ``constant_init`` (module names initialised at 0.02 at every width), ``output_mult=False``."""
+
+    def __init__(self, width: int, base_width: int = 64, vocab_size: int = 256, n_layer: int = 2, n_head: int = 4,
+                 unscaled_lr: tuple = (), embed_hidden_lr: bool = False, constant_init: tuple = (),
+                 output_mult: bool = True):
+        super().__init__()
+        self.width, self.base_width, self.n_head = width, base_width, n_head
+        self.unscaled_lr, self.embed_hidden_lr = tuple(unscaled_lr), embed_hidden_lr
+        self.embed = nn.Embedding(vocab_size, width)
+        self.blocks = nn.ModuleList()
+        for _ in range(n_layer):
+            block = nn.Module()
+            block.attn_norm, block.mlp_norm = nn.RMSNorm(width), nn.RMSNorm(width)
+            block.attn_in = nn.Linear(width, 3 * width, bias=False)
+            block.attn_out = nn.Linear(width, width, bias=False)
+            block.fc1 = nn.Linear(width, 4 * width, bias=False)
+            block.fc2 = nn.Linear(4 * width, width, bias=False)
+            self.blocks.append(block)
+        self.norm = nn.RMSNorm(width)
+        self.lm_head = nn.Linear(width, vocab_size, bias=False)
+        self.output_mult = base_width / width if output_mult else 1.0
+        hidden_std = 0.02 * (base_width / width) ** 0.5
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                std = 0.02 if module is self.lm_head or name in constant_init else hidden_std
+                nn.init.normal_(module.weight, std=std)
+        nn.init.normal_(self.embed.weight, std=1.0)
+
+    def forward(self, idx):
+        x = self.embed(idx)
+        b, t, d = x.shape
+        hd = d // self.n_head
+        for blk in self.blocks:
+            q, k, v = blk.attn_in(blk.attn_norm(x)).split(d, dim=-1)
+            q, k, v = (z.view(b, t, self.n_head, hd).transpose(1, 2) for z in (q, k, v))
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / hd)
+            x = x + blk.attn_out(y.transpose(1, 2).reshape(b, t, d))
+            x = x + blk.fc2(torch.nn.functional.gelu(blk.fc1(blk.mlp_norm(x))))
+        return self.lm_head(self.norm(x)) * self.output_mult
+
+
+def olmo_optimizer(model: OlmoStyleGPT, lr: float) -> torch.optim.AdamW:
+    """AdamW with muP's groups: 2-D weights inside the blocks at ``lr * base_width / width``, the rest at ``lr``."""
+    def hidden(name: str, p) -> bool:
+        return ((p.ndim == 2 and name.startswith("blocks.") and name not in model.unscaled_lr)
+                or (model.embed_hidden_lr and name == "embed.weight"))
+
+    named = list(model.named_parameters())
+    groups = [{"params": [p for n, p in named if hidden(n, p)], "lr": lr * model.base_width / model.width},
+              {"params": [p for n, p in named if not hidden(n, p)], "lr": lr}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)

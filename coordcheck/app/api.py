@@ -38,6 +38,7 @@ from coordcheck.setup.parametrization import (
 )
 from coordcheck.report import Report, build_report, environments, write_report
 from coordcheck.run.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
+from coordcheck.judge.cause_pass import CAUSE_PASS_TENSORS, cause_pass_steps
 from coordcheck.judge.verdict import Rules, Verdict
 
 __all__ = ["coord_check", "CoordCheckResult", "PlotKind"]
@@ -176,6 +177,7 @@ def coord_check(
     progress: bool = True,
     rules: Rules | None = None,
     init: str | Callable[..., None] | None = None,
+    cause_pass: bool = True,
     **build_kwargs: object,
 ) -> CoordCheckResult:
     """Train ``build(width, **build_kwargs)`` at each width for ``steps`` updates and probe it.
@@ -201,6 +203,9 @@ def coord_check(
     (autocast and a gradient scaler); statistics are reduced in float32 either way. ``compile=True`` is
     refused with the reason (:mod:`coordcheck.setup.device`).
     ``rules``: the verdict's numbers (:class:`coordcheck.judge.verdict.Rules`).
+    ``cause_pass``: when the verdict fails and ``tensors`` did not record the causes' ``in`` and ``own``, train the
+    failing configurations again recording only them, as far as the last failing step, so that the verdict names
+    the cause (one log line; :mod:`coordcheck.judge.cause_pass`). ``False``: the first pass only.
 
     Depth (:mod:`coordcheck.setup.depth`): ``depths=[2, 4, 8, 16]`` with ``width=128`` sweeps the number of residual
     blocks
@@ -253,28 +258,47 @@ def coord_check(
         key += ["init", init if isinstance(init, str) else qualified_name(init)]
     if depths is not None or scaling.active:  # keeps earlier ids unchanged
         key += ["depth", base_depth, scaling.name, scaling.alpha, depth_key]
-    jobs = [(w, d) for d in depth_list for w in widths]
+    jobs = [(w, d, RunIdentity(
+        config_id=digest(key if d is None else [*key, d]), family_id=digest(key), model=model_name,
+        parametrization=parametrization.name, optimizer=opt_name, lr=float(lr), data=batch.name,
+        data_policy=batch.policy, depth=d or 0,
+    )) for d in depth_list for w in widths]
+
+    def train(width: int, depth: int | None, identity: RunIdentity, tensors: Sequence[str], steps: int,
+              bar: object) -> tuple[pd.DataFrame, dict]:
+        return run_width(
+            builder, width, seeds=seeds, parametrization=parametrization, optimizer=factory, lr=lr,
+            batch=batch, steps=steps, identity=identity,
+            base_width=base_width,
+            loss_fn=loss or cross_entropy, tensors=tensors, stats=stats, progress=bar,
+            output=output, forward_targets=forward_targets, grad_clip=grad_clip, device=device,
+            precision=precision, init=init_fn,
+            depth=Depth(depth=depth, base_depth=base_depth, scaling=scaling, key=depth_key),
+        )
+
     bar = tqdm(total=len(jobs) * len(seeds) * (steps + 1), desc="coord check", disable=not progress)
     frames, facts = [], []
     try:
-        for width, depth in jobs:
+        for width, depth, identity in jobs:
             bar.set_postfix(width=width) if depth is None else bar.set_postfix(width=width, depth=depth)
-            identity = RunIdentity(
-                config_id=digest(key if depth is None else [*key, depth]), family_id=digest(key), model=model_name,
-                parametrization=parametrization.name, optimizer=opt_name, lr=float(lr), data=batch.name,
-                data_policy=batch.policy, depth=depth or 0,
-            )
-            frame, fact = run_width(
-                builder, width, seeds=seeds, parametrization=parametrization, optimizer=factory, lr=lr,
-                batch=batch, steps=steps, identity=identity,
-                base_width=base_width,
-                loss_fn=loss or cross_entropy, tensors=tensors, stats=stats, progress=bar,
-                output=output, forward_targets=forward_targets, grad_clip=grad_clip, device=device,
-                precision=precision, init=init_fn,
-                depth=Depth(depth=depth, base_depth=base_depth, scaling=scaling, key=depth_key),
-            )
+            frame, fact = train(width, depth, identity, tensors, steps, bar)
             frames.append(frame)
             facts.append(fact)
+    finally:
+        bar.close()
+    result = CoordCheckResult(concat_frames(frames), facts, rules or Rules())
+    plan = cause_pass_steps(result.verdict) if cause_pass else {}
+    todo = [(w, d, i) for w, d, i in jobs if i.config_id in plan]
+    if not todo:
+        return result
+    log.info("FAIL without its cause measured: a cause pass records %s for %d width(s) up to step %d "
+             "(cause_pass=False turns it off; tensors=coordcheck.CAUSE_TENSORS records them in the first pass)",
+             "/".join(CAUSE_PASS_TENSORS), len(todo), max(plan.values()))
+    bar = tqdm(total=sum(len(seeds) * (plan[i.config_id] + 1) for _, _, i in todo), desc="cause pass",
+               disable=not progress)
+    try:
+        for width, depth, identity in todo:
+            frames.append(train(width, depth, identity, CAUSE_PASS_TENSORS, plan[identity.config_id], bar)[0])
     finally:
         bar.close()
     return CoordCheckResult(concat_frames(frames), facts, rules or Rules())

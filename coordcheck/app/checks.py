@@ -132,7 +132,14 @@ JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job r
     "seeds": lambda v: resolve_seeds(OmegaConf.to_object(v) if OmegaConf.is_config(v) else v),
     "threads": one_value(check_threads, "threads"),
     "loss": check_loss,
+    "cause_pass": lambda v: _check_bool(v, "cause_pass"),
 }
+
+
+def _check_bool(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise CoordCheckError(f"{key} must be true or false, got {value!r}")
+    return value
 
 
 def check_targets(cfg: DictConfig, overrides: list) -> None:

@@ -53,11 +53,20 @@ from coordcheck.app.config import (  # noqa: F401  (CONF_DIR ... RUN_DEFAULTS: r
     job_depth, options, resolved_config, safe_dirname,
 )
 from coordcheck.core.errors import EXIT, USER_ERROR, CoordCheckError, check_loss, check_threads, positive_number
-from coordcheck.core.frame import FRAME_NAME, FrameError, atomic_write, digest, read_frame, write_frame
+from coordcheck.core.frame import (
+    CAUSE_FRAME_NAME,
+    FRAME_NAME,
+    FrameError,
+    atomic_write,
+    digest,
+    read_frame,
+    write_frame,
+)
 from coordcheck.report.common import ERROR_NAME, REPORT_DIR
 from coordcheck.report.knobs import (  # noqa: F401  (KNOBS ... Stat: re-exported, as above)
     KNOBS, LAYOUTS, REPORT, SIZES, Knobs, Layout, ReportOptions, Size, Stat, knob_error, report_options, rules_of,
 )
+from coordcheck.judge.cause_pass import CAUSE_PASS_TENSORS
 from coordcheck.run.sweep import JOB_NAME
 from coordcheck.core.text import write_json
 
@@ -81,8 +90,11 @@ def family_id(cfg: DictConfig) -> str:
     return digest(resolved_config(cfg, NOT_IN_FAMILY))
 
 
-def run_job(cfg: DictConfig, output_dir: Path) -> dict:
-    """Train ``cfg.width`` for every seed; write ``frame.parquet`` then ``job.json``."""
+def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None) -> dict:
+    """Train ``cfg.width`` for every seed; write ``frame.parquet`` (the caller writes ``job.json``).
+
+    ``cause_pass``: record only what the causes need (:data:`coordcheck.judge.cause_pass.CAUSE_PASS_TENSORS`) up to
+    that step, into ``frame.causes.parquet``, under the job's own identity (:mod:`coordcheck.app.cause_pass`)."""
     import torch  # noqa: F401  (imported here so `--help` and config errors stay fast)
 
     from coordcheck.setup.data import as_batch, batch_for
@@ -125,12 +137,13 @@ def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     loss = check_loss(cfg.get("loss"))
     frame, facts = run_width(
         build, width, seeds=seeds, parametrization=parametrization, optimizer=optimizer, lr=lr,
-        batch=batch, steps=cfg.steps, identity=identity, base_width=cfg.base_width,
-        tensors=tuple(cfg.tensors), stats=tuple(cfg.stats), progress=bool(cfg.progress),
+        batch=batch, steps=cause_pass or cfg.steps, identity=identity, base_width=cfg.base_width,
+        tensors=CAUSE_PASS_TENSORS if cause_pass else tuple(cfg.tensors), stats=tuple(cfg.stats),
+        progress=bool(cfg.progress) and not cause_pass,
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
         grad_clip=cfg.get("grad_clip"), device=device, precision=precision, init=init, depth=depth,
     )
-    write_frame(frame, output_dir / FRAME_NAME)
+    write_frame(frame, output_dir / (CAUSE_FRAME_NAME if cause_pass else FRAME_NAME))
     log.info(
         "width=%d done: %d parameters, %d rows, %.1f s%s", width, facts["n_params"], len(frame), facts["seconds"],
         f", diverged: {facts['diverged']}" if facts["diverged"] else "",
@@ -210,8 +223,8 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
         return
     job = {"width": cfg.get("width"), "overrides": list(hc.overrides.task), "job_hash": key, "started": time.time()}
     write_json(output_dir / JOB_NAME, {**job, "status": "running"})
-    for stale in FRAME_FILES.values():  # a stale frame from another config must not survive
-        (output_dir / stale[0]).unlink(missing_ok=True)
+    for stale in [*(name for name, _ in FRAME_FILES.values()), CAUSE_FRAME_NAME]:  # from another config: gone
+        (output_dir / stale).unlink(missing_ok=True)
     restore = None
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         restore = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -364,13 +377,16 @@ class SweepCallback(Callback):
 
     def report(self, sweep_dir: Path, opts: dict[str, Any]) -> tuple[Any, Path]:
         """Write the report of ``sweep_dir`` with the checked knobs ``opts``; return it and its path."""
+        from coordcheck.app.cause_pass import run_cause_pass
         from coordcheck.report import report_sweep
 
         return report_sweep(sweep_dir, rules=self.knobs.rules_of(opts), figures=opts["figures"],
-                            steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"])
+                            steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"],
+                            cause_pass=run_cause_pass if getattr(self, "cause_pass", True) else None)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.started = time.time()  # the trackers' errors of this sweep's jobs, not of a resumed one's (log_sweep)
+        self.cause_pass = bool(config.get("cause_pass", True))  # a failing sweep records its causes afterwards
         try:
             self.knobs.values(config.get("report"))
         except CoordCheckError as e:  # an exception would only be a warning here: stop before any job runs

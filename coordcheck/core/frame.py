@@ -116,6 +116,7 @@ __all__ = [
     "CAUSE_TENSORS",
     "ROLES",
     "FRAME_NAME",
+    "CAUSE_FRAME_NAME",
     "LOSS_MODULE",
     "FrameError",
     "empty_frame",
@@ -126,6 +127,7 @@ __all__ = [
 ]
 
 FRAME_NAME = "frame.parquet"  # fixed file name; what varies lives in directory names
+CAUSE_FRAME_NAME = "frame.causes.parquet"  # a cause pass's in/own rows of the same job (coordcheck.app.cause_pass)
 LOSS_MODULE = "(loss)"
 ROOT_MODULE = "(root)"
 # Suffixes of captured attention logits that are exactly q k^T * scale (no additive bias or mask folded in):

@@ -69,9 +69,9 @@ MUON_FIX = ("the hidden matrices' Muon learning rate is not width-invariant (adj
             "update's spectral norm grow like sqrt(width)): set optimizer.adjust_lr_fn=original, which keeps it ~ "
             "sqrt(fan_out / fan_in) (flat in width), or give them lr * sqrt(base_width / width)")
 NOT_MEASURED_HINT = "'tensors=[out,delta,in,own]' tells whether a parameter causes it"  # an undecided symptom
-NO_OWN_NOTE = ("not measured: the causes (which parameter's init or learning rate is off) need the probes' in and own "
-               "tensors — run with tensors=[out,delta,in,own] (Python: tensors=coordcheck.CAUSE_TENSORS); the reason "
-               "names a likely cause from the symptoms only")
+NO_OWN_NOTE = ("not measured: which parameter's init or learning rate is off needs the probes' in and own tensors, "
+               "which a failing sweep records itself (cause_pass=true, the default) and tensors=[out,delta,in,own] "
+               "records in every sweep; the reason names a likely cause from the symptoms only")
 # A loss "jump" (for the no-cause finding): the loss at some width and seed rises more than this fraction above its
 # running minimum — far below the stability window's rule (50%), which cuts the judged steps.
 JUMP = 0.05

@@ -49,7 +49,7 @@ ROLE_OF_CLASS: dict[str, tuple[str, str]] = {  # a linear or convolution layer's
     "output-like": ("output", "weight: width → fixed"),
 }
 WEIGHTED = ("linear", "linear-t", "conv")  # the ops whose weight's shape says what they are (linear-t: (in, out))
-RECORDED = "place (recorded: no op or parameters of its own that say more)"
+RECORDED = "its place: no op or weight of its own"
 ROLE_COLUMNS = ["config_id", "module", "recorded", "role", "role_from"]
 
 

@@ -82,6 +82,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from coordcheck.judge.siblings import narrow_by_audit
 from coordcheck.judge.structure import structure_causes
 from coordcheck.judge.audit import audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
 from coordcheck.judge.depth import DepthVerdict, judge_depth
@@ -169,11 +170,24 @@ class Verdict:
         return list(dict.fromkeys(self.worst(5 * n)["module"]))[:n]
 
     def worst(self, n: int = 10) -> pd.DataFrame:
-        """The worst offending series (failures first, then inconclusive), largest |slope| first."""
+        """The worst offenders: one series per module (its worst: failures first, then inconclusive, largest |slope|
+        first), the modules the causes name leading in the causes' order (the first cause's first), then the others
+        by their worst series."""
         s = self.series[self.series["in_window"] & self.series["status"].isin(["fail", "inconclusive"])].copy()
         s["_rank"] = s["status"].map(RANK)
         s["_abs"] = s["slope"].abs().fillna(np.inf)
-        return s.sort_values(["_rank", "_abs"], ascending=False).drop(columns=["_rank", "_abs"]).head(n)
+        s = s.sort_values(["_rank", "_abs"], ascending=False).drop_duplicates(["config_id", "module"])
+        lead = {}
+        if len(self.causes):
+            ranked = self.configs.assign(_c=self.configs["status"].map(RANK)).sort_values("_c", ascending=False,
+                                                                                          kind="stable")
+            for cid in ranked["config_id"]:
+                for ms in self.causes[self.causes["config_id"] == cid].sort_values("order")["modules"]:
+                    for m in ms:
+                        lead.setdefault((cid, m), len(lead))
+        s["_lead"] = [lead.get(k, len(lead)) for k in zip(s["config_id"], s["module"])]
+        s = s.sort_values("_lead", kind="stable")
+        return s.drop(columns=["_rank", "_abs", "_lead"]).head(n)
 
 
 def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
@@ -228,7 +242,9 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
         verdict.status = "inconclusive"
         verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
     _fail_fixed_models(verdict, facts)
-    _add_parameter_causes(verdict, frame, facts, rules, audit)
+    long = audit if audit is not None else audit_long(facts, rules) if facts else None
+    _add_parameter_causes(verdict, frame, facts, rules, long)
+    verdict.causes, verdict.modules = narrow_by_audit(verdict.causes, verdict.modules, long, rules.tol)
     _add_structure(verdict, facts)
     _add_depth(verdict, frame, rules, facts)
     return verdict

@@ -61,6 +61,7 @@ verdict's flags (``--stat``, ``--tol``, ``--min-widths``, ...) are generated fro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,7 @@ class Report:
                       "|---|---|---|---|---|---|---|---|"]
             walked = v.modules.set_index(["config_id", "module"])[["cause", "inherited_from", "inherited_via"]]
             measured = set(v.evidence["config_id"])
+            said: dict[str, str] = {}  # each text once: a repeat points at the row that says it
             for w in worst.itertuples():
                 why = w.diagnosis  # the guess from the symptom, unless the causes say better
                 if w.config_id in measured and (w.config_id, w.module) in walked.index:
@@ -196,6 +198,9 @@ class Report:
                                                                       if m["inherited_via"] == "backward" else "")
                            if m["inherited_from"] else "undecided: no cause the measurements show (see Cause)"
                            if w.status == "inconclusive" else "no cause found (see Cause)")
+                if len(why) > 60 and why in said:
+                    why = f"as for {said[why]}"
+                said.setdefault(why, w.module)
                 lines.append(
                     f"| {md_escape(w.module)} | {role_cell(w)} | {w.tensor} | {w.step} | {num(w.slope)} | "
                     f"[{num(w.ci_low)}, {num(w.ci_high)}] | {w.status} | {md_escape(why)} |"
@@ -317,7 +322,7 @@ def cause_lines(v: Verdict) -> list[str]:
             lines += [f"- {where}**{md_escape(r.what)}**: {md_escape(r.line.removeprefix(f'{r.what}: '))}"
                       for r in mine.itertuples()]
         elif c.config_id not in set(v.evidence["config_id"]):
-            lines.append(f"- {where}not measured: {md_escape(NO_OWN_NOTE)}")
+            lines.append(f"- {where}{md_escape(NO_OWN_NOTE)}")
         elif c.status == "pass":
             lines.append(f"- {where}none: no parameter's initialisation or own update violates muP")
         else:
@@ -458,10 +463,22 @@ def _write_figures(
 
 def report_sweep(
     sweep_dir: str | Path, *, rules: Rules = Rules(), figures: bool = True, steps: list[int] | None = None,
-    size: str = "paper", layout: str = "grid",
+    size: str = "paper", layout: str = "grid", cause_pass: Callable[[Path, Verdict], bool] | None = None,
 ) -> tuple[Report, Path]:
-    """Aggregate a sweep directory from disk, judge it and write ``SWEEP_DIR/report/``."""
+    """Aggregate a sweep directory from disk, judge it and write ``SWEEP_DIR/report/``.
+
+    ``cause_pass(sweep_dir, verdict)``: called once the sweep is judged, before anything is written; when it returns
+    True (it recorded more in the job directories: :mod:`coordcheck.app.cause_pass`) the sweep is judged again."""
     sweep_dir = Path(sweep_dir)
+    report = _judge_sweep(sweep_dir, rules)
+    if cause_pass is not None and cause_pass(sweep_dir, report.verdict):
+        report = _judge_sweep(sweep_dir, rules)
+    path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps, size=size, layout=layout)
+    return report, path
+
+
+def _judge_sweep(sweep_dir: Path, rules: Rules) -> Report:
+    """The report of the frames and facts on disk under ``sweep_dir``, not yet written."""
     sweep: Sweep = aggregate(sweep_dir)
     command, config = sweep_config(sweep_dir)
     if sweep.frame.empty:
@@ -473,5 +490,4 @@ def report_sweep(
     report = build_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs, command=command,
                           config=config, facts=facts)
     report.environment = environments(facts)
-    path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps, size=size, layout=layout)
-    return report, path
+    return report

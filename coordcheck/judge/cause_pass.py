@@ -1,0 +1,34 @@
+"""What a cause pass must record: the steps at which a failing sweep recorded no own update.
+
+Stage: judge. Input: a :class:`coordcheck.judge.verdict.Verdict`. Output: per configuration, the last step a cause
+pass must record the ``in`` and ``own`` tensors to (:data:`CAUSE_PASS_TENSORS`), or nothing when no pass is needed:
+the verdict does not fail, or the frame holds ``own`` already (``tensors=[out,delta,in,own]``), or what fails is the
+model's structure (its cause is named without measuring), or nothing fails inside the stability window. The pass
+itself (training again with those tensors, as far as that step) is the driver's: :mod:`coordcheck.app.cause_pass`
+for a sweep, :func:`coordcheck.coord_check` in Python. Never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coordcheck.judge.verdict import Verdict
+
+__all__ = ["CAUSE_PASS_TENSORS", "cause_pass_steps"]
+
+CAUSE_PASS_TENSORS = ("in", "own")  # what the causes need that the default tensors (out, delta) do not record
+
+
+def cause_pass_steps(verdict: Verdict) -> dict[str, int]:
+    """``config_id`` -> the last step a cause pass must record (the last failing step inside the stability window,
+    at least 1), for each configuration that fails without its cause measured; ``{}`` when no pass is needed."""
+    s = verdict.series
+    if verdict.status != "fail" or s.empty or bool((s["tensor"] == "own").any()):
+        return {}
+    fails = s[(s["status"] == "fail") & s["in_window"].astype(bool)]
+    causes = verdict.causes
+    if len(causes):
+        structure = set(causes.loc[causes["kind"] == "structure", "config_id"])
+        fails = fails[~fails["config_id"].isin(structure)]
+    return {str(cid): max(1, int(g["step"].max())) for cid, g in fails.groupby("config_id")}
