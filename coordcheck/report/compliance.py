@@ -198,7 +198,7 @@ class Report:
                                                                       if m["inherited_via"] == "backward" else "")
                            if m["inherited_from"] else "undecided: no cause the measurements show (see Cause)"
                            if w.status == "inconclusive" else "no cause found (see Cause)")
-                if len(why) > 60 and why in said:
+                if len(why) > 100 and why in said:
                     why = f"as for {said[why]}"
                 said.setdefault(why, w.module)
                 lines.append(
