@@ -236,7 +236,8 @@ def test_report_without_own_says_the_causes_need_it(tmp_path):
     frame = make_frame(gpt(downstream_of("h1.proj", 1.0)))
     md = write_report(build_report(frame[frame["tensor"] != "own"]), tmp_path, figures=False).read_text()
     cause = md.split("## Cause", 1)[1].split("##", 1)[0]
-    assert "not measured: the causes" in cause and "tensors=[out,delta,in,own]" in cause
+    assert "not measured: which parameter" in cause and "tensors=[out,delta,in,own]" in cause
+    assert "not measured: not measured" not in cause and "cause_pass=true" in cause
     assert json.loads((tmp_path / "report.json").read_text())["causes"] == []
 
 

@@ -204,7 +204,7 @@ def coord_check(
     refused with the reason (:mod:`coordcheck.setup.device`).
     ``rules``: the verdict's numbers (:class:`coordcheck.judge.verdict.Rules`).
     ``cause_pass``: when the verdict fails and ``tensors`` did not record the causes' ``in`` and ``own``, train the
-    failing configurations again recording only them, as far as the last failing step, so that the verdict names
+    failing configurations again recording only them, to two steps past the first failing one, so that the verdict names
     the cause (one log line; :mod:`coordcheck.judge.cause_pass`). ``False``: the first pass only.
 
     Depth (:mod:`coordcheck.setup.depth`): ``depths=[2, 4, 8, 16]`` with ``width=128`` sweeps the number of residual

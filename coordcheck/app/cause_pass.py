@@ -5,10 +5,11 @@ Stage: app (it drives training). Input: a sweep directory and its verdict. The d
 parameter owner's input and own update (``in``, ``own``), which cost a quarter to a third more per step
 (``docs/performance.md``). So a passing sweep never pays for them, and a failing one records them afterwards: each job
 of a failing configuration trains again, from the same seeds and data, with only ``in`` and ``own`` probed and only
-as far as the last failing step (:func:`coordcheck.judge.cause_pass.cause_pass_steps`); the rows go into the job's
-``frame.causes.parquet``, which the sweep's aggregation reads beside ``frame.parquet`` (the report then re-judges).
-Said in one line on the console. A job dir that has them already (a resumed sweep) is not trained again. A pass that fails
-(a job's model no longer importable, an error) is a warning: the report is written without the causes.
+a little past the first failing step (:func:`coordcheck.judge.cause_pass.cause_pass_steps`); the rows go into the
+job's ``frame.causes.parquet``, which the sweep's aggregation reads beside ``frame.parquet`` (the report then
+re-judges). Said in one line on the console. A job dir that has them already (a resumed sweep) is not trained
+again. A pass that fails (a job's model no longer importable, an error) is a warning: the report is written without
+the causes.
 
 ``cause_pass=false`` (Python: ``coord_check(..., cause_pass=False)``) turns it off; ``tensors=[out,delta,in,own]``
 records everything in the sweep itself (no pass).

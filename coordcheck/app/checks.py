@@ -136,8 +136,8 @@ JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job r
 }
 
 
-def _check_bool(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
+def _check_bool(value: Any, key: str) -> bool | None:
+    if value is not None and not isinstance(value, bool):  # None: a config without the key (transfer's)
         raise CoordCheckError(f"{key} must be true or false, got {value!r}")
     return value
 

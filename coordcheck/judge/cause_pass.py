@@ -15,14 +15,20 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from coordcheck.judge.verdict import Verdict
 
-__all__ = ["CAUSE_PASS_TENSORS", "cause_pass_steps"]
+__all__ = ["CAUSE_PASS_TENSORS", "MARGIN", "cause_pass_steps"]
 
 CAUSE_PASS_TENSORS = ("in", "own")  # what the causes need that the default tensors (out, delta) do not record
+# Steps a cause pass records past the first failing step. A fault shows in its own update from its onset: an init at
+# step 0, a learning rate from the first update (Adam's first step is ~lr·sign(g) at every width), a missing output
+# multiplier at step 0; what fails only later is downstream (it inherits) or drift. Two more steps give the own
+# series room to be significant; the pass then costs (first failing step + 3) / (steps + 1) of a sweep, not all of it.
+MARGIN = 2
 
 
 def cause_pass_steps(verdict: Verdict) -> dict[str, int]:
-    """``config_id`` -> the last step a cause pass must record (the last failing step inside the stability window,
-    at least 1), for each configuration that fails without its cause measured; ``{}`` when no pass is needed."""
+    """``config_id`` -> the last step a cause pass must record (the first failing step inside the stability window
+    plus :data:`MARGIN`, at most the last failing one, at least 1), for each configuration that fails without its
+    cause measured; ``{}`` when no pass is needed."""
     s = verdict.series
     if verdict.status != "fail" or s.empty or bool((s["tensor"] == "own").any()):
         return {}
@@ -31,4 +37,5 @@ def cause_pass_steps(verdict: Verdict) -> dict[str, int]:
     if len(causes):
         structure = set(causes.loc[causes["kind"] == "structure", "config_id"])
         fails = fails[~fails["config_id"].isin(structure)]
-    return {str(cid): max(1, int(g["step"].max())) for cid, g in fails.groupby("config_id")}
+    return {str(cid): max(1, min(int(g["step"].max()), int(g["step"].min()) + MARGIN))
+            for cid, g in fails.groupby("config_id")}

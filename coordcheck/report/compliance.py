@@ -213,7 +213,7 @@ class Report:
             lines += ["| width | seed | step | what happened |", "|---|---|---|---|"]
             lines += [f"| {u.width} | {u.seed} | {int(u.unstable_step)} | {md_escape(u.reason)} |"
                       for u in unstable.itertuples()]
-            ends = ", ".join(f"{c.parametrization}: steps 0–{c.window_end}" for c in v.configs.itertuples())
+            ends = ", ".join(f"{c.parametrization}: steps 0 to {c.window_end}" for c in v.configs.itertuples())
             lines += ["", f"Slopes are judged on the steps before the first instability at any width ({ends})."]
         else:
             lines.append(f"The loss never turned unstable at any width (never above {1 + r.rise:g}x its running "

@@ -1,9 +1,9 @@
 """Aggregation: combine the job directories of a sweep from the files on disk.
 
-Stage: aggregate. Input: a sweep directory (any launcher, any depth of job directories,
-each holding ``frame.parquet`` and/or ``job.json``, and ``frame.causes.parquet`` after a cause pass). Output: a :class:`Sweep` with the
-combined tidy frame and the list of jobs that failed or left no complete frame — listed,
-never silently ignored. Never imports torch; never unpickles (parquet and JSON only).
+Stage: aggregate. Input: a sweep directory (any launcher, any depth of job directories, each holding
+``frame.parquet`` and/or ``job.json``, and ``frame.causes.parquet`` after a cause pass). Output: a :class:`Sweep`
+with the combined tidy frame and the list of jobs that failed or left no complete frame — listed, never silently
+ignored. Never imports torch; never unpickles (parquet and JSON only).
 """
 
 from __future__ import annotations
