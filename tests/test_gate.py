@@ -48,8 +48,9 @@ def test_sp_mlp_fails_with_its_causes_and_the_report_path(tmp_path):
 
 
 def test_without_a_cause_the_message_lists_the_failing_series(tmp_path):
-    # parametrization=none and no own / in tensors: no cause can be named, so the failing series are shown
-    msg = raised(km.build_no_multiplier, **HAND, tensors=("out", "delta"), report_dir=tmp_path)
+    # parametrization=none, no own / in tensors and no cause pass: no cause can be named, so the failing series are
+    # shown
+    msg = raised(km.build_no_multiplier, **HAND, tensors=("out", "delta"), cause_pass=False, report_dir=tmp_path)
     lines = msg.splitlines()
     assert lines[0].startswith("coordinate check (parametrization=none) — FAIL: ") and "readout" in lines[0]
     assert not any(line.startswith("cause: ") for line in lines)
