@@ -1,4 +1,4 @@
-"""The μTransfer figures (Tensor Programs V, figure 1): loss against log2 learning rate, and optimum against width.
+"""The μTransfer figures (Tensor Programs V, figure 1): loss against learning rate, and optimum against width.
 
 Across depth (``axis="depth"``) the same figures with a line per depth, and the optimum against depth beside the best
 held-out loss against depth (deeper must not be worse).
@@ -22,13 +22,28 @@ from coordcheck.plot import (
     facet_size,
     add_legend,
     legend_line,
+    log2_labels,
     figure_style,
     save_figure,
     seaborn_modules,
 )
+from coordcheck.transfer.fit import fitted_parabola
 from coordcheck.transfer.verdict import PAR_ORDER, across
 
-__all__ = ["plot_transfer", "plot_optima"]
+__all__ = ["plot_transfer", "plot_optima", "label_lr_axis"]
+
+FIT_DASHES = (4, 2)  # the fitted parabola, over the points it was fitted to
+MAX_LR_TICKS = 9  # more octaves than this: every other power of two
+
+
+def label_lr_axis(ax, log2_lrs: np.ndarray) -> None:
+    """An x axis in log2(lr) ticked at the powers of two the grid spans (to half an octave beyond its ends), labelled
+    2^-8: a grid of powers of two is ticked at its own points, 0.001, 0.002, ... next to 2^-10, 2^-9, ..."""
+    lo, hi = math.ceil(np.min(log2_lrs) - 0.5), math.floor(np.max(log2_lrs) + 0.5)  # the nearest powers inside
+    every = 1 if hi - lo + 1 <= MAX_LR_TICKS else 2
+    ticks = np.arange(lo, hi + 1, every, dtype=float)
+    ax.set_xticks(ticks, log2_labels(2.0**ticks, powers=True))
+    ax.set_xticks([], minor=True)
 
 
 
@@ -50,10 +65,12 @@ def _panels(df: pd.DataFrame) -> pd.Series:
 
 def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path | None = None, *,
                   title: str | None = None, size: Size = "paper", axis: str = "width"):
-    """Held-out loss against log2(lr), a line per width (light = narrow, dark = wide), a panel per
-    parametrization on a shared y axis; each width's fitted optimum is a star, diverged learning rates
-    are crosses along the top. ``axis="depth"``: a line per depth (light = shallow, dark = deep), a panel per
-    parametrization (and family and width, when several)."""
+    """Held-out loss against the learning rate (a log2 axis labelled in powers of two), a line through the measured
+    points per width (light = narrow, dark = wide), a panel per parametrization on a shared y axis; each width's
+    fitted parabola dashed over the points it was fitted to, with its vertex, the optimum, a star on it (the optimum
+    is the fit's, not the lowest point's); diverged learning rates are crosses along the top. ``axis="depth"``: a
+    line per depth (light = shallow, dark = deep), a panel per parametrization (and family and width, when
+    several)."""
     if curves.empty:
         raise ValueError("no held-out losses to plot")
     if axis == "depth":
@@ -61,7 +78,7 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
         optima = optima.assign(parametrization=_panels(optima))
     elif curves.groupby("parametrization")["config_id"].nunique().max() > 1:
         raise ValueError("a parametrization holds several configurations: plot one at a time")
-    sns, plt = seaborn_modules()
+    sns, _ = seaborn_modules()
     cols = _par_order(curves["parametrization"])
     widths = np.sort(curves[axis].unique())
     palette = dict(zip(widths, sns.color_palette(WIDTH_PALETTE, len(widths))))
@@ -71,24 +88,28 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
         g = sns.FacetGrid(finite, col="parametrization", col_order=cols, sharey=True, height=facet_h,
                           aspect=facet_w / facet_h)
         g.map_dataframe(sns.lineplot, x="log2_lr", y="loss", hue=axis, hue_order=list(widths), palette=palette,
-                        marker="o", markersize=4, linewidth=1.4, legend=False)
+                        marker="o", markersize=4, linewidth=1.0, legend=False)
         for par, ax in zip(cols, g.axes.flat):
             o = optima[(optima["parametrization"] == par) & np.isfinite(optima["optimum"])]
             for row in o.itertuples():
-                ax.plot(row.optimum, row.optimum_loss, marker="*", markersize=11, color=palette[getattr(row, axis)],
+                colour = palette[getattr(row, axis)]
+                c = finite[(finite["parametrization"] == par) & (finite[axis] == getattr(row, axis))]
+                xs, ys = fitted_parabola(c["log2_lr"].to_numpy(), c["loss"].to_numpy(), row.fit_low, row.fit_high)
+                ax.plot(xs, ys, color=colour, linewidth=1.4, dashes=FIT_DASHES, zorder=4)
+                ax.plot(row.optimum, row.optimum_loss, marker="*", markersize=11, color=colour,
                         markeredgecolor="black", markeredgewidth=0.6, linestyle="none", zorder=5)
             div = curves[(curves["parametrization"] == par) & ~np.isfinite(curves["loss"])]
             for row in div.itertuples():
                 ax.plot(row.log2_lr, 0.97, marker="x", color=palette[getattr(row, axis)],
                         transform=ax.get_xaxis_transform(),
                         linestyle="none", clip_on=False)
-            ax.set_xticks(np.sort(curves["log2_lr"].unique()))
-            ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:g}"))
+            label_lr_axis(ax, curves["log2_lr"].to_numpy())
         g.set_titles(col_template="{col_name}")
-        g.set_axis_labels("log2 learning rate", "held-out loss")
+        g.set_axis_labels("learning rate", "held-out loss")
         handles = {str(w): legend_line(palette[w], marker="o") for w in widths}
-        handles["optimum (fit)"] = Line2D([], [], color="0.5", marker="*", markersize=9, markeredgecolor="black",
-                                          markeredgewidth=0.6, linestyle="none")
+        handles["fitted parabola"] = legend_line("0.5", dashes=FIT_DASHES, linewidth=1.4)
+        handles["its vertex: optimum"] = Line2D([], [], color="0.5", marker="*", markersize=9,
+                                                markeredgecolor="black", markeredgewidth=0.6, linestyle="none")
         if (~np.isfinite(curves["loss"])).any():
             handles["diverged"] = Line2D([], [], color="0.3", marker="x", markersize=6, markeredgewidth=1.5,
                                          linestyle="none")
