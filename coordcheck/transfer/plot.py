@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 
 from coordcheck.plot import (
@@ -21,6 +22,7 @@ from coordcheck.plot import (
     Size,
     facet_size,
     add_legend,
+    font_pt,
     legend_line,
     log2_labels,
     figure_style,
@@ -33,18 +35,27 @@ from coordcheck.transfer.verdict import PAR_ORDER, across
 __all__ = ["plot_transfer", "plot_optima", "label_lr_axis"]
 
 FIT_DASHES = (4, 2)  # the fitted parabola, over the points it was fitted to
-MAX_LR_TICKS = 9  # more octaves than this: every other power of two
 
 
-def label_lr_axis(ax, log2_lrs: np.ndarray) -> None:
-    """An x axis in log2(lr) ticked at the powers of two the grid spans (to half an octave beyond its ends), labelled
-    2^-8: a grid of powers of two is ticked at its own points, 0.001, 0.002, ... next to 2^-10, 2^-9, ..."""
+def label_lr_axis(axes, log2_lrs: np.ndarray) -> None:
+    """The x axes of ``axes`` (log2 lr, shared) ticked at the powers of two the grid spans (to half an octave beyond
+    its ends) and labelled 2^-8: a grid of powers of two at its own points, 0.001, 0.002, ... beside 2^-10, 2^-9, ...
+    Every power is labelled when the labels fit the panel's width, else every second (third, ...), the others
+    ticked without a label."""
     lo, hi = math.ceil(np.min(log2_lrs) - 0.5), math.floor(np.max(log2_lrs) + 0.5)  # the nearest powers inside
-    every = 1 if hi - lo + 1 <= MAX_LR_TICKS else 2
-    ticks = np.arange(lo, hi + 1, every, dtype=float)
-    ax.set_xticks(ticks, log2_labels(2.0**ticks, powers=True))
-    ax.set_xticks([], minor=True)
-
+    powers = np.arange(lo, hi + 1)
+    ax = axes[0]
+    renderer = ax.figure.canvas.get_renderer()
+    font = FontProperties(size=font_pt("xtick.labelsize"))
+    widest = max(renderer.get_text_width_height_descent(t, font, ismath=True)[0]
+                 for t in log2_labels(2.0**powers, powers=True))
+    octave = abs(ax.transData.transform((1, 0))[0] - ax.transData.transform((0, 0))[0])  # pixels per octave
+    every = max(1, math.ceil((widest + font.get_size_in_points() / 72 * ax.figure.dpi) / octave))
+    labelled = powers[powers % every == 0] if every > 1 else powers
+    for a in axes:
+        a.set_xticks(labelled.astype(float), log2_labels(2.0**labelled, powers=True))
+        a.set_xticks(powers[~np.isin(powers, labelled)].astype(float), minor=True)
+        a.grid(True, which="minor", axis="x", linewidth=0.5, alpha=0.5)
 
 
 def _par_order(values) -> list[str]:
@@ -103,9 +114,9 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
                 ax.plot(row.log2_lr, 0.97, marker="x", color=palette[getattr(row, axis)],
                         transform=ax.get_xaxis_transform(),
                         linestyle="none", clip_on=False)
-            label_lr_axis(ax, curves["log2_lr"].to_numpy())
         g.set_titles(col_template="{col_name}")
         g.set_axis_labels("learning rate", "held-out loss")
+        label_lr_axis(list(g.axes.flat), curves["log2_lr"].to_numpy())
         handles = {str(w): legend_line(palette[w], marker="o") for w in widths}
         handles["fitted parabola"] = legend_line("0.5", dashes=FIT_DASHES, linewidth=1.4)
         handles["its vertex: optimum"] = Line2D([], [], color="0.5", marker="*", markersize=9,

@@ -8,6 +8,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from coordcheck.transfer.fit import curves, fit_optima
@@ -43,17 +44,25 @@ def test_each_optimum_is_the_vertex_of_its_drawn_parabola_not_the_lowest_point()
                for p, star in zip(points, stars))  # the line through the points is another curve
 
 
-@pytest.mark.parametrize("log2_lrs, ticks, labels", [
-    (np.arange(-12, -3), np.arange(-12, -3), [f"$2^{{{k}}}$" for k in range(-12, -3)]),  # the default grid
-    (np.log2([0.001, 0.002, 0.004, 0.008, 0.016]), np.arange(-10, -5), [f"$2^{{{k}}}$" for k in range(-10, -5)]),
+@pytest.mark.parametrize("log2_lrs, powers", [
+    (np.arange(-12, -3), range(-12, -3)),  # the default grid: its own points
+    (np.log2([0.001, 0.002, 0.004, 0.008, 0.016]), range(-10, -5)),  # 2^-9.97 ... 2^-5.97: the powers beside them
 ])
-def test_the_learning_rate_is_ticked_in_powers_of_two(log2_lrs, ticks, labels):
-    frame = curve_frame(0.0, log2_lrs=log2_lrs, centre=float(np.median(log2_lrs)))
+@pytest.mark.parametrize("parametrizations", [("mup",), ("mup", "sp")])
+def test_the_learning_rate_is_ticked_in_powers_of_two_whose_labels_never_touch(log2_lrs, powers, parametrizations):
+    frame = pd.concat([curve_frame(0.0, par=p, log2_lrs=log2_lrs, centre=float(np.median(log2_lrs)))
+                       for p in parametrizations])
     fig = plot_transfer(curves(frame), fit_optima(frame))
-    (ax,) = fig.axes
-    np.testing.assert_allclose(ax.get_xticks(), ticks)
-    assert [t.get_text() for t in ax.get_xticklabels()] == labels
-    assert ax.get_xlabel() == "learning rate"
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        labelled = ax.get_xticks()
+        assert sorted([*labelled, *ax.get_xticks(minor=True)]) == list(powers)  # every power ticked
+        assert [t.get_text() for t in ax.get_xticklabels()] == [f"$2^{{{int(k)}}}$" for k in labelled]
+        assert len(labelled) >= 3 and len(set(np.diff(labelled))) == 1  # evenly thinned, if at all
+        boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+        assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:]))
+        assert ax.get_xlabel() == "learning rate"
 
 
 def test_a_curve_without_optimum_has_no_parabola_and_no_star():
