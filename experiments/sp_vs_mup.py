@@ -2,7 +2,7 @@
 
 The runs are the sweep ``conf/experiment/sp_vs_mup.yaml``: widths 128-1024, Adam lr 0.01, 3 seeds,
 10 steps, the default fixed batch (4 x 32 random tokens). This script draws it: docs/sp_vs_mup.{png,pdf}
-(the guide layout: a panel per kind of activation, a line per step) and docs/sp_vs_mup_grid.{png,pdf}
+(the guide layout, the default: a panel per kind of activation, a line per step) and docs/sp_vs_mup_grid.{png,pdf}
 (a panel per step, a line per module), and prints the verdict of each parametrization.
 
     python experiments/sp_vs_mup.py [SWEEP_DIR] [--out docs]
@@ -66,7 +66,8 @@ def main() -> None:
     plot_coords(frame, out, stat="std", row="parametrization", layout="guide", title=title)
     worst = results["sp"].verdict.worst_modules()
     steps = [s for s in GRID_STEPS if s in set(frame["step"])]
-    plot_coords(frame, f"{out}_grid", stat="std", steps=steps, row="parametrization", title=title, highlight=worst)
+    plot_coords(frame, f"{out}_grid", stat="std", steps=steps, row="parametrization", layout="grid", title=title,
+                highlight=worst)
     print(f"wrote {out}.png, {out}_grid.png and their PDFs")
 
 

@@ -2,6 +2,7 @@
 flags, the command-line checks made before Hydra runs anything, and the small helpers every command shares."""
 
 import argparse
+import inspect
 from dataclasses import dataclass, fields
 from typing import get_args
 
@@ -132,10 +133,13 @@ def test_report_knobs_are_the_fields_of_rules_then_the_reports_own(capsys):
 
     assert [m.value for m in report_knobs.Size] == list(get_args(plot.Size))
     assert [m.value for m in report_knobs.Layout] == list(get_args(plot.Layout))
+    # one default for the sweep's knob, the report's functions, the Python API and plot_coords: the paper figure
+    assert report_knobs.report_options()["layout"] == report_knobs.DEFAULT_LAYOUT == "guide"
+    assert inspect.signature(plot.plot_coords).parameters["layout"].default == report_knobs.DEFAULT_LAYOUT
     with pytest.raises(SystemExit):
         report.main(["--help"])
     usage = capsys.readouterr().out
-    assert all(f"--{f.name.replace('_', '-')} " in usage for f in fields(Rules)) and "--layout {grid,guide}" in usage
+    assert all(f"--{f.name.replace('_', '-')} " in usage for f in fields(Rules)) and "--layout {guide,grid}" in usage
 
 
 BAD_TYPES = [
@@ -143,7 +147,7 @@ BAD_TYPES = [
     ("report.stat=foo", "report.stat: must be one of std, l1, rms, mean, absmax (got 'foo')"),
     ("report.size=huge", "report.size: must be one of paper, slides (got 'huge')"),
     ("report.strict=maybe", "report.strict: must be true or false (got 'maybe')"),
-    ("report.layout=foo", "report.layout: must be one of grid, guide (got 'foo')"),
+    ("report.layout=foo", "report.layout: must be one of guide, grid (got 'foo')"),
     ("report.min_widths=2.5", "report.min_widths: must be an integer >= 2 (got '2.5')"),
     ("report.steps=abc", "report.steps: must be null or a list of steps >= 0, e.g. [0,3,10] (got 'abc')"),
     ("report.tolerance=0.1", "report.tolerance: unknown knob: choose one of stat, tol, shrink_tol, "),

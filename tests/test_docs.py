@@ -20,6 +20,8 @@ How a page's commands are found and run (the rules pages are written to; docs/de
   argument is the page's latest sweep; ``device=cuda`` without CUDA must be the one-line error (exit 2).
 - Exit 0 and no traceback; with ``--strict``/``report.strict=true`` 0, 1 or 2 and a report; a trailing comment
   ``# exit N`` expects N (2: one ``coordcheck: error:`` line).
+- Facts that would go stale are checked against a run: docs/quickstart.md's sweep directory (every file a default
+  sweep writes is listed, every listed file is written) and its good result (what the command prints last).
 """
 
 from __future__ import annotations
@@ -430,6 +432,82 @@ def test_site_builds_strict(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert 'id="coordcheck.app.api.coord_check"' in api and 'id="coordcheck.judge.rules.Rules"' in api
+
+
+def documented_files(block: str) -> tuple[dict[str, set[str]], set[str]]:
+    """The files a sweep-directory tree of the docs lists, by directory (``""`` the sweep's, ``"width=256"`` a job's,
+    ``"report"``), and those whose comment says ``only when`` (written in some runs only). A line is
+    ``dir/file [file ...]  # comment``; ``{png,pdf}`` stands for both; ``...`` lines are skipped."""
+    listed: dict[str, set[str]] = {}
+    optional = set()
+    for line in block.splitlines()[1:]:
+        code, comment = split_comment(line)
+        if not code.strip() or code.strip() == "...":
+            continue
+        first, *rest = code.split()
+        folder, _, name = first.rpartition("/")
+        for token in (name, *rest):
+            stem, brace, exts = token.partition("{")
+            for file in ([stem + e for e in exts.rstrip("}").split(",")] if brace else [token]):
+                listed.setdefault(folder, set()).add(file)
+                if comment.startswith("only when"):
+                    optional.add(f"{folder}/{file}")
+    return listed, optional
+
+
+def written_files(sweep: Path) -> dict[str, set[str]]:
+    """What a sweep directory holds, by directory as :func:`documented_files` reads the docs (``"job"`` for every
+    job's directory, which must all hold the same files)."""
+    out: dict[str, set[str]] = {}
+    jobs = [d for d in sweep.iterdir() if (d / "job.json").is_file()]
+    assert len(jobs) == len(TINY_WIDTHS)
+    for path in sweep.rglob("*"):
+        if path.is_file():
+            rel = path.relative_to(sweep)
+            job = rel.parts[0] if sweep / rel.parts[0] in jobs else None
+            folder = str(rel.parent) if job is None else str(Path("job", *rel.parts[1:-1]))
+            out.setdefault("" if folder == "." else folder, set()).add(rel.name if job is None else path.name)
+    per_job = {frozenset(str(p.relative_to(j)) for p in j.rglob("*") if p.is_file()) for j in jobs}
+    assert len(per_job) == 1, "the jobs' directories hold different files"
+    return out
+
+
+@pytest.mark.slow
+def test_quickstart_shows_what_a_sweep_prints_and_every_file_it_writes(tmp_path, monkeypatch, capsys):
+    """The default sweep (figures on, at tiny size) writes the files docs/quickstart.md lists, no more and no fewer
+    (those it says are written "only when" excepted), and ends as its good result does."""
+    page = (DOCS / "quickstart.md").read_text()
+    tree = next(body for lang, body, _ in fences(page) if body.startswith("outputs/multirun/<date>/<time>/"))
+    good = next(body for lang, body, _ in fences(page) if body.startswith("coordcheck: PASS"))
+    monkeypatch.chdir(tmp_path)
+    args, sweep = tiny_hydra("coordcheck", ["width=256,512,1024", "report.figures=true", "--multirun"], 1)
+    assert run_in_process(monkeypatch, *args) == 0
+    printed = capsys.readouterr().out.splitlines()
+
+    verdict, report = good.splitlines()  # the status and widths are the run's; the form is the docs'
+    assert verdict.startswith("coordcheck: PASS — every judged series is flat within tolerance over widths ")
+    assert report == "coordcheck: report outputs/multirun/<date>/<time>/report/report.md"
+    at = next(i for i, line in enumerate(printed) if re.match(r"coordcheck: (PASS|FAIL|INCONCLUSIVE) — ", line))
+    assert printed[at + 1] == f"coordcheck: report {sweep}/report/report.md"
+
+    listed, optional = documented_files(tree)
+    jobs = [folder for folder in listed if folder.split("/")[0].startswith("width=")]
+    listed = {folder.replace(folder.split("/")[0], "job", 1) if folder in jobs else folder: files
+              for folder, files in listed.items()}
+    written = written_files(tmp_path / sweep)
+    for folder in sorted(set(listed) | set(written)):
+        shown, made = listed.get(folder, set()), written.get(folder, set())
+        assert made <= shown, f"quickstart.md does not list {sorted(made - shown)} in {folder or 'the sweep'}/"
+        missing = {f for f in shown - made if f"{folder}/{f}" not in optional}
+        assert not missing, f"quickstart.md lists {sorted(missing)} in {folder}/, which the sweep did not write"
+
+
+def test_the_file_tree_of_the_docs_is_read_file_by_file():
+    tree = ("root/\n  a.txt          # the first\n  width=8/x.json y.log\n  ...\n"
+            "  report/f.{png,pdf} t.csv   # a figure\n  report/e.txt   # only when it fails\n")
+    listed, optional = documented_files(tree)
+    assert listed == {"": {"a.txt"}, "width=8": {"x.json", "y.log"}, "report": {"f.png", "f.pdf", "t.csv", "e.txt"}}
+    assert optional == {"report/e.txt"}
 
 
 def test_a_page_s_expected_error_and_its_traceback_are_told_apart(tmp_path, monkeypatch, capsys):

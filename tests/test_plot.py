@@ -138,7 +138,7 @@ def test_coords_writes_pdf_and_png_and_nothing_else(tmp_path, name):
 def test_coords_axes_show_real_widths_on_log_axes():
     frame = tidy()
     before = frame.copy()
-    fig = plot_coords(frame)
+    fig = plot_coords(frame, layout="grid")
     pd.testing.assert_frame_equal(frame, before)  # the caller's frame is left alone
     assert len(fig.axes) == 2 * 4  # rows mup, sp; columns steps 0..3
     for ax in fig.axes:
@@ -154,7 +154,7 @@ def test_coords_axes_show_real_widths_on_log_axes():
 
 def test_coords_lines_are_seed_geometric_means_one_per_module():
     frame = tidy(parametrizations=("sp",))
-    fig = plot_coords(frame, steps=[2])
+    fig = plot_coords(frame, steps=[2], layout="grid")
     (ax,) = fig.axes
     sel = frame[(frame.tensor == "out") & (frame.stat == "std") & (frame.step == 2)]
     expected = (sel.assign(log=np.log(sel.value)).groupby(["layer_index", "module", "width"])["log"]
@@ -170,80 +170,81 @@ def test_coords_lines_are_seed_geometric_means_one_per_module():
 
 
 def test_default_steps_are_spread_and_keep_first_and_last():
-    fig = plot_coords(tidy(steps=range(11), parametrizations=("mup",), seeds=(0,)))
+    fig = plot_coords(tidy(steps=range(11), parametrizations=("mup",), seeds=(0,)), layout="grid")
     shown = _steps_shown(fig, len(fig.axes))
     assert len(shown) == 4 and shown[0] == "step 0" and shown[-1] == "step 10"
-    fig = plot_coords(tidy(parametrizations=("mup",)), steps=[0, 3])
+    fig = plot_coords(tidy(parametrizations=("mup",)), steps=[0, 3], layout="grid")
     assert _steps_shown(fig, len(fig.axes)) == ["step 0", "step 3"]
     with pytest.raises(ValueError, match="not recorded"):
-        plot_coords(tidy(), steps=[7])
+        plot_coords(tidy(), steps=[7], layout="grid")
 
 
 def test_zero_nan_and_inf_values_leave_panels_empty_not_crash(tmp_path):
     frame = tidy(parametrizations=("mup",))  # delta is exactly 0 at step 0
     frame.loc[(frame.step == 1) & (frame.module == "wte"), "value"] = np.nan
     frame.loc[(frame.step == 2) & (frame.module == "lm_head") & (frame.width == 256), "value"] = np.inf
-    fig = plot_coords(frame, tmp_path / "delta", tensor="delta")
+    fig = plot_coords(frame, tmp_path / "delta", tensor="delta", layout="grid")
     step0, step1, step2, _ = fig.axes
     assert not step0.lines and "no values > 0" in [t.get_text() for t in step0.texts]
     assert len(step1.lines) == len(MODULES) - 1  # wte has no finite value at step 1
     assert len(step2.lines[-1].get_xdata()) == len(WIDTHS) - 1  # lm_head stops before 256
     frame["value"] = 0.0
-    fig = plot_coords(frame, tmp_path / "zero")
+    fig = plot_coords(frame, tmp_path / "zero", layout="grid")
     assert all(not ax.lines for ax in fig.axes)
     assert (tmp_path / "zero.png").stat().st_size > 0
 
 
 def test_mean_is_drawn_as_magnitude():
-    fig = plot_coords(tidy(parametrizations=("mup",)), stat="mean", steps=[0])
+    fig = plot_coords(tidy(parametrizations=("mup",)), stat="mean", steps=[0], layout="grid")
     (ax,) = fig.axes
     assert len(ax.lines) == len(MODULES) and ax.get_ylabel() == "|mean| of out"
     assert all((line.get_ydata() > 0).all() for line in ax.lines)
 
 
 def test_row_tensor_shows_every_tensor_with_its_label():
-    fig = plot_coords(tidy(parametrizations=("sp",)), row="tensor", steps=[1, 3])
+    fig = plot_coords(tidy(parametrizations=("sp",)), row="tensor", steps=[1, 3], layout="grid")
     assert len(fig.axes) == 2 * 2
     assert [ax.get_ylabel() for ax in fig.axes[::2]] == ["std of out", "std of delta"]
     with pytest.raises(ValueError, match="varying: parametrization"):
-        plot_coords(tidy(), row="tensor")  # mup and sp would be averaged together
+        plot_coords(tidy(), row="tensor", layout="grid")  # mup and sp would be averaged together
 
 
 def test_several_configs_per_panel_are_refused():
     frame = pd.concat([tidy(lr=0.01), tidy(lr=0.1)], ignore_index=True)
     with pytest.raises(ValueError, match="varying: lr"):
-        plot_coords(frame)
+        plot_coords(frame, layout="grid")
     with pytest.raises(ValueError, match="varying: lr"):
         plot_loss(frame)
-    fig = plot_coords(frame[frame.parametrization == "mup"], row="lr", steps=[0])
+    fig = plot_coords(frame[frame.parametrization == "mup"], row="lr", steps=[0], layout="grid")
     assert len(fig.axes) == 2
 
 
 def test_bad_arguments_say_what_is_there():
     with pytest.raises(ValueError, match="present: stats"):
-        plot_coords(tidy(), stat="median")
+        plot_coords(tidy(), stat="median", layout="grid")
     with pytest.raises(ValueError, match="not a column"):
-        plot_coords(tidy(), row="colour")
+        plot_coords(tidy(), row="colour", layout="grid")
 
 
 def test_many_modules_get_a_legend_by_layer_index():
     modules = [(f"blocks.{i}.{part}", i + 1, "hidden") for i in range(12) for part in ("attn", "mlp")]
-    fig = plot_coords(tidy(modules=modules, parametrizations=("mup",), seeds=(0,)), steps=[0])
+    fig = plot_coords(tidy(modules=modules, parametrizations=("mup",), seeds=(0,)), steps=[0], layout="grid")
     (legend,) = fig.legends
     labels = [t.get_text() for t in legend.get_texts()]
     assert legend.get_title().get_text() == "layer index"
     assert labels[0] == "1" and labels[-1] == "12" and len(labels) <= 9
 
 
+@pytest.mark.parametrize("layout", ["guide", "grid"])
 @pytest.mark.parametrize("size, width_in", [("paper", (6.0, 7.8)), ("slides", (10.5, 12.8))])
-def test_sizes_fit_a_page_or_a_slide(tmp_path, size, width_in):
-    plot_coords(tidy(steps=range(2)), tmp_path / "c", size=size)
+def test_sizes_fit_a_page_or_a_slide(tmp_path, size, width_in, layout):
+    plot_coords(tidy(steps=range(2)), tmp_path / "c", size=size, layout=layout)
     width, height = _png_size_in(tmp_path / "c.png")
     assert width_in[0] <= width <= width_in[1] and height < width
 
 
 def test_roles_get_their_own_marker_and_dashes():
-    fig = plot_coords(tidy(parametrizations=("mup",)), steps=[1])
+    fig = plot_coords(tidy(parametrizations=("mup",)), steps=[1], layout="grid")
     (ax,) = fig.axes
     markers = [line.get_marker() for line in ax.lines]  # lines by depth then name, as MODULES
     roles = [role for _, _, role in MODULES]
@@ -254,7 +255,7 @@ def test_roles_get_their_own_marker_and_dashes():
 
 def test_highlighted_modules_are_thick_on_top_and_in_their_own_legend():
     frame = tidy(parametrizations=("sp",))
-    fig = plot_coords(frame, steps=[2], highlight=["blocks.1.mlp", "not.a.module"])
+    fig = plot_coords(frame, steps=[2], highlight=["blocks.1.mlp", "not.a.module"], layout="grid")
     (ax,) = fig.axes
     assert len(ax.lines) == len(MODULES)
     thick = [line for line in ax.lines if line.get_linewidth() == HIGHLIGHT_WIDTH]
@@ -266,10 +267,33 @@ def test_highlighted_modules_are_thick_on_top_and_in_their_own_legend():
     assert "2: blocks.1.mlp" not in legends["layer index: module"]
 
 
+def test_highlighted_modules_with_the_same_values_both_show():
+    """Two routers' softmax with equal values (a MoE run's layers 1 and 2): the one drawn first is wider, with a larger
+    open marker, so the one drawn over it leaves its edges and marker showing; marker and dashes differ too."""
+    routers = [("blocks.0.router.(softmax)", 1, "attention"), ("blocks.1.router.(softmax)", 2, "attention")]
+    modules = [*MODULES[:3], *routers, *MODULES[3:]]
+    frame = tidy(modules=modules, parametrizations=("sp",))
+    first, second = (frame.module == "blocks.0.router.(softmax)"), (frame.module == "blocks.1.router.(softmax)")
+    frame.loc[second, "value"] = frame.loc[first, "value"].to_numpy()
+    picked = ["blocks.0.router.(softmax)", "blocks.1.router.(softmax)"]
+    fig = plot_coords(frame, steps=[2], highlight=picked, layout="grid")
+    (ax,) = fig.axes
+    under, over = [line for line in ax.lines if line.get_zorder() >= 3]
+    np.testing.assert_allclose(under.get_ydata(), over.get_ydata())  # the same values, one line over the other
+    assert over.get_zorder() > under.get_zorder()
+    assert under.get_linewidth() > over.get_linewidth() == HIGHLIGHT_WIDTH
+    assert under.get_markersize() > over.get_markersize()
+    assert under.get_marker() != over.get_marker() and under.get_linestyle() != over.get_linestyle()
+    assert all(line.get_markerfacecolor() == "none" for line in (under, over))  # open: the one below shows through
+    legends = {lg.get_title().get_text(): lg for lg in fig.legends}
+    handles = legends["highlighted modules"].legend_handles
+    assert [h.get_marker() for h in handles] == [under.get_marker(), over.get_marker()]
+
+
 def test_sixty_modules_grid_has_role_legend_and_no_overlapping_labels():
     frame = tidy(modules=sixty_modules(), steps=range(11), seeds=(0,))
     fig = plot_coords(frame, highlight=["lm_head", "model.layers.9.self_attn.scores", "model.layers.3.mlp.down_proj"],
-                      title="muP coordinate check — FAIL")
+                      title="muP coordinate check — FAIL", layout="grid")
     assert all(len(ax.lines) == 60 for ax in fig.axes)
     legends = {lg.get_title().get_text(): [t.get_text() for t in lg.get_texts()] for lg in fig.legends}
     assert legends["role"] == ["input", "hidden", "attention", "norm", "output"]
@@ -283,10 +307,24 @@ def test_sixty_modules_grid_has_role_legend_and_no_overlapping_labels():
 @pytest.mark.parametrize("size", ["paper", "slides"])
 def test_many_widths_are_thinned_not_overlapping(size):
     widths = tuple(2**k for k in range(5, 15))  # 32 .. 16384
-    fig = plot_coords(tidy(widths=widths, seeds=(0,), parametrizations=("mup",)), size=size)
+    fig = plot_coords(tidy(widths=widths, seeds=(0,), parametrizations=("mup",)), size=size, layout="grid")
     assert _overlapping_tick_labels(fig) == []
     shown = _visible_labels(fig.axes[-1].get_xticklabels())
-    assert shown[-1] == "16384" and 3 <= len(shown) <= len(widths)
+    assert shown[-1] in ("16384", "$2^{14}$") and 3 <= len(shown) <= len(widths)
+
+
+@pytest.mark.parametrize("widths, as_powers", [((128, 256, 512, 1024), True), ((96, 192, 384, 768), False)])
+def test_guide_labels_every_width_of_a_default_sweep(widths, as_powers):
+    """Five panels on a page: the 512 of 128-1024 is labelled (as 2^9: the numbers do not fit), and widths that are
+    not powers of two keep their numbers."""
+    fig = plot_coords(tidy(modules=GPT_MODULES, widths=widths, seeds=(0,), parametrizations=("mup", "sp")))
+    assert len(fig.axes) == 2 * 5
+    assert _overlapping_tick_labels(fig) == []
+    shown = _visible_labels(fig.axes[-1].get_xticklabels())
+    if as_powers:
+        assert shown == [f"$2^{{{k}}}$" for k in range(7, 11)]
+    else:
+        assert all(t.isdigit() for t in shown) and shown[-1] == "768"  # as written (thinned if they must be)
 
 
 # --- plot_coords, layout="guide" ------------------------------------------------------
@@ -627,6 +665,6 @@ def test_result_plot_kind_causes_draws_the_verdicts_evidence():
     fig = result.plot(kind="causes")
     assert fig.get_suptitle() == result.verdict.title
     assert [ax.get_title() for ax in fig.axes] == ["initialisation", "learning rate", "own update"]
-    assert result.plot().axes[0].get_title().startswith("step")  # kind="coords" stays the default
+    assert result.plot().axes[0].get_title() == "embedding"  # kind="coords" in the guide layout stays the default
     with pytest.raises(CoordCheckError, match="kind must be one of coords, causes"):
         result.plot(kind="cause")

@@ -170,14 +170,19 @@ def test_the_figure_shows_the_failing_step_the_failing_tensor_and_the_judged_win
     v = report.verdict
     worst = v.worst(1).iloc[0]
     assert v.status == "fail" and worst["tensor"] == "delta" and int(v.configs["window_end"].iloc[0]) == 2
-    options = coord_figure_options(v)
+    options = coord_figure_options(v, layout="grid")
     assert options["tensor"] == ["out", "delta"] and int(worst["step"]) in options["include_steps"]
-    fig = plot_coords(report.frame, **options)
+    fig = plot_coords(report.frame, **options, layout="grid")
     top = [ax.get_title() for ax in fig.axes[:5]]
     assert top == ["step 0", "step 1", "step 2", "step 10", ""]  # the judged window, then the last step; one row each
     assert [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()] == ["std of out", "std of delta"]
     not_judged = [ax for ax in fig.axes if ax.get_facecolor()[:3] == matplotlib.colors.to_rgb(NOT_JUDGED_FACE)]
     assert len(not_judged) == 2 and all("not judged" in [t.get_text() for t in ax.texts] for ax in not_judged)
+    plt.close(fig)
+    fig = plot_coords(report.frame, **coord_figure_options(v))  # the default, the paper figure: the same steps
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["0", "1", "2", "10 (not judged)"]
+    assert [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()] == ["std of out", "std of delta"]
     plt.close(fig)
 
 
@@ -186,9 +191,9 @@ def test_the_default_steps_of_a_clean_run_are_spread_over_every_step():
     from coordcheck.report import build_report, coord_figure_options
 
     report = build_report(make_frame(HEALTHY, steps=range(11)))
-    options = coord_figure_options(report.verdict)
+    options = coord_figure_options(report.verdict, layout="grid")
     assert report.verdict.status == "pass" and options["tensor"] == ["out"] and options["include_steps"] == []
-    fig = plot_coords(report.frame, **options)
+    fig = plot_coords(report.frame, **options, layout="grid")
     assert [ax.get_title() for ax in fig.axes] == ["step 0", "step 3", "step 7", "step 10"]
 
 

@@ -139,8 +139,8 @@ def test_layout_reaches_the_coord_check_figure(monkeypatch, sweep):
 
     for name in ("plot_coords", "plot_slopes", "plot_loss"):
         monkeypatch.setattr(plot, name, fake(name))
-    assert run_in_process(monkeypatch, *PASSING, "report.figures=true", "report.layout=guide",
+    assert run_in_process(monkeypatch, *PASSING, "report.figures=true", "report.layout=grid",
                           f"hydra.sweep.dir={sweep}", "--multirun") == 0
-    assert report.main([str(sweep), "--layout", "guide"]) == 0
-    assert report.main([str(sweep)]) == 0
-    assert [layout for name, layout in seen if name == "plot_coords"] == ["guide", "guide", "grid"]
+    assert report.main([str(sweep), "--layout", "grid"]) == 0
+    assert report.main([str(sweep)]) == 0  # the default: the paper figure
+    assert [layout for name, layout in seen if name == "plot_coords"] == ["grid", "grid", "guide"]

@@ -37,6 +37,7 @@ from coordcheck.setup.parametrization import (
     short_name,
 )
 from coordcheck.report import Report, build_report, environments, write_report
+from coordcheck.report.knobs import DEFAULT_LAYOUT
 from coordcheck.run.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
 from coordcheck.judge.cause_pass import CAUSE_PASS_TENSORS, cause_pass_steps
 from coordcheck.judge.verdict import Rules, Verdict
@@ -96,18 +97,18 @@ class CoordCheckResult:
         return self._report.markdown()
 
     def write(self, out_dir: str | Path, *, figures: bool = True, size: str = "paper",
-              layout: Literal["grid", "guide"] = "grid") -> Path:
+              layout: Literal["guide", "grid"] = DEFAULT_LAYOUT) -> Path:
         """Write report.md, report.json, the tables and (``figures``) the figures into ``out_dir``, as a sweep's
         ``report/`` holds them (:func:`coordcheck.report.write_report`); return the path of report.md."""
         return write_report(self._report, out_dir, figures=figures, size=size, layout=layout)
 
     def plot(self, path: str | Path | None = None, *, kind: PlotKind = "coords",
-             layout: Literal["grid", "guide"] = "grid", **kwargs: object):
+             layout: Literal["guide", "grid"] = DEFAULT_LAYOUT, **kwargs: object):
         """A figure of the result; saved as PDF + PNG when ``path`` is given. The verdict is the title.
 
-        ``kind="coords"``: the coord-check figure (``coordcheck.plot.plot_coords``), in ``layout="grid"``
-        (a panel per step, a line per module, the worst offenders highlighted) or ``"guide"`` (a panel per
-        kind of activation, a line per step). ``kind="causes"``: which knob — each parameter's measured
+        ``kind="coords"``: the coord-check figure (``coordcheck.plot.plot_coords``), in ``layout="guide"`` (the
+        default, the paper figure: a panel per kind of activation, a line per step) or ``"grid"`` (a panel per step,
+        a line per module, the worst offenders highlighted). ``kind="causes"``: which knob — each parameter's measured
         width exponents against the band muP allows, violators marked (``coordcheck.plot.plot_causes`` of
         ``verdict.evidence``; ``layout`` does not apply). ``kind="depth"`` (a depth sweep): each kind of activation
         against depth, a line per step (``coordcheck.plot.plot_depth``); ``kind="grid"`` (a width x depth grid): the

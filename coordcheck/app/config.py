@@ -143,8 +143,26 @@ def not_in_dirname(knobs: Knobs = REPORT) -> list[str]:
             *logger_keys()]
 
 
+def help_groups(*, _root_: DictConfig) -> str:
+    """``--help``'s config groups (``conf/hydra/help/coordcheck.yaml``): the groups of the command's defaults list
+    (``hydra.runtime.choices``; not ``schema/``, which only types ``report.*``, nor a group this command does not
+    take), each with its options and the default marked, then the ``+experiment=`` overlays and, for a command whose
+    multirun ends in a report (a ``hydra.callbacks`` entry), the launchers. One line per group:
+    ``model: custom, gpt (default), hf, mlp``."""
+    choices = OmegaConf.to_container(_root_.hydra.runtime.choices)
+    lines = [f"{group}: " + ", ".join(f"{o} (default)" if o == choice else o for o in options(group))
+             + (" (default: none)" if choice is None else "")
+             for group, choice in choices.items() if not group.startswith("hydra/")]
+    lines.sort()
+    lines.append("+experiment (an overlay, added with +): " + ", ".join(options("experiment")))
+    if _root_.hydra.get("callbacks"):  # a sweep: its jobs can run elsewhere
+        lines.append("hydra/launcher: basic (default), " + ", ".join(options("hydra/launcher")))
+    return "\n".join(lines)
+
+
 for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_in_dirname", not_in_dirname),
-                         ("cc.ratio", width_ratio), ("cc.head_dim", head_dim)):
+                         ("cc.ratio", width_ratio), ("cc.head_dim", head_dim),
+                         ("coordcheck_help_groups", help_groups)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _resolver)
 

@@ -20,18 +20,19 @@ from coordcheck.plot.causes import (
     measure_order, plot_causes,
 )
 from coordcheck.plot.coords import (
-    HIGHLIGHT_COLOURS, HIGHLIGHT_WIDTH, KINDS, LAYER_CMAP, LAYER_CMAP_RANGE, MAX_COLUMNS, MAX_GUIDE_STEPS,
-    MAX_LAYER_LEGEND, MAX_MODULE_LEGEND, NOT_JUDGED_FACE, ROLE_STYLE, STEP_PALETTE, Layout, activation_kind,
-    guide_kinds, plot_coords,
+    HIGHLIGHT_COLOURS, HIGHLIGHT_LAYERS, HIGHLIGHT_MARKS, HIGHLIGHT_WIDTH, KINDS, LAYER_CMAP, LAYER_CMAP_RANGE,
+    MAX_COLUMNS, MAX_GUIDE_STEPS, MAX_LAYER_LEGEND, MAX_MODULE_LEGEND, NOT_JUDGED_FACE, ROLE_STYLE, STEP_PALETTE,
+    Layout, activation_kind, guide_kinds, highlight_style, plot_coords,
 )
 from coordcheck.plot.depth import (
     DEPTH_KINDS, GRID_SERIES, MAX_DEPTH_COLUMNS, depth_kinds, family_labels, has_depths, has_grid, plot_depth,
     plot_grid_slopes,
 )
 from coordcheck.plot.helpers import (
-    FIGURE_WIDTH, PNG_DPI, SLIDE_HEIGHT, WIDTH_PALETTE, Size, add_legend, check_columns, check_one_config, check_steps,
-    default_steps, facet_size, figure_style, fit_log2_labels, fit_titles, font_pt, label_log2, label_log_y,
-    legend_line, module_order, nothing_left, pick_steps, plain_number, save_figure, seaborn_modules, tensor_rank,
+    FIGURE_WIDTH, PNG_DPI, SLIDE_HEIGHT, WIDTH_PALETTE, Size, add_legend, add_legend_below, check_columns,
+    check_one_config, check_steps, default_steps, facet_size, figure_style, fit_log2_labels, fit_titles, font_pt,
+    label_log2, label_log_y, legend_line, log2_labels, module_order, nothing_left, pick_steps, plain_number,
+    powers_of_two, save_figure, seaborn_modules, tensor_rank,
 )
 from coordcheck.plot.loss import plot_loss
 from coordcheck.plot.slopes import (
@@ -41,11 +42,12 @@ from coordcheck.plot.slopes import (
 __all__ = [
     # the figures
     "plot_coords", "plot_slopes", "plot_loss", "plot_causes", "plot_depth", "plot_grid_slopes", "activation_kind",
-    "guide_kinds",
+    "guide_kinds", "highlight_style",
     # depth
     "DEPTH_KINDS", "GRID_SERIES", "MAX_DEPTH_COLUMNS", "depth_kinds", "family_labels", "has_depths", "has_grid",
     # coords
-    "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS", "HIGHLIGHT_WIDTH", "NOT_JUDGED_FACE", "LAYER_CMAP",
+    "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS", "HIGHLIGHT_WIDTH", "HIGHLIGHT_MARKS", "HIGHLIGHT_LAYERS",
+    "NOT_JUDGED_FACE", "LAYER_CMAP",
     "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS", "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS",
     # causes
     "DRAWN_COLUMNS", "MEASURE_ORDER", "MEASURE_TITLES", "VIOLATES_COLOUR", "VIOLATES_LABEL", "INSIDE_LABEL",
@@ -54,7 +56,7 @@ __all__ = [
     "SLOPE_CMAP", "SLOPE_CLIP", "MAX_STACKED_MODULES", "MAX_ANNOTATED", "MAX_ANNOTATED_ACROSS", "MIN_LABEL_PT",
     # helpers
     "Size", "FIGURE_WIDTH", "SLIDE_HEIGHT", "WIDTH_PALETTE", "PNG_DPI", "seaborn_modules", "figure_style",
-    "facet_size", "module_order", "legend_line", "add_legend", "font_pt", "tensor_rank", "check_columns",
-    "check_one_config", "nothing_left", "save_figure", "default_steps", "pick_steps", "check_steps", "label_log_y",
-    "plain_number", "label_log2", "fit_log2_labels", "fit_titles",
+    "facet_size", "module_order", "legend_line", "add_legend", "add_legend_below", "font_pt", "tensor_rank",
+    "check_columns", "check_one_config", "nothing_left", "save_figure", "default_steps", "pick_steps", "check_steps",
+    "label_log_y", "plain_number", "label_log2", "log2_labels", "powers_of_two", "fit_log2_labels", "fit_titles",
 ]

@@ -1,4 +1,4 @@
-"""The coordinate-check figure: an activation statistic against width, in the grid or the guide layout.
+"""The coordinate-check figure: an activation statistic against width, in the guide (default) or the grid layout.
 
 Stage: figures (analysis side; never imports torch). Input: a tidy frame in the schema
 of :mod:`coordcheck.core.frame` (one row per measurement). Output: a matplotlib Figure, and,
@@ -7,10 +7,12 @@ when a path is given, the same figure as ``<path>.pdf`` and ``<path>.png``
 Seed spread is drawn as a min-max band (``errorbar=("pi", 100)``), never bootstrapped,
 so that sweeps of tens of thousands of rows plot in about a second.
 
-:func:`plot_coords` has two layouts. ``"grid"``: one panel per step, one line per module
-(colour = layer index, marker and dashes = role, the ``highlight`` modules thick and in a
-legend of their own). ``"guide"``, the layout of published muP guides: one panel per kind
-of activation, one line per step. The kind of a module (:func:`activation_kind`):
+:func:`plot_coords` has two layouts. ``"guide"`` (the default), the layout of published muP guides and papers:
+one panel per kind of activation, one line per step (initialisation in open rings, dashed), the step legend in a row
+below the panels. ``"grid"``: one panel per step, one line per module (colour = layer index, marker and dashes =
+role, the ``highlight`` modules thick, each with a marker and dashes of its own, and in a legend of their own). Both
+label every width on their log2 axis (as powers of two when the numbers as written do not fit). The kind of a module
+(:func:`activation_kind`):
 
 * role ``input`` -> "embedding"; role ``attention`` -> "attention logits"; role
   ``output`` -> "output logits", of which only the model's output (the output module with
@@ -34,18 +36,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps, patheffects
+from matplotlib import colormaps
 from matplotlib.legend import Legend
 
 from coordcheck.core.frame import conform
 from coordcheck.plot.helpers import (
-    FIGURE_WIDTH, Size, add_legend, check_one_config, check_steps, default_steps, facet_size, figure_style,
-    fit_log2_labels, fit_titles, font_pt, label_log2, label_log_y, legend_line, module_order, nothing_left,
-    save_figure, seaborn_modules, tensor_rank,
+    Size, add_legend, add_legend_below, check_one_config, check_steps, default_steps, facet_size,
+    figure_style, fit_log2_labels, fit_titles, label_log2, label_log_y, legend_line, module_order,
+    nothing_left, save_figure, seaborn_modules, tensor_rank,
 )
 
 if TYPE_CHECKING:
@@ -53,11 +55,12 @@ if TYPE_CHECKING:
 
     from matplotlib.figure import Figure
 
-__all__ = ["plot_coords", "activation_kind", "guide_kinds", "Layout", "KINDS", "ROLE_STYLE", "HIGHLIGHT_COLOURS",
-           "HIGHLIGHT_WIDTH", "NOT_JUDGED_FACE", "LAYER_CMAP", "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS",
-           "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND", "MAX_GUIDE_STEPS"]
+__all__ = ["plot_coords", "activation_kind", "guide_kinds", "highlight_style", "Layout", "KINDS", "ROLE_STYLE",
+           "HIGHLIGHT_COLOURS", "HIGHLIGHT_WIDTH", "HIGHLIGHT_MARKS", "HIGHLIGHT_LAYERS", "NOT_JUDGED_FACE",
+           "LAYER_CMAP", "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS", "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND",
+           "MAX_GUIDE_STEPS"]
 
-Layout = Literal["grid", "guide"]
+Layout = Literal["guide", "grid"]  # the first is the default (coordcheck.report.knobs.LAYOUTS)
 
 LAYER_CMAP = "viridis"
 LAYER_CMAP_RANGE = (0.0, 0.85)  # viridis' last yellows vanish on white
@@ -75,6 +78,11 @@ ROLE_STYLE = {
 }
 HIGHLIGHT_COLOURS = ("#d62728", "#ff7f0e", "#000000", "#e377c2", "#8c564b", "#17becf")  # off viridis
 HIGHLIGHT_WIDTH = 2.2
+# each highlighted module its own open marker and dashes, so that two with the same values (a router softmax in two
+# layers) both show: the first drawn is the widest, underneath, the next ones narrower and dashed on top of it
+HIGHLIGHT_MARKS = (("o", ""), ("s", (4, 1.5)), ("D", (1.5, 1.5)), ("^", (6, 1.5, 1.5, 1.5)), ("v", (3, 3)),
+                   ("P", (1, 2.5)))
+HIGHLIGHT_LAYERS = 1.6  # how much wider (line, in points) and larger (marker) the first is than the last
 NOT_JUDGED_FACE = "0.93"  # panels of steps after the judged window (the loss turned unstable)
 
 # layout="guide": panels in this order (see activation_kind), one line per step
@@ -85,7 +93,9 @@ _MLP_PARTS = frozenset({"mlp", "ffn", "feed_forward", "fc", "w1", "w2", "w3"})
 STEP_PALETTE = "flare"  # light = early, dark = late
 MAX_GUIDE_STEPS = 11  # default number of step lines in the guide layout
 
-_STEP_LEGEND_W = {"paper": 0.7, "slides": 1.2}  # a step legend is narrow: wider panels
+_STEP_STYLE = dict(linewidth=1.3, markersize=3.5, markeredgewidth=0)
+_INIT_STYLE = dict(linewidth=1.3, dashes=(3, 1.5), markersize=6, markerfacecolor="white", markeredgewidth=1.2)
+_COMPACT_LEGEND = dict(handlelength=1.4, handletextpad=0.4, columnspacing=1.0)  # a step legend in one row
 _GUIDE_MIN_HEIGHT = {"paper": 2.2, "slides": 0.0}  # five narrow panels on a page still get a y scale
 
 
@@ -98,7 +108,7 @@ def plot_coords(
     steps: Sequence[int] | None = None,
     row: str = "parametrization",
     size: Size = "paper",
-    layout: Layout = "grid",
+    layout: Layout = "guide",
     title: str | None = None,
     highlight: Sequence[str] = (),
     include_steps: Sequence[int] = (),
@@ -117,22 +127,24 @@ def plot_coords(
     marked "no values > 0"); for ``stat="mean"`` the magnitude |mean| is drawn. Under muP
     every line is flat in width; a line that rises with width is a blow-up.
 
+    ``layout="guide"`` (the default), as in published muP guides: columns are kinds of activation
+    (:func:`activation_kind`), in the order embedding, attention logits, attention
+    output, MLP output (or hidden), output logits, each only when present; one line per
+    step (default: every recorded step, at most 11 spread evenly) from light (early) to
+    dark (late), step 0 (initialisation) in open rings and dashed underneath the others, so that a
+    step 1 equal to it leaves it visible; the step legend in a row below the panels. Within a kind, the modules are
+    combined by the geometric mean of ``value`` for each (width, seed, step), then the seeds are averaged
+    in log space as in the grid. ``highlight`` does not apply.
+
     ``layout="grid"``: columns are ``steps`` (default: up to four steps spread over the
     judged ones, always the first and the last, see below), one line per module, coloured by
     ``layer_index`` (dark = shallow), with the marker and dash pattern of its ``role``
     (:data:`ROLE_STYLE`: input squares, hidden circles, attention triangles dashed, norm
     diamonds dotted, output stars dash-dotted). The modules named in ``highlight`` (e.g.
     the verdict's worst offenders; names not in the frame are ignored) are drawn thick,
-    on top, in colours of their own, and listed in a legend below the panels; the other
-    lines are then faded.
-
-    ``layout="guide"``, as in published muP guides: columns are kinds of activation
-    (:func:`activation_kind`), in the order embedding, attention logits, attention
-    output, MLP output (or hidden), output logits, each only when present; one line per
-    step (default: every recorded step, at most 11 spread evenly) from light (early) to
-    dark (late), with a step legend. Within a kind, the modules are combined by the
-    geometric mean of ``value`` for each (width, seed, step), then the seeds are averaged
-    in log space as in the grid. ``highlight`` does not apply.
+    on top, in colours of their own, each with an open marker and a dash pattern of its own
+    (:func:`highlight_style`: the first widest and underneath, so that two with the same values
+    both show), and listed in a legend below the panels; the other lines are then faded.
 
     Default steps (``steps=None``) show the verdict's evidence: ``window_end`` maps a level
     of ``row`` to the last step its verdict judged (training turned unstable after it);
@@ -146,8 +158,8 @@ def plot_coords(
     the panels. Each row level must hold one configuration (one ``config_id``); filter
     the frame or facet by the varying column otherwise. Loss rows are ignored.
     """
-    if layout not in ("grid", "guide"):
-        raise ValueError(f"layout must be 'grid' or 'guide', got {layout!r}")
+    if layout not in get_args(Layout):
+        raise ValueError(f"layout must be 'guide' or 'grid', got {layout!r}")
     frame = conform(frame)
     frame = frame[frame["tensor"] != "loss"]
     _check_column(frame, row, "row")
@@ -266,12 +278,13 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
             err_kws={"alpha": 0.08 if many else 0.15, "linewidth": 0}, linewidth=line_w,
             markersize=marker_s, alpha=0.45 if hot else 1.0,  # faded behind the highlighted modules
         )
-        if hot:  # thick, on top, with a white halo that lifts them off the others
-            halo = [patheffects.Stroke(linewidth=HIGHLIGHT_WIDTH + 1.6, foreground="white"), patheffects.Normal()]
+        for k, m in enumerate(picked):  # thick and on top, each over the one before it (highlight_style)
+            line, mark = highlight_style(k, len(picked))
             g.map_dataframe(
-                _lineplot_subset, keep=picked, **common, hue="module", hue_order=picked, palette=hot,
-                err_kws={"alpha": 0.2, "linewidth": 0}, linewidth=HIGHLIGHT_WIDTH, markersize=marker_s + 2,
-                zorder=3, path_effects=halo,
+                _lineplot_subset, keep=[m], **{**common, "style": "module", "style_order": [m], "markers": {m: mark[0]},
+                                               "dashes": {m: mark[1]}, "markeredgewidth": 1.4},
+                hue="module", hue_order=[m], palette=hot, markerfacecolor="none", markeredgecolor=hot[m],
+                err_kws={"alpha": 0.2, "linewidth": 0}, **line, zorder=3 + k,
             )
         g.set_titles(col_template="step {col_name}", row_template="")  # the row is named in the y label
         _finish_facets(g, widths, ylabels, title)
@@ -289,10 +302,24 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
             legends.append(add_legend(g.figure, roles, "role"))
         _stack_legends(g.figure, legends)
         if hot:
-            _highlight_legend(g.figure, {f"L{i} {m}": legend_line(hot[m], *styled[m], linewidth=HIGHLIGHT_WIDTH)
-                                         for m, i in zip(modules["module"], modules["layer_index"]) if m in hot},
-                              size)
+            order = dict(zip(modules["module"], modules["layer_index"]))
+            handles = {f"L{order[m]} {m}": legend_line(hot[m], *highlight_style(k, len(picked))[1],
+                                                       linewidth=HIGHLIGHT_WIDTH) for k, m in enumerate(picked)}
+            for handle in handles.values():  # open markers, as drawn
+                handle.set_markerfacecolor("none")
+                handle.set_markeredgewidth(1.4)
+            add_legend_below(g.figure, handles, "highlighted modules")
     return g.figure
+
+
+def highlight_style(k: int, n: int) -> tuple[dict, tuple]:
+    """The ``k``-th of ``n`` highlighted modules, in drawing order: (``linewidth`` and ``markersize``, (marker,
+    dashes)). Line widths go from ``HIGHLIGHT_WIDTH + HIGHLIGHT_LAYERS`` down to ``HIGHLIGHT_WIDTH`` and markers
+    shrink alike, so a later line drawn over an earlier one with the same values leaves the earlier one's edges,
+    gaps and marker showing."""
+    wider = HIGHLIGHT_LAYERS * (n - 1 - k) / (n - 1) if n > 1 else 0.0
+    return ({"linewidth": HIGHLIGHT_WIDTH + wider, "markersize": 5.0 + 2 * wider},
+            HIGHLIGHT_MARKS[k % len(HIGHLIGHT_MARKS)])
 
 
 def _log_width_facets(data: pd.DataFrame, widths: np.ndarray, *, row: str, row_order: list, col: str,
@@ -308,10 +335,10 @@ def _log_width_facets(data: pd.DataFrame, widths: np.ndarray, *, row: str, row_o
     return g
 
 
-def _lineplot_subset(*args, keep: list[str], data: pd.DataFrame, **kwargs) -> None:
-    """``sns.lineplot`` on the rows of ``data`` whose module is in ``keep``."""
+def _lineplot_subset(*args, keep: list, data: pd.DataFrame, column: str = "module", **kwargs) -> None:
+    """``sns.lineplot`` on the rows of ``data`` whose ``column`` is in ``keep``."""
     sns, _ = seaborn_modules()
-    subset = data[data["module"].isin(keep)]
+    subset = data[data[column].isin(keep)]
     if not subset.empty:
         sns.lineplot(*args, data=subset, **kwargs)
 
@@ -333,23 +360,35 @@ def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: l
     sns, _ = seaborn_modules()
     palette = dict(zip(steps, sns.color_palette(STEP_PALETTE, len(steps))))
 
-    facet_w, facet_h = facet_size(size, len(row_order), len(kinds), legend_w=_STEP_LEGEND_W[size])
+    facet_w, facet_h = facet_size(size, len(row_order), len(kinds), legend_w=0.0)  # the legend goes below
     facet_h = max(facet_h, _GUIDE_MIN_HEIGHT[size])  # narrow panels, but tall enough for a scale
     with figure_style(size):
         g = _log_width_facets(pooled, widths, row=row, row_order=row_order, col="kind", col_order=kinds, sharey="col",
                               facet=(facet_w, facet_h))
-        g.map_dataframe(
-            sns.lineplot, x="width", y="value", hue="step", hue_order=steps, palette=palette,
-            errorbar=("pi", 100), err_kws={"alpha": 0.12, "linewidth": 0}, linewidth=1.3,
-            marker="o", markersize=3.5, markeredgewidth=0, legend=False,
-        )
+        common = dict(x="width", y="value", hue="step", hue_order=steps, palette=palette, errorbar=("pi", 100),
+                      err_kws={"alpha": 0.12, "linewidth": 0}, marker="o", legend=False)
+        later = [s for s in steps if s != 0]
+        if 0 in steps:  # initialisation: open rings, dashed, underneath; a step 1 that equals it stays visible
+            g.map_dataframe(_lineplot_subset, column="step", keep=[0], **common, **_INIT_STYLE,
+                            markeredgecolor=palette[0])
+        g.map_dataframe(_lineplot_subset, column="step", keep=later, **common, **_STEP_STYLE)
         g.set_titles(col_template="{col_name}", row_template="")  # the row is named in the y label
         _finish_facets(g, widths, ylabels, title)
         drawn = set(pooled["step"]) or set(steps)  # no delta at step 0: no legend entry either
         late = judged_until is not None
-        add_legend(g.figure, {f"{s} (not judged)" if late and s > judged_until else str(s): legend_line(palette[s], "o")
-                              for s in steps if s in drawn}, "step")
+        labels = {s: f"{s} (not judged)" if late and s > judged_until else str(s) for s in steps if s in drawn}
+        add_legend_below(g.figure, {label: _step_handle(palette[s], s) for s, label in labels.items()}, "step",
+                         **_COMPACT_LEGEND)
     return g.figure
+
+
+def _step_handle(colour, step: int):
+    """The legend handle of a step's line: :data:`_INIT_STYLE` for step 0, :data:`_STEP_STYLE` for the others."""
+    handle = legend_line(colour, "o", dashes=(3, 1.5) if step == 0 else "")
+    if step == 0:
+        handle.set_markerfacecolor("white")
+        handle.set_markeredgewidth(_INIT_STYLE["markeredgewidth"])
+    return handle
 
 
 def guide_kinds(data: pd.DataFrame, row: str) -> pd.Series:
@@ -435,15 +474,6 @@ def _stack_legends(fig: Figure, legends: list[Legend], gap_pt: float = 8.0) -> N
         legend.set_loc("upper left")
         legend.set_bbox_to_anchor((1.0, top), transform=fig.transFigure)
         top -= height + gap
-
-
-def _highlight_legend(fig: Figure, handles: dict, size: Size) -> None:
-    """The highlighted modules below the panels, in as many columns as the page width holds."""
-    legend_pt = font_pt("legend.fontsize")
-    entry_in = (0.6 * max(map(len, handles)) * legend_pt + 40) / 72  # label + handle + gaps
-    ncol = max(1, min(len(handles), int(FIGURE_WIDTH[size] // entry_in)))
-    fig.legend(list(handles.values()), list(handles), title="highlighted modules", loc="upper center",
-               bbox_to_anchor=(0.5, 0.0), ncol=ncol, frameon=False)
 
 
 def _check_column(df: pd.DataFrame, column: str, arg: str) -> None:

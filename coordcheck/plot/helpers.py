@@ -35,9 +35,11 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["Size", "FIGURE_WIDTH", "SLIDE_HEIGHT", "WIDTH_PALETTE", "PNG_DPI", "seaborn_modules", "figure_style",
-           "facet_size", "module_order", "legend_line", "add_legend", "font_pt", "tensor_rank", "check_columns",
+           "facet_size", "module_order", "legend_line", "add_legend", "add_legend_below", "font_pt", "tensor_rank",
+           "check_columns",
            "check_one_config", "nothing_left", "save_figure", "default_steps", "pick_steps", "check_steps",
-           "label_log_y", "plain_number", "label_log2", "fit_log2_labels", "fit_titles"]
+           "label_log_y", "plain_number", "label_log2", "log2_labels", "powers_of_two", "fit_log2_labels",
+           "fit_titles"]
 
 Size = Literal["paper", "slides"]
 
@@ -106,6 +108,23 @@ def add_legend(fig: Figure, handles: dict, title: str) -> Legend:
     """Figure legend just right of the axes; ``bbox_inches="tight"`` keeps it in the files."""
     return fig.legend(list(handles.values()), list(handles), title=title, loc="center left",
                       bbox_to_anchor=(1.0, 0.5), frameon=False)
+
+
+def add_legend_below(fig: Figure, handles: dict, title: str, **kwargs) -> Legend:
+    """Figure legend under the panels, centred, in as many columns as the figure's width holds (one row when it
+    can): the panels keep the page's width. ``kwargs`` go to ``fig.legend``."""
+    renderer = fig.canvas.get_renderer()
+    room = fig.get_figwidth() * fig.dpi
+    below = min((ax.get_tightbbox(renderer).y0 for ax in fig.axes), default=0.0)  # the lowest x label, in pixels
+    top = fig.transFigure.inverted().transform((0, below))[1]
+    ncol = max(len(handles), 1)
+    while True:
+        legend = fig.legend(list(handles.values()), list(handles), title=title, loc="upper center",
+                            bbox_to_anchor=(0.5, top), ncol=ncol, frameon=False, **kwargs)
+        if ncol == 1 or legend.get_window_extent(renderer).width <= room:
+            return legend
+        legend.remove()
+        ncol -= 1
 
 
 def font_pt(key: str) -> float:
@@ -234,31 +253,47 @@ def plain_number(x: float, digits: int = 3) -> str:
     return f"{float(mantissa):g}e{int(exponent)}"
 
 
-def label_log2(ax, values: np.ndarray, every: int = 1) -> None:
-    """log2 x axis ticked at ``values`` (the widths or depths present), written out (256, not 2^8); with
-    ``every=k`` only every k-th tick is labelled (always the largest)."""
+def label_log2(ax, values: np.ndarray, every: int = 1, powers: bool = False) -> None:
+    """log2 x axis ticked at ``values`` (the widths or depths present), written out (256) or, with ``powers``, as
+    powers of two (2^8, for values that all are); with ``every=k`` only every k-th tick is labelled (always the
+    largest)."""
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(values))
     keep = (len(values) - 1 - np.arange(len(values))) % every == 0
-    ax.xaxis.set_major_formatter(FixedFormatter([str(int(w)) if k else "" for w, k in zip(values, keep)]))
+    labels = log2_labels(values, powers)
+    ax.xaxis.set_major_formatter(FixedFormatter([text if k else "" for text, k in zip(labels, keep)]))
     ax.xaxis.set_minor_locator(NullLocator())
     lo, hi = float(values.min()), float(values.max())
     pad = 2 ** (0.15 * max(math.log2(hi / lo), 1.0))  # keep end markers off the frame
     ax.set_xlim(lo / pad, hi * pad)
 
 
+def log2_labels(values: Sequence[float], powers: bool = False) -> list[str]:
+    """Tick labels of ``values``: ``256`` as written, or with ``powers`` ``$2^{8}$`` (mathtext; ``$2^{-7}$`` for
+    1/128)."""
+    if powers:
+        return [f"$2^{{{round(math.log2(v))}}}$" for v in values]
+    return [str(int(v)) if float(v).is_integer() else plain_number(float(v), 6) for v in values]
+
+
+def powers_of_two(values: Sequence[float]) -> bool:
+    """Whether every value is an integer power of two (a width 2^k, a learning rate 2^-k)."""
+    return all(v > 0 and math.log2(v) == round(math.log2(v)) for v in values)
+
+
 def fit_log2_labels(axes: Sequence, values: np.ndarray) -> None:
-    """x labels (:func:`label_log2`) that leave a gap between neighbours: every k-th value (always the
-    largest) for the smallest k that fits at the tick font size or down to 80% of it."""
+    """x labels (:func:`label_log2`) that leave a gap between neighbours: every value at the tick font size or down to
+    80% of it; when the numbers as written do not fit and the values are powers of two, as powers (2^10 is narrower
+    than 1024); else every k-th value (always the largest) for the smallest k that fits."""
     ax = axes[0]
     renderer = ax.figure.canvas.get_renderer()
     full_pt = font_pt("xtick.labelsize")
     x = ax.transData.transform(np.c_[values, np.ones(len(values))])[:, 0]
-    labels = [str(int(w)) for w in values]
 
-    def every(pt: float) -> int:
+    def every(pt: float, powers: bool) -> int:
         font = FontProperties(size=pt)
-        half = np.array([renderer.get_text_width_height_descent(t, font, ismath=False)[0] / 2 for t in labels])
+        half = np.array([renderer.get_text_width_height_descent(t, font, ismath=powers)[0] / 2
+                         for t in log2_labels(values, powers)])
         pad = 0.3 * pt / 72 * ax.figure.dpi
         for k in range(1, len(values)):
             kept = np.arange(len(values))[::-1][::k][::-1]  # from the largest down
@@ -267,9 +302,11 @@ def fit_log2_labels(axes: Sequence, values: np.ndarray) -> None:
         return max(1, len(values) - 1)
 
     sizes = (full_pt, 0.9 * full_pt, 0.8 * full_pt)
-    k, pt = min(((every(pt), pt) for pt in sizes), key=lambda kp: (kp[0], -kp[1]))  # fewest dropped, then largest
+    forms = (False, True) if powers_of_two(values) else (False,)
+    # fewest dropped, then as written before powers, then largest
+    k, powers, pt = min(((every(pt, p), p, pt) for p in forms for pt in sizes), key=lambda kp: (kp[0], kp[1], -kp[2]))
     for ax in axes:
-        label_log2(ax, values, every=k)
+        label_log2(ax, values, every=k, powers=powers)
         ax.tick_params(axis="x", labelsize=pt)
 
 

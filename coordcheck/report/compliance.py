@@ -56,7 +56,8 @@ NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inc
 (a CI gate); without it, 0 whenever a report was written. Bad input: one line, exit 2. The
 verdict's flags (``--stat``, ``--tol``, ``--min-widths``, ...) are generated from the fields of
 ``verdict.Rules`` and checked as the sweep's ``report.*`` knobs are
-(``coordcheck.report.knobs.ReportOptions``); ``--layout grid|guide`` picks the coord-check figure.
+(``coordcheck.report.knobs.ReportOptions``); ``--layout guide|grid`` picks the coord-check figure (guide, the paper
+figure, by default).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import atomic_write
 from coordcheck.judge.slopes import fit_slopes
 from coordcheck.report.common import REPORT_DIR, environments, run_lines, write_config
+from coordcheck.report.knobs import DEFAULT_LAYOUT
 from coordcheck.run.sweep import JobProblem, Sweep, aggregate, job_facts, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
 from coordcheck.judge.verdict import NOT_JUDGED, Rules, Verdict, judge
@@ -289,8 +291,8 @@ def depth_lines(v: Verdict) -> list[str]:
              "| width | parametrization | depth scaling | depths | status | reason |", "|---|---|---|---|---|---|"]
     for f in d.families.itertuples():
         scaling = getattr(f, "depth_scaling", "") or "—"
-        lines.append(f"| {f.width} | {md_escape(f.parametrization)} | {md_escape(scaling)} | {f.min_depth}–{f.max_depth} "
-                     f"({f.n_depths}) | {f.status} | {md_escape(f.reason)} |")
+        lines.append(f"| {f.width} | {md_escape(f.parametrization)} | {md_escape(scaling)} | "
+                     f"{f.min_depth}–{f.max_depth} ({f.n_depths}) | {f.status} | {md_escape(f.reason)} |")
     s = d.series[d.series["status"] != "skip"] if len(d.series) else d.series
     bad = s[s["status"].isin(["fail", "inconclusive"])] if len(s) else s
     shown = bad if len(bad) else s[s["place"].isin([RESIDUAL, LOSS_PLACE])]
@@ -379,7 +381,7 @@ def build_report(
 
 def write_report(
     report: Report, out_dir: str | Path, *, figures: bool = True, steps: list[int] | None = None,
-    size: str = "paper", layout: str = "grid",
+    size: str = "paper", layout: str = DEFAULT_LAYOUT,
 ) -> Path:
     """Write every report file into ``out_dir``; return the path of ``report.md``."""
     out = Path(out_dir)
@@ -397,7 +399,8 @@ def write_report(
     return atomic_write(out / "report.md", lambda p: p.write_text(md))
 
 
-def coord_figure_options(verdict: Verdict, *, row: str = "parametrization", layout: str = "grid") -> dict[str, Any]:
+def coord_figure_options(verdict: Verdict, *, row: str = "parametrization",
+                         layout: str = DEFAULT_LAYOUT) -> dict[str, Any]:
     """The coord-check figure's defaults (keywords of :func:`coordcheck.plot.plot_coords`) that show the verdict's
     evidence: its statistic and title; the step and tensor of each configuration's worst series (a failing
     ``delta`` gets rows of its own below ``out``; the step is always a column); each configuration's judged window
@@ -417,9 +420,9 @@ def coord_figure_options(verdict: Verdict, *, row: str = "parametrization", layo
 
 
 def _write_figures(
-    report: Report, out: Path, steps: list[int] | None, size: str, layout: str = "grid",
+    report: Report, out: Path, steps: list[int] | None, size: str, layout: str = DEFAULT_LAYOUT,
 ) -> dict[str, str]:
-    """Coord-check figure (``layout``: grid or guide), slope heatmap, loss curves and, when the verdict has evidence,
+    """Coord-check figure (``layout``: guide or grid), slope heatmap, loss curves and, when the verdict has evidence,
     the causes figure (PDF + PNG); a figure that cannot be drawn is noted."""
     import matplotlib.pyplot as plt
 
@@ -463,7 +466,7 @@ def _write_figures(
 
 def report_sweep(
     sweep_dir: str | Path, *, rules: Rules = Rules(), figures: bool = True, steps: list[int] | None = None,
-    size: str = "paper", layout: str = "grid", cause_pass: Callable[[Path, Verdict], bool] | None = None,
+    size: str = "paper", layout: str = DEFAULT_LAYOUT, cause_pass: Callable[[Path, Verdict], bool] | None = None,
 ) -> tuple[Report, Path]:
     """Aggregate a sweep directory from disk, judge it and write ``SWEEP_DIR/report/``.
 

@@ -24,14 +24,15 @@ from coordcheck.core.errors import CoordCheckError, expected, in_range
 from coordcheck.core.typos import did_you_mean
 from coordcheck.judge.rules import Rules
 
-__all__ = ["Knobs", "REPORT", "ReportOptions", "KNOBS", "SIZES", "LAYOUTS", "Stat", "Size", "Layout", "cli_flag",
-           "knob_error", "report_options", "rules_of"]
+__all__ = ["Knobs", "REPORT", "ReportOptions", "KNOBS", "SIZES", "LAYOUTS", "DEFAULT_LAYOUT", "Stat", "Size", "Layout",
+           "cli_flag", "knob_error", "report_options", "rules_of"]
 
 
 SIZES = ("paper", "slides")  # plot.Size and plot.Layout (plot imports matplotlib: too slow for the config path)
 
 
-LAYOUTS = ("grid", "guide")
+LAYOUTS = ("guide", "grid")  # the coord-check figure's layouts (plot.Layout); the first is the default
+DEFAULT_LAYOUT = LAYOUTS[0]
 
 
 def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
@@ -163,8 +164,9 @@ REPORT = Knobs(
          ("steps", Optional[List[int]], None,
           "steps shown in the coord-check figure, e.g. 0,3,10 (null: up to 4 spread over the run)"),
          ("strict", bool, False, "exit 1 on fail, 2 when inconclusive, 0 on pass (a CI gate)"),
-         ("layout", Layout, Layout.grid,
-          "coord-check figure: grid (a panel per step) or guide (a panel per kind of activation, a line per step)")),
+         ("layout", Layout, Layout(DEFAULT_LAYOUT),
+          "coord-check figure: guide (a panel per kind of activation, a line per step: the paper figure) or grid "
+          "(a panel per step, a line per module)")),
     choices={"stat": Stat, "size": Size, "layout": Layout},
 )
 

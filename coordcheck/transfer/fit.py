@@ -63,7 +63,8 @@ from coordcheck.transfer.verdict import _deeper_worse, _depth_causes, _judge_one
 from coordcheck.transfer.verdict import _judge_shift, _octaves, _why_no_optimum  # noqa: F401  (re-exported)
 
 __all__ = ["TransferRules", "TransferVerdict", "curves", "fit_optima", "fit_shifts", "judge_transfer",
-           "wider_not_worse", "parabola_vertex", "TRANSFERS", "DOES_NOT", "INCONCLUSIVE", "STATUSES", "CONTROL"]
+           "wider_not_worse", "parabola_vertex", "fitted_parabola", "TRANSFERS", "DOES_NOT", "INCONCLUSIVE", "STATUSES",
+           "CONTROL"]
 
 
 def t_quantile(p: float, df: int) -> float:
@@ -112,6 +113,19 @@ def parabola_vertex(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return xv, float(np.polyval(coef, xv))
 
 
+def fitted_parabola(x: np.ndarray, y: np.ndarray, low: float, high: float,
+                    n: int = 41) -> tuple[np.ndarray, np.ndarray]:
+    """The parabola an optimum is the vertex of, ``n`` points of it over [``low``, ``high``] (its row's ``fit_low`` and
+    ``fit_high``: the points it was fitted to): the least-squares parabola of the curve's finite points (``x`` log2 lr,
+    ``y`` loss) in that range, as :func:`fit_optima` fits it. Empty when the range is not finite (no optimum)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return np.empty(0), np.empty(0)
+    inside = np.isfinite(y) & (x >= low) & (x <= high)
+    coef = np.polyfit(x[inside], y[inside], 2)
+    xs = np.linspace(low, high, n)
+    return xs, np.polyval(coef, xs)
+
+
 def _fit_se(x: np.ndarray, y: np.ndarray) -> float:
     """Standard error of the vertex of a least-squares parabola (delta method); NaN without residual freedom
     (its degrees of freedom are ``len(x) - 3``)."""
@@ -131,7 +145,7 @@ def _one_optimum(x: np.ndarray, y: np.ndarray, grid: np.ndarray, rules: Transfer
     """Optimum of one curve (``x`` sorted log2 lr, ``y`` loss, NaN = diverged) on the full ``grid``."""
     finite = np.isfinite(y)
     out = {"optimum": math.nan, "optimum_loss": math.nan, "fit_se": math.nan, "fit_df": 0, "argmin": math.nan,
-           "n_finite": int(finite.sum()), "edge": ""}
+           "fit_low": math.nan, "fit_high": math.nan, "n_finite": int(finite.sum()), "edge": ""}
     if finite.sum() < rules.min_points:
         out["edge"] = "few"
         return out
@@ -159,6 +173,7 @@ def _one_optimum(x: np.ndarray, y: np.ndarray, grid: np.ndarray, rules: Transfer
         out["edge"] = "flat"  # opens downward, or its vertex falls outside the points it was fitted to
         return out
     out["optimum"], out["optimum_loss"] = vertex, vertex_loss
+    out["fit_low"], out["fit_high"] = float(xs[0]), float(xs[-1])
     out["fit_se"], out["fit_df"] = _fit_se(xs, ys), len(xs) - 3
     return out
 
@@ -201,6 +216,7 @@ def fit_optima(frame: pd.DataFrame, rules: TransferRules | None = None, axis: st
                 "optimum_loss": best["optimum_loss"],
                 "se": half / rules.z if math.isfinite(opt) else math.nan, "se_source": source, "df": df,
                 "ci_low": opt - half, "ci_high": opt + half,
+                "fit_low": best["fit_low"], "fit_high": best["fit_high"],
                 "best_lr": 2.0 ** best["argmin"] if math.isfinite(best["argmin"]) else math.nan,
                 "best_loss": float(np.nanmin(c["loss"])) if finite_lr.size else math.nan,
                 "n_lrs": len(c), "n_finite": best["n_finite"], "n_seeds": int(c["n_seeds"].max()),

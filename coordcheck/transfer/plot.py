@@ -1,4 +1,4 @@
-"""The μTransfer figures (Tensor Programs V, figure 1): loss against log2 learning rate, and optimum against width.
+"""The μTransfer figures (Tensor Programs V, figure 1): loss against learning rate, and optimum against width.
 
 Across depth (``axis="depth"``) the same figures with a line per depth, and the optimum against depth beside the best
 held-out loss against depth (deeper must not be worse).
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 
 from coordcheck.plot import (
@@ -21,15 +22,40 @@ from coordcheck.plot import (
     Size,
     facet_size,
     add_legend,
+    font_pt,
     legend_line,
+    log2_labels,
     figure_style,
     save_figure,
     seaborn_modules,
 )
+from coordcheck.transfer.fit import fitted_parabola
 from coordcheck.transfer.verdict import PAR_ORDER, across
 
-__all__ = ["plot_transfer", "plot_optima"]
+__all__ = ["plot_transfer", "plot_optima", "label_lr_axis"]
 
+FIT_DASHES = (4, 2)  # the fitted parabola, over the points it was fitted to
+
+
+def label_lr_axis(axes, log2_lrs: np.ndarray) -> None:
+    """The x axes of ``axes`` (log2 lr, shared) ticked at the powers of two the grid spans (to half an octave beyond
+    its ends) and labelled 2^-8: a grid of powers of two at its own points, 0.001, 0.002, ... beside 2^-10, 2^-9, ...
+    Every power is labelled when the labels fit the panel's width, else every second (third, ...), the others
+    ticked without a label."""
+    lo, hi = math.ceil(np.min(log2_lrs) - 0.5), math.floor(np.max(log2_lrs) + 0.5)  # the nearest powers inside
+    powers = np.arange(lo, hi + 1)
+    ax = axes[0]
+    renderer = ax.figure.canvas.get_renderer()
+    font = FontProperties(size=font_pt("xtick.labelsize"))
+    widest = max(renderer.get_text_width_height_descent(t, font, ismath=True)[0]
+                 for t in log2_labels(2.0**powers, powers=True))
+    octave = abs(ax.transData.transform((1, 0))[0] - ax.transData.transform((0, 0))[0])  # pixels per octave
+    every = max(1, math.ceil((widest + font.get_size_in_points() / 72 * ax.figure.dpi) / octave))
+    labelled = powers[powers % every == 0] if every > 1 else powers
+    for a in axes:
+        a.set_xticks(labelled.astype(float), log2_labels(2.0**labelled, powers=True))
+        a.set_xticks(powers[~np.isin(powers, labelled)].astype(float), minor=True)
+        a.grid(True, which="minor", axis="x", linewidth=0.5, alpha=0.5)
 
 
 def _par_order(values) -> list[str]:
@@ -50,10 +76,12 @@ def _panels(df: pd.DataFrame) -> pd.Series:
 
 def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path | None = None, *,
                   title: str | None = None, size: Size = "paper", axis: str = "width"):
-    """Held-out loss against log2(lr), a line per width (light = narrow, dark = wide), a panel per
-    parametrization on a shared y axis; each width's fitted optimum is a star, diverged learning rates
-    are crosses along the top. ``axis="depth"``: a line per depth (light = shallow, dark = deep), a panel per
-    parametrization (and family and width, when several)."""
+    """Held-out loss against the learning rate (a log2 axis labelled in powers of two), a line through the measured
+    points per width (light = narrow, dark = wide), a panel per parametrization on a shared y axis; each width's
+    fitted parabola dashed over the points it was fitted to, with its vertex, the optimum, a star on it (the optimum
+    is the fit's, not the lowest point's); diverged learning rates are crosses along the top. ``axis="depth"``: a
+    line per depth (light = shallow, dark = deep), a panel per parametrization (and family and width, when
+    several)."""
     if curves.empty:
         raise ValueError("no held-out losses to plot")
     if axis == "depth":
@@ -61,7 +89,7 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
         optima = optima.assign(parametrization=_panels(optima))
     elif curves.groupby("parametrization")["config_id"].nunique().max() > 1:
         raise ValueError("a parametrization holds several configurations: plot one at a time")
-    sns, plt = seaborn_modules()
+    sns, _ = seaborn_modules()
     cols = _par_order(curves["parametrization"])
     widths = np.sort(curves[axis].unique())
     palette = dict(zip(widths, sns.color_palette(WIDTH_PALETTE, len(widths))))
@@ -71,24 +99,28 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
         g = sns.FacetGrid(finite, col="parametrization", col_order=cols, sharey=True, height=facet_h,
                           aspect=facet_w / facet_h)
         g.map_dataframe(sns.lineplot, x="log2_lr", y="loss", hue=axis, hue_order=list(widths), palette=palette,
-                        marker="o", markersize=4, linewidth=1.4, legend=False)
+                        marker="o", markersize=4, linewidth=1.0, legend=False)
         for par, ax in zip(cols, g.axes.flat):
             o = optima[(optima["parametrization"] == par) & np.isfinite(optima["optimum"])]
             for row in o.itertuples():
-                ax.plot(row.optimum, row.optimum_loss, marker="*", markersize=11, color=palette[getattr(row, axis)],
+                colour = palette[getattr(row, axis)]
+                c = finite[(finite["parametrization"] == par) & (finite[axis] == getattr(row, axis))]
+                xs, ys = fitted_parabola(c["log2_lr"].to_numpy(), c["loss"].to_numpy(), row.fit_low, row.fit_high)
+                ax.plot(xs, ys, color=colour, linewidth=1.4, dashes=FIT_DASHES, zorder=4)
+                ax.plot(row.optimum, row.optimum_loss, marker="*", markersize=11, color=colour,
                         markeredgecolor="black", markeredgewidth=0.6, linestyle="none", zorder=5)
             div = curves[(curves["parametrization"] == par) & ~np.isfinite(curves["loss"])]
             for row in div.itertuples():
                 ax.plot(row.log2_lr, 0.97, marker="x", color=palette[getattr(row, axis)],
                         transform=ax.get_xaxis_transform(),
                         linestyle="none", clip_on=False)
-            ax.set_xticks(np.sort(curves["log2_lr"].unique()))
-            ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:g}"))
         g.set_titles(col_template="{col_name}")
-        g.set_axis_labels("log2 learning rate", "held-out loss")
+        g.set_axis_labels("learning rate", "held-out loss")
+        label_lr_axis(list(g.axes.flat), curves["log2_lr"].to_numpy())
         handles = {str(w): legend_line(palette[w], marker="o") for w in widths}
-        handles["optimum (fit)"] = Line2D([], [], color="0.5", marker="*", markersize=9, markeredgecolor="black",
-                                          markeredgewidth=0.6, linestyle="none")
+        handles["fitted parabola"] = legend_line("0.5", dashes=FIT_DASHES, linewidth=1.4)
+        handles["its vertex: optimum"] = Line2D([], [], color="0.5", marker="*", markersize=9,
+                                                markeredgecolor="black", markeredgewidth=0.6, linestyle="none")
         if (~np.isfinite(curves["loss"])).any():
             handles["diverged"] = Line2D([], [], color="0.3", marker="x", markersize=6, markeredgewidth=1.5,
                                          linestyle="none")

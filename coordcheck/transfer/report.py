@@ -21,6 +21,7 @@ written atomically. Never imports torch.
     optima          [{config_id, parametrization, width, optimum (log2 lr), optimum_loss, se, df,
                       se_source ("seeds" | "fit"), ci_low, ci_high, best_lr, best_loss, n_lrs,
                       n_finite, n_seeds, edge ("" | "low" | "high" | "unstable" | "few"),
+                      fit_low, fit_high (log2 lr of the first and last point the parabola was fitted to),
                       max_stable (log2 of the largest lr that did not diverge)}]
     wider_not_worse [{config_id, parametrization, width, reference_width, log2_lr, loss}]
     diverged        [{parametrization, width, lr, seeds}]: runs that stopped early

@@ -99,3 +99,27 @@ def test_a_failed_job_loses_nothing_else(tmp_path):
     assert {p["status"] for p in payload["jobs"]["problems"]} == {"failed"}
     assert all("not divisible by n_head=4" in p["error"] for p in payload["jobs"]["problems"])
     assert len(list(sweep.glob("*/transfer.parquet"))) == 4
+
+
+SWEEP_TAIL = ["+experiment (an overlay, added with +)", "hydra/launcher"]
+
+
+@pytest.mark.parametrize("module, groups, usage", [
+    ("coordcheck.transfer", ["depth_scaling", "init", "logger", "model", "optimizer", "parametrization", *SWEEP_TAIL],
+     "[key=value ...] [--multirun]"),
+    ("coordcheck", ["data", "depth_scaling", "init", "logger", "model", "optimizer", "parametrization", *SWEEP_TAIL],
+     "[key=value ...] [--multirun]"),
+    ("coordcheck.gradflow", ["data", "depth_scaling", "init", "model", "optimizer", "parametrization",
+                             SWEEP_TAIL[0]], "[key=value ...]\n"),
+])
+def test_help_lists_the_groups_a_user_picks_from_and_no_internal_one(monkeypatch, capsys, module, groups, usage):
+    """``schema/`` (it only types report.*) and a group the command does not take (the transfer has no ``data``
+    group: its data is a stream; gradflow no trackers) are not offered; each offered group marks its default; the
+    launchers only for the commands whose multirun ends in a report."""
+    assert run_in_process(monkeypatch, "--help", module=module) == 0
+    out = capsys.readouterr().out
+    listed = out.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    names = [line.split(":")[0] for line in listed.splitlines() if ":" in line and not line.startswith("Compose")]
+    assert names == groups
+    assert "schema" not in listed and "model: custom, gpt (default), hf, mlp" in listed
+    assert out.startswith(f"python -m {module} {usage}")
