@@ -27,6 +27,7 @@ and with its ``strict: true`` the command exits 1.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -66,7 +67,7 @@ from coordcheck.report.common import ERROR_NAME, REPORT_DIR
 from coordcheck.report.knobs import (  # noqa: F401  (KNOBS ... Stat: re-exported, as above)
     KNOBS, LAYOUTS, REPORT, SIZES, Knobs, Layout, ReportOptions, Size, Stat, knob_error, report_options, rules_of,
 )
-from coordcheck.judge.cause_pass import CAUSE_PASS_TENSORS
+from coordcheck.judge.cause_pass import CAUSE_PASS_TENSORS, cause_rows
 from coordcheck.run.sweep import JOB_NAME
 from coordcheck.core.text import write_json
 
@@ -118,6 +119,8 @@ def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None)
         batch, said = model_batch(build, width, cfg.base_width)
         log.info("data: %s (read off the model; pass data= to choose)", said)
     else:
+        if isinstance(data, functools.partial):  # data=custom with a _target_ of the user's: still partial, call it
+            data = data()
         batch = as_batch(data, name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.setup.data"))
     depth = job_depth(cfg)
     identity = RunIdentity(
@@ -143,6 +146,8 @@ def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None)
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
         grad_clip=cfg.get("grad_clip"), device=device, precision=precision, init=init, depth=depth,
     )
+    if cause_pass:
+        frame = cause_rows(frame)
     write_frame(frame, output_dir / (CAUSE_FRAME_NAME if cause_pass else FRAME_NAME))
     log.info(
         "width=%d done: %d parameters, %d rows, %.1f s%s", width, facts["n_params"], len(frame), facts["seconds"],
