@@ -39,7 +39,7 @@ from coordcheck.setup.parametrization import (
 from coordcheck.report import Report, build_report, environments, write_report
 from coordcheck.report.knobs import DEFAULT_LAYOUT
 from coordcheck.run.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
-from coordcheck.judge.cause_pass import CAUSE_PASS_TENSORS, cause_pass_steps
+from coordcheck.judge.cause_pass import CAUSE_PASS_TENSORS, cause_pass_steps, cause_rows
 from coordcheck.judge.verdict import Rules, Verdict
 
 __all__ = ["coord_check", "CoordCheckResult", "PlotKind"]
@@ -299,7 +299,7 @@ def coord_check(
                disable=not progress)
     try:
         for width, depth, identity in todo:
-            frames.append(train(width, depth, identity, CAUSE_PASS_TENSORS, plan[identity.config_id], bar)[0])
+            frames.append(cause_rows(train(width, depth, identity, CAUSE_PASS_TENSORS, plan[identity.config_id], bar)[0]))
     finally:
         bar.close()
     return CoordCheckResult(concat_frames(frames), facts, rules or Rules())

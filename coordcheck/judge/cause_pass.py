@@ -13,9 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from coordcheck.judge.verdict import Verdict
 
-__all__ = ["CAUSE_PASS_TENSORS", "MARGIN", "cause_pass_steps"]
+__all__ = ["CAUSE_PASS_TENSORS", "MARGIN", "cause_pass_steps", "cause_rows"]
 
 CAUSE_PASS_TENSORS = ("in", "own")  # what the causes need that the default tensors (out, delta) do not record
 # Steps a cause pass records past the first failing step. A fault shows in its own update from its onset: an init at
@@ -39,3 +41,8 @@ def cause_pass_steps(verdict: Verdict) -> dict[str, int]:
         fails = fails[~fails["config_id"].isin(structure)]
     return {str(cid): max(1, min(int(g["step"].max()), int(g["step"].min()) + MARGIN))
             for cid, g in fails.groupby("config_id")}
+
+
+def cause_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a cause pass's frame that the first pass lacks (its loss and the like are already there)."""
+    return frame[frame["tensor"].isin(CAUSE_PASS_TENSORS)].reset_index(drop=True)
