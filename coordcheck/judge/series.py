@@ -86,7 +86,8 @@ def series_facts(s: pd.DataFrame, heads: pd.DataFrame, rules: Rules) -> pd.DataF
     final = s[out].groupby("config_id")["call_order"].transform("max")
     # before the model's output and in its chain: nothing but output modules runs after it (logits, then a multiplier)
     last_other = s[~out].groupby("config_id")["call_order"].max()
-    chained = s["call_order"] > s["config_id"].map(last_other).fillna(-1)
+    # (mapped through an empty Series the ids stay strings: to numbers first, as no series but outputs means -1)
+    chained = s["call_order"] > pd.to_numeric(s["config_id"].map(last_other), errors="coerce").fillna(-1)
     s["fact_inner_output"] = out & (s["call_order"] < final.reindex(s.index)) & chained
     finals = s[out & ~s["fact_inner_output"]].groupby("config_id")["module"].first()
     s["final"] = s["config_id"].map(finals).fillna("")
@@ -190,7 +191,8 @@ def judge_by_table(s: pd.DataFrame, rules: Rules, table: tuple[Rule, ...] = RULE
         diagnosis[i] = DIVERGED
     s["status"], s["direction"], s["diagnosis"] = status, direction, diagnosis
     undecided = (s["status"] == "inconclusive") & (s["diagnosis"] != "") & (s["direction"] != "")
-    s.loc[undecided, "diagnosis"] = UNDECIDED_PREFIX + s.loc[undecided, "diagnosis"]
+    if undecided.any():  # (an empty selection of an all-empty text column comes back as floats in pandas 3.1)
+        s.loc[undecided, "diagnosis"] = UNDECIDED_PREFIX + s.loc[undecided, "diagnosis"]
     return s
 
 
