@@ -89,6 +89,18 @@ def test_report_cli_flags_are_checked_the_same_way(sweep, capsys):
     assert report.main([str(sweep), "--min-widths", "4", "--no-figures", "--strict"]) == 2  # inconclusive
 
 
+def test_report_cli_exits_as_the_sweep_did_when_every_job_failed(monkeypatch, capsys, tmp_path):
+    sweep = tmp_path / "sweep"  # a width the model cannot take: every job fails at its start, no frame anywhere
+    args = ["model=gpt", "model.n_head=3", "width=32,64,128", "steps=1", "seeds=1", "progress=false",
+            "report.figures=false", f"hydra.sweep.dir={sweep}", "--multirun"]
+    assert run_in_process(monkeypatch, *args) == 1
+    assert "3 job(s) failed" in capsys.readouterr().err
+    for strict in ([], ["--strict"]):  # what the jobs did, not the report's flags: 1 both ways, never 2
+        assert report.main([str(sweep), "--no-figures", *strict]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("coordcheck.report: error: no job under") and "divisible by n_head=3" in err
+
+
 # -- the end of the sweep: never a warning with exit 0 -----------------------------------------------------------------
 def test_exception_at_the_end_of_a_sweep_is_recorded_and_fails_the_command(monkeypatch, capsys, sweep):
     real = report.report_sweep

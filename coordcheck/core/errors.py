@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import field, fields
 from typing import Any
 
-__all__ = ["CoordCheckError", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count", "check_flag", "positive_number",
+__all__ = ["CoordCheckError", "JobsFailedError", "exit_status", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count", "check_flag", "positive_number",
            "check_width", "resolve_seeds", "check_threads", "check_loss", "knob", "check_knobs", "expected", "in_range"]
 
 OK, FAILED, USER_ERROR = 0, 1, 2  # a job that failed, or a sweep with no report, exits FAILED
@@ -31,6 +31,16 @@ class CoordCheckError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))  # one line, always
+
+
+class JobsFailedError(CoordCheckError):
+    """No report because no job of the sweep left a frame: its jobs failed (not the command's input), so every
+    command that meets it exits :data:`FAILED`, as the sweep itself did."""
+
+
+def exit_status(e: CoordCheckError) -> int:
+    """What a command exits with when it stops on ``e``: :data:`FAILED` for failed jobs, else :data:`USER_ERROR`."""
+    return FAILED if isinstance(e, JobsFailedError) else USER_ERROR
 
 
 def check_count(value: object, key: str, minimum: int = 1) -> int:

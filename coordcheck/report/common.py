@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from coordcheck.core.errors import EXIT, OK, USER_ERROR, CoordCheckError
+from coordcheck.core.errors import EXIT, OK, CoordCheckError, exit_status
 from coordcheck.core.frame import atomic_write
 from coordcheck.core.text import md_escape
 from coordcheck.report.knobs import cli_flag
@@ -77,7 +77,8 @@ def report_command(argv: list[str], *, prog: str, description: str, knobs: Any, 
                    report: Callable[..., tuple[Any, Path]]) -> int:
     """A report CLI: ``SWEEP_DIR`` and one flag per knob of ``knobs`` (a :class:`coordcheck.app.config.Knobs`), then
     ``report(sweep_dir, rules=..., <the report's own knobs>)``; the summary on stdout. Returns the exit status:
-    2 for a bad flag or directory (one line), else 0, or with ``--strict`` the verdict's (``errors.EXIT``)."""
+    2 for a bad flag or directory (one line), 1 for a sweep whose jobs all failed (as the sweep exited), else 0, or
+    with ``--strict`` the verdict's (``errors.EXIT``)."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("sweep_dir", type=Path, help=sweep_help)
     knobs.add_flags(p)
@@ -92,7 +93,7 @@ def report_command(argv: list[str], *, prog: str, description: str, knobs: Any, 
         result, path = report(args.sweep_dir, rules=knobs.rules_of(opts), **own)
     except CoordCheckError as e:
         print(f"{prog.removeprefix('python -m ')}: error: {e}", file=sys.stderr)
-        return USER_ERROR
+        return exit_status(e)  # 1 where the sweep's jobs all failed (the sweep exited 1 too), else 2
     (path.parent / ERROR_NAME).unlink(missing_ok=True)  # left by a sweep whose end made no report
     lines = result.summary(path)
     at = next((i for i, line in enumerate(lines) if line.endswith(str(path))), len(lines) - 1)

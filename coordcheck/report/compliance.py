@@ -74,7 +74,7 @@ from coordcheck.judge.causes import CAUSE_COLUMNS, NO_OWN_NOTE
 from coordcheck.judge.depth import LOSS_PLACE
 from coordcheck.judge.places import MATCHING, RESIDUAL
 from coordcheck.judge.roles import with_roles
-from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.errors import CoordCheckError, JobsFailedError
 from coordcheck.core.frame import atomic_write
 from coordcheck.judge.slopes import fit_slopes
 from coordcheck.report.common import REPORT_DIR, environments, run_lines, write_config
@@ -485,7 +485,7 @@ def _judge_sweep(sweep_dir: Path, rules: Rules) -> Report:
     sweep: Sweep = aggregate(sweep_dir)
     command, config = sweep_config(sweep_dir)
     if sweep.frame.empty:
-        raise CoordCheckError(
+        raise JobsFailedError(
             f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; first: "
             f"{sweep.problems[0].job}: {sweep.problems[0].error})"
         )

@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from coordcheck.core.errors import EXIT, CoordCheckError
+from coordcheck.core.errors import EXIT, CoordCheckError, JobsFailedError
 from coordcheck.core.frame import atomic_write
 from coordcheck.report.common import REPORT_DIR, ReportCommand, environments, report_command, run_lines, write_config
 from coordcheck.run.sweep import JobProblem, aggregate, job_facts, sweep_config
@@ -389,7 +389,7 @@ def report_transfer_sweep(sweep_dir: str | Path, *, rules: TransferRules | None 
                       concat=transfer_frame.concat_frames, what="transfer frames")
     if sweep.frame.empty:
         first = sweep.problems[0]
-        raise CoordCheckError(f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; "
+        raise JobsFailedError(f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; "
                               f"first: {first.job}: {first.error})")
     command, config = sweep_config(sweep_dir, program="python -m coordcheck.transfer")
     facts = [job_facts(sweep_dir / job) for job in sweep.jobs]
