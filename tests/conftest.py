@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import random
@@ -23,10 +24,45 @@ import pytest  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
+DURATIONS = Path(__file__).with_name("durations.json")  # seconds per test file, measured: --store-durations
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"write each test file's measured seconds (setup, call, teardown) to {DURATIONS.name}: "
+                          "the order the suite's files start in")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest file (the μTransfer known answers' shared training, about 260 s) first: with ``--dist loadfile``
-    one worker then runs it while the other runs the rest, instead of it running alone at the end."""
-    items.sort(key=lambda item: item.path.parts[-2:] != ("transfer", "test_known_answers.py"))  # stable: else as is
+    """The longest files first (their seconds measured in ``tests/durations.json``; a file not measured yet counts as
+    long): with ``--dist loadfile`` a worker takes the next file when it is done, so the last files to start are the
+    short ones and neither worker runs alone for minutes at the end."""
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    longest = max(known.values(), default=0.0)
+    items.sort(key=lambda item: -known.get(_file(item.nodeid), longest))  # stable: within a file, as collected
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--store-durations") and not hasattr(config, "workerinput"):  # the controller only
+        config.pluginmanager.register(_StoreDurations(), "store-durations")
+
+
+class _StoreDurations:
+    """Sums each test file's reported durations (the workers' reports reach the controller) and writes them."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[_file(report.nodeid)] = self.seconds.get(_file(report.nodeid), 0.0) + report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        ordered = dict(sorted(((f, round(t, 1)) for f, t in self.seconds.items()), key=lambda kv: -kv[1]))
+        DURATIONS.write_text(json.dumps(ordered, indent=1) + "\n")
 
 
 @pytest.fixture(scope="module")
