@@ -49,7 +49,10 @@ def test_same_models_in_sp_with_adam_fail(build, widths, data):
     assert r.verdict.status == "fail"
     bad = failing(r)
     assert {"hidden", "output"} <= set(bad["role"]) and bad["slope"].max() > 0.8
-    assert "violate muP" in r.verdict.reason and "slope +" in r.verdict.reason
+    # the story: the unscaled hidden learning rate first, the readout's missing multiplier next, both as SP does
+    assert list(r.verdict.causes["kind"][:2]) == ["lr", "output_multiplier"]
+    assert r.verdict.reason.startswith("cause: ") and "expected for the SP control" in r.verdict.reason
+    assert "violate muP" in r.verdict.reason
 
 
 def test_mup_shapes_with_plain_torch_adam_fail_on_hidden_layers():
@@ -83,7 +86,8 @@ def test_hand_written_without_output_multiplier_fails_naming_the_readout():
     # +0.86 by step 4): experiments/margins.py
     assert set(bad["module"]) == {"readout"} and bad["slope"].min() > 0.6
     assert bad.loc[bad["step"] == 1, "slope"].min() > 0.8
-    assert "worst: readout" in r.verdict.reason and "output multiplier is missing" in r.verdict.reason
+    assert r.verdict.reason.startswith("cause: readout: output grows like width^+")
+    assert "multiply the logits by base_width/width" in r.verdict.reason
 
 
 def test_hand_written_with_unscaled_hidden_lr_fails_naming_hidden_layers():

@@ -214,14 +214,19 @@ def test_one_std_model_with_an_output_multiplier_passes_with_mup_groups_and_init
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kwargs, cause", [
-    (dict(optimizer="adam", init="mup"), "the hidden learning rate is not scaled by width"),
-    (dict(optimizer="mup_groups"), "init too large"),
-    (dict(optimizer="mup_groups", init="mup", logits_scaling=1.0), "output multiplier is missing"),
+@pytest.mark.parametrize("kwargs, kind, fix", [
+    (dict(optimizer="adam", init="mup"), "lr", "give them lr * base_width / width"),
+    (dict(optimizer="mup_groups"), "init", "give them std ∝ fan_in**-0.5"),
+    # the multiplier lives in the model's forward, outside any module: the cause names the root and the fix
+    (dict(optimizer="mup_groups", init="mup", logits_scaling=1.0), "output_multiplier",
+     "multiply the logits by base_width/width"),
 ])
-def test_the_same_model_fails_without_each_part(kwargs, cause):
+def test_the_same_model_fails_without_each_part(kwargs, kind, fix):
     r = coord_check(library_style.build, WIDTHS, **RUN, **kwargs)
-    assert r.verdict.status == "fail" and cause in r.verdict.reason
+    assert r.verdict.status == "fail"
+    first = r.verdict.causes.iloc[0]
+    assert first["kind"] == kind and fix in first["fix"]
+    assert r.verdict.reason.startswith("cause: " + first["line"])  # the one story: the reason leads with the cause
     if kwargs["optimizer"] == "adam":
         hidden = r.verdict.series.query("role == 'hidden' and tensor == 'delta' and step == 4")
         assert hidden["slope"].median() > 0.5

@@ -53,7 +53,9 @@ def test_nanogpt_style_attention_scaled_one_over_sqrt_d_fails_naming_the_attenti
 def test_nanogpt_style_without_output_multiplier_fails_naming_the_output():
     r = coord_check(pm.gpt_builder, GPT_WIDTHS, output_mult=False, lr=1e-2, **BUGS)
     assert r.verdict.status == "fail" and "(root)" in failing_modules(r)
-    assert "output multiplier is missing" in r.verdict.reason
+    # the multiplier belongs in GPT.forward, outside any module: the cause names the root and the fix
+    assert r.verdict.reason.startswith("cause: (root): output grows like width^+")
+    assert "multiply the logits by base_width/width" in r.verdict.reason
 
 
 def test_nanogpt_style_with_hidden_lr_unscaled_fails_without_advising_muadam():

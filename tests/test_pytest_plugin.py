@@ -197,7 +197,16 @@ def docs_example() -> str:
     return next(b for b in blocks if b.startswith("# tests/test_mup.py"))
 
 
+@pytest.fixture
+def own_my_pkg(monkeypatch):
+    """The ``my_pkg`` the test writes, not one an earlier test imported into this process (tests/test_docs.py runs
+    the docs' commands in process against its stand-in ``my_pkg``): pytester's in-process run keeps sys.modules."""
+    for name in [n for n in sys.modules if n == "my_pkg" or n.startswith("my_pkg.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("own_my_pkg")
 def test_the_docs_example_test_file_passes(pytester):
     """docs/pytest.md's model-repository test file, run as written against a nanoGPT-mup ``my_pkg``: the muP model
     passes, the control (no output multiplier) is caught."""
@@ -219,6 +228,7 @@ def readme_snippet() -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,outcome", [("TokenLM", "passed"), ("PlainMLP", "failed")])
+@pytest.mark.usefixtures("own_my_pkg")
 def test_the_readme_snippet_runs_as_written(pytester, model, outcome):
     """The README's snippet, unchanged, on a token model made muP with mup (it passes) and on a plain MLP (it fails
     with the cause): no data given, the default parametrization, a verdict either way, never an error."""
