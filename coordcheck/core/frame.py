@@ -195,7 +195,9 @@ def conform(df: pd.DataFrame, source: str = "frame", columns: dict[str, str] = C
     fill.update({c: df["config_id"] for c in FROM_CONFIG_ID if c in columns and "config_id" in df.columns
                  and (c not in df.columns or df[c].isna().any())})
     if fill:
-        df = df.assign(**{c: df[c].fillna(v) if c in df.columns else v for c, v in fill.items()})
+        # object first: a column of NaN (float) filled with strings is cast to the schema's dtype just below
+        df = df.assign(**{c: df[c].astype(object).where(df[c].notna(), v) if c in df.columns else v
+                          for c, v in fill.items()})
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise FrameError(f"{source}: not a {what}, missing columns {missing}")

@@ -47,6 +47,8 @@ def test_hydra_targets_with_old_paths_still_instantiate():
 
 
 def test_a_name_that_is_nowhere_is_an_attribute_error_naming_the_new_homes():
-    module = importlib.import_module("coordcheck.frame")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the warning itself: the test above
+        module = importlib.import_module("coordcheck.frame")
     with pytest.raises(AttributeError, match=r"coordcheck.frame.*now coordcheck.core.frame.*no_such_name"):
         module.no_such_name  # noqa: B018
