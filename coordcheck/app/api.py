@@ -299,7 +299,8 @@ def coord_check(
                disable=not progress)
     try:
         for width, depth, identity in todo:
-            frames.append(cause_rows(train(width, depth, identity, CAUSE_PASS_TENSORS, plan[identity.config_id], bar)[0]))
+            rows = train(width, depth, identity, CAUSE_PASS_TENSORS, plan[identity.config_id], bar)[0]
+            frames.append(cause_rows(rows))
     finally:
         bar.close()
     return CoordCheckResult(concat_frames(frames), facts, rules or Rules())

@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from coordcheck.core.frame import CAUSE_FRAME_NAME, FrameError, read_frame
 from coordcheck.judge.cause_pass import CAUSE_PASS_TENSORS, cause_pass_steps
@@ -56,11 +57,10 @@ def _recorded(job_dir: Path, steps: int) -> bool:
     return len(frame) > 0 and int(frame["step"].max()) >= steps
 
 
-def run_cause_pass(sweep_dir: Path, verdict: Verdict) -> bool:
+def run_cause_pass(sweep_dir: Path, verdict: Verdict, *, train: Callable[[DictConfig, Path, int], object]) -> bool:
     """Record ``in`` and ``own`` for the jobs of ``verdict``'s configurations that fail without their cause measured;
-    True when any job dir gained them (the caller judges again)."""
-    from coordcheck.app.jobs import run_job
-
+    True when any job dir gained them (the caller judges again). ``train(cfg, job_dir, steps)`` trains one job again
+    recording only those (:func:`coordcheck.app.jobs.run_job` with ``cause_pass=steps``)."""
     configs = cause_pass_steps(verdict)
     jobs = _jobs(sweep_dir, configs) if configs else []
     todo = [(d, s) for d, s in jobs if not _recorded(d, s)]
@@ -76,7 +76,7 @@ def run_cause_pass(sweep_dir: Path, verdict: Verdict) -> bool:
     for job_dir, steps in todo:
         try:
             cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
-            run_job(cfg, job_dir, cause_pass=steps)
+            train(cfg, job_dir, steps)
             ran = True
         except Exception as e:  # noqa: BLE001  (the verdict stands without the causes; never lose the report)
             log.warning("cause pass: %s not recorded (%s: %s); the report names no cause for it",

@@ -199,10 +199,19 @@ def logger_keys() -> list[str]:
 def compose_config(overrides: list[str], config_name: str = "config", *, hydra: bool = False) -> DictConfig:
     """``conf/<config_name>.yaml`` composed with ``overrides`` (no sweeps), as ``python -m coordcheck`` composes it.
     ``hydra``: with Hydra's own node (``hydra.mode``, ``hydra.sweeper.params``; not resolvable outside a run)."""
+    import importlib
+
     from hydra import compose
 
+    if config_name in SCHEMA_HOMES:  # its report schema is in the ConfigStore once its knobs' module is imported
+        importlib.import_module(SCHEMA_HOMES[config_name])
     with hydra_context():
         return compose(config_name, overrides=overrides, return_hydra_config=hydra)
+
+
+# a config whose defaults name a report schema (``schema/<name>``) registered by another experiment's knobs module;
+# ``config`` itself: coordcheck.report.knobs, imported above
+SCHEMA_HOMES = {"transfer": "coordcheck.transfer.knobs"}
 
 
 @contextmanager

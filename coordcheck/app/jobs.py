@@ -46,6 +46,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from coordcheck.app.cause_pass import run_cause_pass
 from coordcheck.app.checks import (  # noqa: F401  (check_*: re-exported, users' scripts import them from here)
     check_choices, check_command_line, check_jobs, check_run,
 )
@@ -382,12 +383,14 @@ class SweepCallback(Callback):
 
     def report(self, sweep_dir: Path, opts: dict[str, Any]) -> tuple[Any, Path]:
         """Write the report of ``sweep_dir`` with the checked knobs ``opts``; return it and its path."""
-        from coordcheck.app.cause_pass import run_cause_pass
         from coordcheck.report import report_sweep
 
+        def train(cfg: DictConfig, job_dir: Path, steps: int) -> dict:
+            return run_job(cfg, job_dir, cause_pass=steps)
+
+        causes = functools.partial(run_cause_pass, train=train) if getattr(self, "cause_pass", True) else None
         return report_sweep(sweep_dir, rules=self.knobs.rules_of(opts), figures=opts["figures"],
-                            steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"],
-                            cause_pass=run_cause_pass if getattr(self, "cause_pass", True) else None)
+                            steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"], cause_pass=causes)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.started = time.time()  # the trackers' errors of this sweep's jobs, not of a resumed one's (log_sweep)

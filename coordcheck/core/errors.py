@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import field, fields
 from typing import Any
 
-__all__ = ["CoordCheckError", "JobsFailedError", "exit_status", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count", "check_flag", "positive_number",
-           "check_width", "resolve_seeds", "check_threads", "check_loss", "knob", "check_knobs", "expected", "in_range"]
+__all__ = ["CoordCheckError", "JobsFailedError", "exit_status", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count",
+           "check_flag", "positive_number", "check_width", "resolve_seeds", "check_threads", "check_loss", "knob", "check_knobs", "expected", "in_range"]
 
 OK, FAILED, USER_ERROR = 0, 1, 2  # a job that failed, or a sweep with no report, exits FAILED
 EXIT = {  # outcome -> exit status; a verdict's only with --strict / report.strict=true (a CI gate)

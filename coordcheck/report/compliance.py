@@ -74,12 +74,12 @@ from coordcheck.judge.causes import CAUSE_COLUMNS, NO_OWN_NOTE
 from coordcheck.judge.depth import LOSS_PLACE
 from coordcheck.judge.places import MATCHING, RESIDUAL
 from coordcheck.judge.roles import with_roles
-from coordcheck.core.errors import CoordCheckError, JobsFailedError
+from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import atomic_write
 from coordcheck.judge.slopes import fit_slopes
 from coordcheck.report.common import REPORT_DIR, environments, run_lines, write_config
 from coordcheck.report.knobs import DEFAULT_LAYOUT
-from coordcheck.run.sweep import JobProblem, Sweep, aggregate, job_facts, sweep_config
+from coordcheck.run.sweep import JobProblem, Sweep, aggregate, job_facts, no_frame_error, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
 from coordcheck.judge.verdict import NOT_JUDGED, Rules, Verdict, judge
 
@@ -485,10 +485,7 @@ def _judge_sweep(sweep_dir: Path, rules: Rules) -> Report:
     sweep: Sweep = aggregate(sweep_dir)
     command, config = sweep_config(sweep_dir)
     if sweep.frame.empty:
-        raise JobsFailedError(
-            f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; first: "
-            f"{sweep.problems[0].job}: {sweep.problems[0].error})"
-        )
+        raise no_frame_error(sweep_dir, sweep.problems)
     facts = [job_facts(sweep_dir / job) for job in sweep.jobs]
     report = build_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs, command=command,
                           config=config, facts=facts)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.errors import CoordCheckError, JobsFailedError
 from coordcheck.core.frame import CAUSE_FRAME_NAME, FRAME_NAME, FrameError, concat_frames, read_frame
 
-__all__ = ["Sweep", "JobProblem", "aggregate", "sweep_config", "job_facts", "JOB_NAME"]
+__all__ = ["Sweep", "JobProblem", "aggregate", "no_frame_error", "sweep_config", "job_facts", "JOB_NAME"]
 
 JOB_NAME = "job.json"
 
@@ -30,6 +30,16 @@ class JobProblem:
     job: str  # job directory relative to the sweep directory
     status: str
     error: str
+
+
+def no_frame_error(sweep_dir: Path, problems: list[JobProblem]) -> CoordCheckError:
+    """The error of a sweep in which no job left a frame: :class:`JobsFailedError` (exit 1, as the sweep itself
+    ended) when every job recorded its failure, a plain :class:`CoordCheckError` (exit 2) when a frame is corrupt or
+    missing (a directory that cannot be read as a finished sweep)."""
+    first = problems[0]
+    kind = JobsFailedError if all(p.status in ("failed", "interrupted") for p in problems) else CoordCheckError
+    return kind(f"no job under {sweep_dir} left a frame ({len(problems)} failed or missing; first: {first.job}: "
+                f"{first.error})")
 
 
 @dataclass

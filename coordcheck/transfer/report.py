@@ -57,10 +57,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from coordcheck.core.errors import EXIT, CoordCheckError, JobsFailedError
+from coordcheck.core.errors import EXIT, CoordCheckError
 from coordcheck.core.frame import atomic_write
 from coordcheck.report.common import REPORT_DIR, ReportCommand, environments, report_command, run_lines, write_config
-from coordcheck.run.sweep import JobProblem, aggregate, job_facts, sweep_config
+from coordcheck.run.sweep import JobProblem, aggregate, job_facts, no_frame_error, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
 from coordcheck.transfer import frame as transfer_frame
 from coordcheck.transfer.axes import axes_of
@@ -388,9 +388,7 @@ def report_transfer_sweep(sweep_dir: str | Path, *, rules: TransferRules | None 
     sweep = aggregate(sweep_dir, frame_name=transfer_frame.FRAME_NAME, read=transfer_frame.read_frame,
                       concat=transfer_frame.concat_frames, what="transfer frames")
     if sweep.frame.empty:
-        first = sweep.problems[0]
-        raise JobsFailedError(f"no job under {sweep_dir} left a frame ({len(sweep.problems)} failed or missing; "
-                              f"first: {first.job}: {first.error})")
+        raise no_frame_error(sweep_dir, sweep.problems)
     command, config = sweep_config(sweep_dir, program="python -m coordcheck.transfer")
     facts = [job_facts(sweep_dir / job) for job in sweep.jobs]
     report = build_transfer_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs,
