@@ -246,9 +246,9 @@ def test_instantiate_node_errors_name_the_group():
 def test_check_choices_names_each_unknown_option_of_a_group():
     with pytest.raises(CoordCheckError) as e:
         check_choices(["model=gpt,foo", "--multirun"])
-    assert str(e.value) == "unknown model 'foo': choose one of custom, gpt, hf, mlp (conf/model/)"
+    assert str(e.value) == "unknown model 'foo': choose one of custom, gpt, hf, mlp, moe (conf/model/)"
     with pytest.raises(CoordCheckError,
-                       match="unknown data 'foo': choose one of custom, gaussian, gpt, hf, mlp, text, tokens"):
+                       match="unknown data 'foo': choose one of custom, gaussian, gpt, hf, mlp, moe, text, tokens"):
         check_choices(["data=foo"])
     check_choices(["data=foo"], groups=("model",))  # only the groups named are checked
     check_choices(["model=mlp", "model.depth=3", "width=8"])

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from synthetic import make_frame
 from torch import nn
 
-from coordcheck.judge.roles import RECORDED, decide_roles, with_roles
+from coordcheck.judge.roles import INSIDE, RECORDED, decide_roles, with_roles
 from coordcheck.judge.verdict import judge
 from coordcheck.record.probes import Probes
 
@@ -36,13 +36,14 @@ def test_a_linear_layer_is_what_its_weight_says_whatever_its_name_or_place():
     r = _roles(series, ops, shapes)
     assert r.loc["scores", "role"] == "hidden" and r.loc["scores", "recorded"] == "attention"  # a name decides nothing
     assert r.loc["scores", "role_from"] == "weight: width → width"
-    assert r.loc["router", "role"] == "output" and r.loc["router", "role_from"] == "weight: width → fixed"
+    # width → fixed before other roles' modules run: a router, not the readout (which runs last)
+    assert (r.loc["router", "role"], r.loc["router", "role_from"]) == INSIDE["weight"]
     assert (r.loc["wte", "role"], r.loc["wte", "role_from"]) == ("input", "op: embedding")
     assert r.loc["fc", "role"] == "hidden" and r.loc["head", "role"] == "output"
 
 
 def test_a_weight_stored_in_out_is_read_the_other_way_round():
-    series = {("c_fc", "hidden", "out"): 0.0, ("proj", "hidden", "out"): 0.0}
+    series = {("proj", "hidden", "out"): 0.0, ("c_fc", "hidden", "out"): 0.0}  # c_fc runs last: the model's output
     ops = {"c_fc": {"op": "linear-t", "declared": None}, "proj": {"op": "linear-t", "declared": None}}
     shapes = {"c_fc.weight": lambda w: [w, 8], "proj.weight": lambda w: [8, w]}  # Conv1D: (in, out)
     r = _roles(series, ops, shapes)
@@ -57,7 +58,7 @@ def test_captures_by_op_declared_roles_win_and_the_rest_keep_their_place():
            "blk": {"op": "", "declared": None}, "gate": {"op": "linear", "declared": "attention"}}
     r = _roles(series, ops, {"gate.weight": lambda w: [w, w]})
     assert r.loc["attn.(softmax)", "role"] == "attention" and "q·kᵀ" in r.loc["attn.(softmax)", "role_from"]
-    assert r.loc["router.(softmax)", "role"] == "output"
+    assert (r.loc["router.(softmax)", "role"], r.loc["router.(softmax)", "role_from"]) == INSIDE["softmax"]
     assert (r.loc["blk", "role"], r.loc["blk", "role_from"]) == ("hidden", RECORDED)
     assert (r.loc["gate", "role"], r.loc["gate", "role_from"]) == ("attention", "declared (coordcheck_role)")
 
@@ -80,10 +81,11 @@ def test_the_verdict_judges_by_the_decided_role_and_says_what_decided_it():
               "head.weight": lambda w: [256, w]}
     v = judge(make_frame(series, widths=WIDTHS), facts=_facts(ops, shapes))
     m = v.modules.set_index("module")
-    assert m.loc["router", "role"] == "output" and m.loc["router", "role_from"] == "weight: width → fixed"
-    assert v.status == "fail" and "readout grows" in m.loc["router", "diagnosis"]  # off the output chain: judged
+    assert (m.loc["router", "role"], m.loc["router", "role_from"]) == INSIDE["weight"]
+    assert v.status == "fail" and "router logits grow" in m.loc["router", "diagnosis"]  # never the readout's cause
     s = v.series[(v.series["module"] == "router") & (v.series["tensor"] == "delta")]
-    assert set(s["rule"]) == {"output-delta-flat"}
+    assert set(s["rule"]) == {"router-delta-flat"}
+    assert m.loc["head", "role"] == "output"  # the readout, after everything else, stays the model's output
 
 
 # -- the ops the probes record ---------------------------------------------------------------------------------------

@@ -174,6 +174,54 @@ def test_the_outputs_change_must_neither_grow_nor_vanish():
     assert r["rule"] == "output-delta-flat" and r["status"] == "fail" and "lazy" in r["diagnosis"]
 
 
+ROUTED = {**HEALTHY, ("moe.router", "router", "out"): lambda t: -0.5 if t == 0 else 0.0,
+          ("moe.router", "router", "delta"): -0.2}
+
+
+def test_a_routers_logits_must_shrink_at_init_like_an_output_weights():
+    assert judge(make_frame(ROUTED)).status == "pass"  # TP5 Table 3's output weight: -1/2 at init
+    assert judge(make_frame({**ROUTED, ("moe.router", "router", "out"): lambda t: -1.0 if t == 0 else 0.0})
+                 ).status == "pass"  # a 1/width multiplier on fan_in^-1/2 logits: faster is allowed
+    v = judge(make_frame({**ROUTED, ("moe.router", "router", "out"): 0.0}))  # initialised like a hidden matrix
+    r = row(v, "moe.router", "out", 0)
+    assert r["rule"] == "router-init-shrinks" and r["status"] == "fail" and r["band_high"] == pytest.approx(-0.3)
+    assert "output weight" in r["diagnosis"] and "std ∝ 1/fan_in" in r["diagnosis"]
+    assert "fan_in**-0.5" not in r["diagnosis"]  # never the hidden matrices' fix
+
+
+def test_a_routers_logits_and_their_change_must_not_grow_after_updates():
+    v = judge(make_frame({**ROUTED, ("moe.router", "router", "delta"): -0.45}))  # noise-led early updates: allowed
+    assert row(v, "moe.router", "delta", 3)["rule"] == "router-delta-flat" and v.status == "pass"
+    v = judge(make_frame({**ROUTED, ("moe.router", "router", "delta"): 1.0}))  # lr not scaled: grows like width
+    r = row(v, "moe.router", "delta", 3)
+    assert r["status"] == "fail" and "router logits grow" in r["diagnosis"] and "lr * base_width / width" in \
+        r["diagnosis"]
+    v = judge(make_frame({**ROUTED, ("moe.router", "router", "delta"): -1.0}))  # lr scaled down twice
+    r = row(v, "moe.router", "delta", 3)
+    assert r["status"] == "fail" and "router updates vanish" in r["diagnosis"]
+
+
+def test_a_routers_own_update_names_the_router_with_its_own_fix():
+    grows = {**ROUTED, ("moe.router", "router", "delta"): 1.0,
+             ("moe.router", "router", "own"): lambda t: -0.5 if t == 0 else 1.0}
+    v = judge(make_frame(grows))
+    r = row(v, "moe.router", "own", 3)
+    assert r["rule"] == "router-own-updates-flat" and r["status"] == "fail"
+    cause = v.causes.iloc[0]
+    assert list(cause["modules"]) == ["moe.router"] and "router" in cause["what"]
+    assert "output weight" in cause["fix"] and "hidden learning rate" not in cause["fix"]
+
+
+def test_routing_is_judged_by_its_own_rule_never_attentions():
+    v = judge(make_frame({**ROUTED, ("moe.router.(softmax)", "routing", "out"): -0.5,
+                          ("moe.router.(softmax)", "routing", "delta"): 0.0}))
+    assert row(v, "moe.router.(softmax)", "out", 0)["rule"] == "routing-no-growth" and v.status == "pass"
+    v = judge(make_frame({**ROUTED, ("moe.router.(softmax)", "routing", "out"): 0.6}))
+    r = row(v, "moe.router.(softmax)", "out", 3)
+    assert r["rule"] == "routing-no-growth" and r["status"] == "fail" and "routing logits grow" in r["diagnosis"]
+    assert "d_head" not in r["diagnosis"]
+
+
 def test_activations_at_init_must_be_flat():
     v = judge(make_frame({**HEALTHY, ("h1", "hidden", "out"): lambda t: 0.6 if t == 0 else 0.0}))
     r = row(v, "h1", "out", 0)

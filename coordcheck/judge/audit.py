@@ -18,7 +18,9 @@ recorded before training by :mod:`coordcheck.record.param_facts` at each width; 
 when it differs between widths. Two growing dimensions: ``hidden``; one: ``input-like`` (fan-in fixed, fan-out
 grows) or ``output-like`` (fan-in grows, fan-out fixed) for matrices — fan-in is dimension 1 (``nn.Linear``'s
 ``(out, in)``), dimension 0 for an ``nn.Embedding``'s ``(num_embeddings, dim)`` —, ``vector`` for a 1-D parameter;
-none: ``fixed``. Exponents of the expectations are in terms of how fast each dimension grows (``a_in``,
+none: ``fixed``; a stack of matrices whose leading dimensions do not grow (a mixture of experts' ``experts x out x
+in``) by its last two (:func:`coordcheck.record.shapes.param_class`). The ``grows`` column says which dimensions grow
+(``"1, 2 of 3"``: not the expert dimension). Exponents of the expectations are in terms of how fast each dimension grows (``a_in``,
 ``a_out``; ``a_main``: mup's main dimension, the last growing one), 1 for a dimension proportional to width.
 
 **Judged** only under ``parametrization=mup`` or ``sp``, where every multiplier the forward applies is a
@@ -41,7 +43,7 @@ from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS  # noqa: F40
 from coordcheck.core.frame import EPS_TENSOR, LOSS_MODULE
 from coordcheck.judge.rules import Rules
 from coordcheck.judge.slopes import t_quantile
-from coordcheck.record.shapes import CLASSES, dim_growth, param_class  # noqa: F401  (re-exported)
+from coordcheck.record.shapes import CLASSES, dim_growth, growth_text, param_class  # noqa: F401  (re-exported)
 
 __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
            "TABLE_COLUMNS", "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table",
@@ -206,7 +208,7 @@ def _audit_facts(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, Mapp
     return out
 
 
-LONG_COLUMNS = ["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims",
+LONG_COLUMNS = ["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims", "grows",
                 "quantity", "value", "std", "wd_kind", "exponent", "ci_low", "ci_high", "expected", "expected_low",
                 "expected_high", "status", "reason"]
 
@@ -226,11 +228,10 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
         judged = par in JUDGED
         for order, (name, p) in enumerate(wide["params"].items()):
             per = [by_width[x]["params"].get(name) for x in widths]
-            if any(q is None for q in per):
-                cls, a_in, a_out, a_main = "unmatched", 0.0, 0.0, 0.0
-            else:
-                cls, a_in, a_out, a_main = param_class(dim_growth(dict(zip(widths, [q["dims"] for q in per]))),
-                                                       bool(p.get("embedding")))
+            growth = None if any(q is None for q in per) else dim_growth(
+                dict(zip(widths, [q["dims"] for q in per])))
+            cls, a_in, a_out, a_main = param_class(growth, bool(p.get("embedding")))
+            grows = growth_text(growth)
             family = str(p.get("family", ""))
             dims = " → ".join(dict.fromkeys("x".join(map(str, q["dims"])) for q in per if q is not None))
             for quantity in QUANTITIES:
@@ -252,7 +253,8 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
                 elif not judged and status:
                     status = "not judged"
                 std = per[-1].get("std") if quantity == "init" and per[-1] is not None else None
-                rows.append((cid, par, name, name.rpartition(".")[0] or "(root)", order, cls, family, dims, quantity,
+                rows.append((cid, par, name, name.rpartition(".")[0] or "(root)", order, cls, family, dims, grows,
+                             quantity,
                              values[-1], std, p.get("wd_kind", "") if quantity == "wd" else "", slope, c_lo, c_hi,
                              expected, lo, hi, status, reason))
     df = pd.DataFrame(rows, columns=LONG_COLUMNS)
@@ -260,7 +262,7 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
                       "order": "int64"})
 
 
-TABLE_COLUMNS = (["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims"]
+TABLE_COLUMNS = (["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims", "grows"]
                  + [f"{q}{s}" for q in QUANTITIES for s in ("", *(("_std",) if q == "init" else ()), "_exponent",
                                                               "_expected", "_status")]
                  + ["wd_kind", "status", "violations"])
@@ -274,7 +276,7 @@ def audit_table(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None, 
     it), ``<q>_exponent``, ``<q>_expected``, ``<q>_status``; ``wd_kind``; ``status`` (the worst judged) and
     ``violations`` (what is off, in words); columns :data:`TABLE_COLUMNS`."""
     long = audit_long(facts, rules) if long is None else long
-    keys = ["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims"]
+    keys = ["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims", "grows"]
     if long.empty:
         return pd.DataFrame(columns=TABLE_COLUMNS)
     base = long.drop_duplicates(keys)[keys].set_index(keys[:3])

@@ -79,10 +79,13 @@ JUMP = 0.05
 # standard parametrization's 0.
 INIT_SHRINKS = -0.5
 PLURAL = {"hidden": "hidden matrices", "input": "input layers", "norm": "norm layers", "output": "output layers",
+          "router": "routers", "routing": "routing logits",
           "attention": "attention modules", "(logits)": "attention logits"}
 MEASURE_WORDS = {"init": "init gain", "own": "own update", "out": "output", "delta": "change since step 0"}
 
 INIT_FIX = "init std does not scale like fan_in^-1/2: give {it} std ∝ fan_in**-0.5"
+ROUTER_INIT_FIX = ("the router (width → experts) is an output weight: give {it} std ∝ 1/fan_in (or zero), or multiply "
+                   "the router logits by base_width/width (a MuReadout)")
 UPDATE_FIX = {
     ("hidden", "grows"): "the hidden learning rate is not scaled by width: give {them} lr * base_width / width",
     ("hidden", "shrinks"): "the hidden learning rate is scaled down too much (by width more than once?): give {them} "
@@ -94,7 +97,12 @@ UPDATE_FIX = {
                          "base lr",
     ("output", "shrinks"): "the readout's learning rate is scaled down too much: with a 1/width output multiplier "
                            "the readout keeps the base lr",
+    ("router", "grows"): "the router (width → experts) is an output weight: give {them} lr * base_width / width "
+                         "(Adam), or multiply the router logits by base_width/width (a MuReadout) and keep the base lr",
+    ("router", "shrinks"): "the router's learning rate is scaled down too much: a router with a 1/width logit "
+                           "multiplier keeps the base lr, one without it takes lr * base_width / width, once",
 }
+OWN_ROLES = ("input", "norm", "router")  # roles with their own update fix; every other parameter-owning module: hidden
 # Under SGD muP keeps the hidden learning rate (MuSGD scales the input layer's up and the readout's down by width): a
 # hidden update that grows comes back from a readout not scaled by 1/width through the backward pass (measured on the
 # built-in MLP in standard parametrization with SGD: hidden own +0.45, readout own +0.99), and the input layer's
@@ -134,12 +142,11 @@ def own_diagnosis(role: str, step: int, direction: str) -> str:
     if direction not in ("grows", "shrinks"):
         return ""
     if step == 0:
-        return INIT_FIX.format(it="it")
+        return (ROUTER_INIT_FIX if role == "router" else INIT_FIX).format(it="it")
     if role == "output":
         return (OUTPUT_MULTIPLIER_FIX + " (or scale the readout's learning rate)" if direction == "grows"
                 else UPDATE_FIX[("output", "shrinks")])
-    return UPDATE_FIX.get((role if role in ("input", "norm") else "hidden", direction), "").format(
-        them="it", its="its")
+    return UPDATE_FIX.get((role if role in OWN_ROLES else "hidden", direction), "").format(them="it", its="its")
 
 
 def _expected(row: pd.Series, tol: float) -> str:
@@ -215,7 +222,7 @@ def _fix(kind: str, role: str, direction: str, n: int, parametrization: str, opt
          init_row: pd.Series | None, owner: bool) -> str:
     them, its = ("them", "their") if n > 1 else ("it", "its")
     if kind == "init":
-        return INIT_FIX.format(it=them)
+        return (ROUTER_INIT_FIX if role == "router" else INIT_FIX).format(it=them)
     if kind == "attention_scale":
         return str(row["diagnosis"]) or ATTENTION_FIX  # rule 3b's words: 1/sqrt(d) vs 1/d, or q and k growing
     if kind == "output_multiplier":
@@ -227,7 +234,7 @@ def _fix(kind: str, role: str, direction: str, n: int, parametrization: str, opt
     if kind == "readout_lr":
         return (READOUT_LR_FIX if direction == "grows" else UPDATE_FIX[("output", "shrinks")]) + (
             SP_NOTE if parametrization == "sp" else "")
-    key = (role if role in ("input", "norm") else "hidden", direction)
+    key = (role if role in OWN_ROLES else "hidden", direction)
     sgd = "sgd" in optimizer.lower()
     if key == ("hidden", "grows"):
         if "muon" in optimizer.lower():

@@ -17,7 +17,10 @@ What decides a role, first that applies (:data:`ROLE_OF_OP`, :data:`ROLE_OF_CLAS
   (:func:`coordcheck.record.shapes.param_class`): fixed → width is input, width → width hidden, width → fixed output
   (a readout, or a router: output-like wherever it runs; only the model's output is judged as output);
 * else the role the layout recorded from the module's place (no parameters of its own: a block, an activation, the
-  root), said as such.
+  root), said as such;
+* then, an output-like module that runs before the last module of another role is inside the model, not its output
+  (:data:`INSIDE`): a weight from width to a fixed size there is a **router** (a mixture of experts' width →
+  experts), a softmax over such logits is **routing** — never attention, never the model's readout.
 
 Never a name: a module called ``scores`` is not attention because of it. Frames without ``modules`` facts (written
 before them) keep the recorded roles, and say so.
@@ -28,11 +31,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from coordcheck.record.shapes import dim_growth, param_class
 
-__all__ = ["ROLE_OF_OP", "ROLE_OF_CLASS", "RECORDED", "ROLE_COLUMNS", "decide_roles", "with_roles"]
+__all__ = ["ROLE_OF_OP", "ROLE_OF_CLASS", "RECORDED", "INSIDE", "ROLE_COLUMNS", "decide_roles", "with_roles"]
 
 ROLE_OF_OP: dict[str, tuple[str, str]] = {  # op -> (role, what decided it)
     "embedding": ("input", "op: embedding"),
@@ -50,6 +54,11 @@ ROLE_OF_CLASS: dict[str, tuple[str, str]] = {  # a linear or convolution layer's
 }
 WEIGHTED = ("linear", "linear-t", "conv")  # the ops whose weight's shape says what they are (linear-t: (in, out))
 RECORDED = "its place: no op or weight of its own"
+# An output-like module inside the model (it runs before the last module of another role: _inside) -> (role, why)
+INSIDE: dict[str, tuple[str, str]] = {
+    "weight": ("router", "weight: width → fixed, inside the model (runs before other roles' modules): a router"),
+    "softmax": ("routing", "op: softmax over a projection inside the model (a router's logits)"),
+}
 ROLE_COLUMNS = ["config_id", "module", "recorded", "role", "role_from"]
 
 
@@ -100,7 +109,30 @@ def decide_roles(frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]] = ()) -
     for cid, module, role in recorded.itertuples(index=False):
         info = modules[cid].get(module) if cid in modules else None
         rows.append((cid, module, role, *_decide(module, role, info, shapes.get(cid, {}))))
-    return pd.DataFrame(rows, columns=ROLE_COLUMNS)
+    roles = pd.DataFrame(rows, columns=ROLE_COLUMNS)
+    if "call_order" in frame.columns and len(roles):
+        roles = _inside(roles, frame)
+    return roles
+
+
+def _inside(roles: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """Output-like modules that run before the last module of another role are inside the model, not its output:
+    a weight that maps the width to a fixed size there is a router (:data:`INSIDE`), a softmax over such logits is
+    routing. The model's output chain (the readout, logits, a multiplier after them) runs after everything else."""
+    order = frame.loc[frame["role"] != "loss"].groupby(["config_id", "module"], sort=False)["call_order"].min()
+    at = order.reindex(pd.MultiIndex.from_frame(roles[["config_id", "module"]])).to_numpy(dtype=float)
+    measured = roles["role_from"].isin((ROLE_OF_OP["softmax"][1], ROLE_OF_CLASS["output-like"][1])).to_numpy()
+    output = roles["role"].eq("output").to_numpy() & measured  # decided by its op or weight, not its place
+    other = ~roles["role"].isin(("output", *[r for r, _ in INSIDE.values()])).to_numpy()
+    last = pd.Series(np.where(other, at, -np.inf)).groupby(roles["config_id"].to_numpy()).transform("max").to_numpy()
+    inside = output & (at < last)
+    if not inside.any():
+        return roles
+    roles = roles.copy()
+    for i in np.flatnonzero(inside):
+        kind = "softmax" if roles.at[i, "role_from"] == ROLE_OF_OP["softmax"][1] else "weight"
+        roles.loc[i, ["role", "role_from"]] = INSIDE[kind]
+    return roles
 
 
 def with_roles(df: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:

@@ -65,6 +65,9 @@ BANDS = {
     "flat": "[-shrink_tol, +tol]",
     "no_growth": "(-inf, +tol]",
     "qk_init": "(-inf, -a/2 + tol], a = the head dimension's width exponent",
+    "shrink_half": "(-inf, -1/2 + tol]: an output weight's logits at init (variance 1/fan_in², or a 1/width multiplier)",
+    "noisy_update": "[-1/2 - tol, +tol]: an update that may still be noise in its input's direction (Adam's signs at "
+                    "lr ∝ 1/fan_in move a fan_in-sum like width^-1/2 until the gradient carries signal)",
     "shown": "(-inf, +inf)",
     "as_width": "the width verdict's band for the role, tensor and step (the width rules)",
 }
@@ -171,6 +174,21 @@ INNER_OUTPUT = "not the model's output (e.g. logits before an output multiplier)
 QK_GROWS = {ANY: "attention logits do not shrink at initialisation (independent q and k give q.k ~ sqrt(d_head), which "
                  "q.k/d_head shrinks like width^{slope:.2g} where d_head grows like width{power}, as here: {dims}): "
                  "scores are scaled by 1/sqrt(d_head) instead of 1/d_head"}
+MOE = "Małaśnicki et al. 2025, μ-Parameterization for Mixture of Experts (arXiv 2508.09752): the router is an output weight"
+ROUTER_INIT = {ANY: "router logits do not shrink at initialisation: the router (width → experts) is an output weight, "
+                    "not a hidden matrix — give it std ∝ 1/fan_in (or zero), or multiply its logits by base_width/width "
+                    "(a MuReadout)"}
+ROUTER_GROWS = {ANY: "router logits grow with width after updates: the router (width → experts) is an output weight — "
+                     "with Adam give it lr * base_width / width, or multiply its logits by base_width/width (a "
+                     "MuReadout) and keep the base lr"}
+ROUTER_SHRINKS = {ANY: "router updates vanish with width: its learning rate is scaled down too much — a router with a "
+                       "1/width logit multiplier (MuReadout) keeps the base lr, one without it takes lr * base_width / "
+                       "width, once"}
+ROUTING_GROWS = {ANY: "routing logits grow with width (the softmax over the experts sharpens as width grows): the "
+                      "router's logits are not kept Θ(1) — see the router's cause (an output weight: lr * base_width / "
+                      "width, or a base_width/width multiplier on its logits)"}
+ROUTER_MEASURED = ("measured on the built-in MoE (model=moe, widths 64-512, 40 steps): router logits -0.50 at step 0, "
+                   "change since step 0 between -0.39 and -0.16 after it, experiments/moe_known_answers.py")
 OWN_MEASURED = ("measured: experiments/own_update.py (muP in the mup package's form: own after updates flat for every "
                 "role; standard parametrization with Adam: hidden +0.8..+1.0)")
 
@@ -248,6 +266,30 @@ RULES: tuple[Rule, ...] = (
     Rule("output-delta-flat", roles=("output",), tensors=("delta",), grows=READOUT_GROWS, shrinks=LAZY, learns=True,
          source=f"{TP5}: the output's change is Θ(1) (maximal update); one that vanishes is the lazy regime",
          test="tests/test_rules.py::test_the_outputs_change_must_neither_grow_nor_vanish"),
+    # -- mixture of experts: the router (an output weight inside the model) and the routing over its logits --------
+    Rule("router-init-shrinks", roles=("router",), tensors=("out", "own"), steps="init", expect="shrink_half",
+         grows=ROUTER_INIT,
+         source=f"{TP5} (output weights: init variance 1/fan_in², Adam lr 1/fan_in); {MOE}; {ROUTER_MEASURED}",
+         test="tests/test_rules.py::test_a_routers_logits_must_shrink_at_init_like_an_output_weights"),
+    Rule("router-no-growth", roles=("router",), tensors=("out",), expect="no_growth", grows=ROUTER_GROWS,
+         source=f"{TP5}; {MOE}: the router's logits Θ(1) after updates",
+         test="tests/test_rules.py::test_a_routers_logits_and_their_change_must_not_grow_after_updates"),
+    Rule("router-delta-flat", roles=("router",), tensors=("delta",), expect="noisy_update", grows=ROUTER_GROWS,
+         shrinks=ROUTER_SHRINKS, learns=True,
+         source=f"{TP5}; {MOE}: the router's change is Θ(1) once its gradient carries signal; its gradient "
+                "<dL/dy, expert output> starts uncorrelated, and Adam's sign-like steps at lr ∝ 1/fan_in then move "
+                f"the logits like width^-1/2; {ROUTER_MEASURED}; GraniteMoe under granite_mup: -0.43 at step 3, "
+                "-0.17 at step 10",
+         test="tests/test_rules.py::test_a_routers_logits_and_their_change_must_not_grow_after_updates"),
+    Rule("router-own-updates-flat", roles=("router",), tensors=("own",), steps="updates", expect="noisy_update",
+         grows=ROUTER_GROWS,
+         shrinks=ROUTER_SHRINKS, corroborate=("out", "delta"), alone=OWN_ALONE,
+         source=f"{MOE}; {ROUTER_MEASURED}",
+         test="tests/test_rules.py::test_a_routers_own_update_names_the_router_with_its_own_fix"),
+    Rule("routing-no-growth", roles=("routing",), tensors=("out", "delta"), expect="no_growth", grows=ROUTING_GROWS,
+         source=f"{MOE}: a softmax over router logits is routing, not attention; the logits may shrink (a router "
+                "initialised small or at zero routes uniformly at init)",
+         test="tests/test_rules.py::test_routing_is_judged_by_its_own_rule_never_attentions"),
     # -- input, hidden, norm ----------------------------------------------------------------------------------------
     Rule("init-flat", roles=(), tensors=("out",), steps="init", grows=INIT_GROWS, shrinks=INIT_SHRINKS,
          source=f"{TP5}: activations Θ(1) at initialisation with variance 1/fan_in",

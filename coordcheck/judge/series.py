@@ -90,7 +90,8 @@ def series_facts(s: pd.DataFrame, heads: pd.DataFrame, rules: Rules) -> pd.DataF
     chained = s["call_order"] > pd.to_numeric(s["config_id"].map(last_other), errors="coerce").fillna(-1)
     s["fact_inner_output"] = out & (s["call_order"] < final.reindex(s.index)) & chained
     finals = s[out & ~s["fact_inner_output"]].groupby("config_id")["module"].first()
-    s["final"] = s["config_id"].map(finals).fillna("")
+    final_of = s["config_id"].map(finals).astype(object)  # (no model output at all: NaN floats, not strings)
+    s["final"] = final_of.where(final_of.notna(), "")
     return s
 
 
@@ -123,6 +124,10 @@ def _band(expect: str, rules: Rules, a: float, role: str, tensor: str, step: int
         return -rules.shrink_tol, rules.tol
     if expect == "qk_init":
         return -np.inf, QK_INIT_SLOPE * a + rules.tol
+    if expect == "noisy_update":
+        return -0.5 - rules.tol, rules.tol
+    if expect == "shrink_half":
+        return -np.inf, -0.5 + rules.tol
     if expect == "shown":
         return -np.inf, np.inf
     return -np.inf, rules.tol

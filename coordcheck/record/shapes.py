@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from torch import nn
 
 __all__ = ["Shapes", "param_shapes", "n_params", "fingerprint", "shapes_by_config", "width_problem", "model_table",
-           "dim_growth", "param_class", "CLASSES"]
+           "dim_growth", "growth_text", "param_class", "CLASSES"]
 
 Shapes = Mapping[str, Sequence[int]]  # parameter name -> its dims, as model.named_parameters() gives them
 
@@ -117,8 +117,22 @@ def dim_growth(dims_by_width: Mapping[int, list[int]]) -> list[float] | None:
     return out
 
 
+def growth_text(growth: list[float] | None) -> str:
+    """Which dimensions of a parameter grow with width, in words: ``"0, 1 of 2"`` (dimension indices, as
+    ``tensor.shape`` counts them), ``"none of 3"``, or ``"unmatched"`` (the number of dimensions changes)."""
+    if growth is None:
+        return "unmatched"
+    grows = [str(i) for i, g in enumerate(growth) if g > 0]
+    return f"{', '.join(grows) or 'none'} of {len(growth)}"
+
+
 def param_class(growth: list[float] | None, embedding: bool = False) -> tuple[str, float, float, float]:
-    """``(class, a_in, a_out, a_main)`` from the growth exponent of each dimension (:func:`dim_growth`)."""
+    """``(class, a_in, a_out, a_main)`` from the growth exponent of each dimension (:func:`dim_growth`).
+
+    A parameter with more than two dimensions whose leading ones do not grow is a stack of matrices (a
+    mixture-of-experts layer's ``experts x out x in``, as Mixtral, GraniteMoe and OLMoE store them in transformers):
+    classed by its last two dimensions, as mup's infshapes find it (two growing dimensions: ``ninf() == 2``, fan-in
+    the last). Any other parameter with growing dimensions beyond the first two is ``other``."""
     if growth is None:
         return "unmatched", 0.0, 0.0, 0.0
     grows = [g > 0 for g in growth]
@@ -127,6 +141,8 @@ def param_class(growth: list[float] | None, embedding: bool = False) -> tuple[st
         return ("vector" if grows[0] else "fixed"), 0.0, 0.0, main
     if not any(grows):
         return "fixed", 0.0, 0.0, 0.0
+    if len(growth) > 2 and not any(grows[:-2]):  # a stack of matrices (experts x out x in): the last two say
+        return param_class(growth[-2:], embedding)  # what each matrix is; the leading dimensions do not grow
     if sum(grows) > 2 or any(grows[2:]):
         return "other", 0.0, 0.0, main
     a_out, a_in = (growth[1], growth[0]) if embedding else (growth[0], growth[1])

@@ -9,7 +9,9 @@ parameters changed in place.
   find them: :func:`coordcheck.setup.parametrization.width_infshapes`) get std ``std_base * sqrt(base_fan_in /
   fan_in)``, where ``std_base`` is that parameter's std in the model the harness builds at ``base_width`` with
   the same seed (and parametrization) — what ``mup.init`` does to a constant-std sampler. Every other parameter
-  is left as built. For libraries whose init is one std for every weight (Granite's ``initializer_range``,
+  is left as built, but for routers — output-like matrices inside the blocks that are not a ``MuReadout``
+  (:func:`coordcheck.setup.parametrization.routers`: a mixture of experts' width → experts) — which get
+  ``std_base / width_mult`` (∝ 1/fan_in: an output weight without a multiplier, Tensor Programs V Table 3). For libraries whose init is one std for every weight (Granite's ``initializer_range``,
   GPT-2's 0.02), where muP needs the hidden ones to shrink like fan_in^-1/2.
 
 An init is any callable ``init(model, **context)`` whose signature names what it needs of ``build``, ``width``,
@@ -25,7 +27,7 @@ import torch
 from torch import nn
 
 from coordcheck.core.errors import CoordCheckError
-from coordcheck.setup.parametrization import Builder, Parametrization, build_model, width_infshapes
+from coordcheck.setup.parametrization import Builder, Parametrization, build_model, routers, width_infshapes
 
 __all__ = ["as_built", "mup_init", "resolve_init", "INITS"]
 
@@ -42,14 +44,16 @@ def mup_init(model: nn.Module, *, build: Builder, base_width: int, seed: int, pa
     (normal, uniform, truncated); a zero-initialised matrix stays zero. At ``width == base_width`` nothing
     changes."""
     shapes = width_infshapes(model, build, base_width, who="init=mup")
-    hidden = [(name, p) for name, p in model.named_parameters() if shapes[name].ninf() == 2]
+    inside = routers(model, shapes)
+    hidden = [(name, p) for name, p in model.named_parameters() if shapes[name].ninf() == 2 or name in inside]
     device = next(model.parameters()).device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
         base = dict(build_model(build, base_width, seed, parametrization, base_width).named_parameters())
     stds = torch.stack([torch.stack([base[name].detach().double().std(), p.detach().double().std()])
                         for name, p in hidden]).cpu().tolist() if hidden else []  # moved to the host once
     for (name, p), (std_base, std_now) in zip(hidden, stds):
-        target = std_base / math.sqrt(shapes[name].width_mult())
+        mult = shapes[name].width_mult()
+        target = std_base / (mult if name in inside else math.sqrt(mult))  # a router: std ∝ 1/fan_in
         if std_now > 0 and math.isfinite(std_now):
             p.mul_(target / std_now)
 

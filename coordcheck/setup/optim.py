@@ -37,7 +37,7 @@ from mup.infshape import InfShape
 from torch import nn
 
 from coordcheck.core.errors import CoordCheckError
-from coordcheck.setup.parametrization import width_infshapes
+from coordcheck.setup.parametrization import routers, width_infshapes
 
 __all__ = ["adam", "adamw", "sgd", "muon", "MuonWithAdamW", "hidden_matrices", "muon_lr_factor", "MUON_ADJUST_LR",
            "MUON_WIDTH_INVARIANT", "mup_groups", "mup_param_groups", "GROUP_KINDS", "OPTIMIZERS", "with_mu"]
@@ -189,14 +189,21 @@ def mup_param_groups(model: nn.Module, infshapes: Mapping[str, InfShape], lr: fl
     other parameter keeps ``lr`` and ``weight_decay``. SGD (MuSGD): a parameter with one growing dimension
     (``ninf() == 1``: input weights, biases, norm gains, the readout weight) gets ``lr * width_mult`` and
     ``weight_decay / width_mult``; a hidden matrix ``lr / r`` and ``weight_decay * r`` with ``r`` = fan_in's
-    width_mult / fan_out's (1 when both grow alike); one with none keeps both.
+    width_mult / fan_out's (1 when both grow alike); one with none keeps both. A router — an output-like matrix
+    inside the blocks that is not a ``MuReadout`` (:func:`coordcheck.setup.parametrization.routers`) — gets
+    ``lr / width_mult`` and ``weight_decay * width_mult`` under every kind: an output weight without a multiplier
+    (Tensor Programs V, Table 3), where mup's optimizers would leave it at the base lr and rely on a MuReadout's.
     """
     groups: dict[tuple[str, float], dict] = {}
+    inside = routers(model, infshapes)
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         shape = infshapes[name]
-        if kind == "sgd" and shape.ninf() == 1:  # as MuSGD computes them, so that the floats match
+        if name in inside:  # an output weight with no multiplier (a router): lr ∝ 1/fan_in, TP5 Table 3
+            key = ("router", shape.width_mult())
+            group_lr, group_wd = lr / shape.width_mult(), weight_decay * shape.width_mult()
+        elif kind == "sgd" and shape.ninf() == 1:  # as MuSGD computes them, so that the floats match
             key = ("vector", shape.width_mult())
             group_lr, group_wd = lr * shape.width_mult(), weight_decay / shape.width_mult()
         elif kind == "sgd" and shape.ninf() == 2:

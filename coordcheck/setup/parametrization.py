@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -32,10 +32,12 @@ from mup.shape import zip_infshapes
 from torch import nn
 
 from coordcheck.core.errors import CoordCheckError, check_width
+from coordcheck.setup.blocks import find_blocks
 from coordcheck.setup.data import Batch, batch_for
 
 __all__ = ["Parametrization", "Mup", "Standard", "AsGiven", "build_model", "check_builder", "PARAMETRIZATIONS",
-           "base_shapes", "model_batch", "PLAIN_READOUT", "PLAIN_READOUT_FIX", "width_infshapes", "named_keywords"]
+           "base_shapes", "model_batch", "PLAIN_READOUT", "PLAIN_READOUT_FIX", "width_infshapes", "named_keywords",
+           "routers"]
 
 Builder = Callable[..., nn.Module]
 
@@ -239,6 +241,23 @@ def width_infshapes(model: nn.Module, build: Builder, base_width: int, *, who: s
         raise CoordCheckError(f"{who}: parameter {many[0]} has more than two dimensions that grow with width "
                               f"(mup has no rule for it): keep at most fan-in and fan-out width-sized")
     return infshapes
+
+
+def routers(model: nn.Module, infshapes: Mapping[str, InfShape]) -> set[str]:
+    """The names of the output-like matrices inside the model's blocks (:func:`coordcheck.setup.blocks.find_blocks`):
+    two or more dimensions, only the last (fan-in) growing with width — a mixture of experts' router, width →
+    experts. muP treats it as an output weight (Tensor Programs V, Table 3; Małaśnicki et al. 2025): without a
+    multiplier in the forward, std ∝ 1/fan_in and learning rate ∝ 1/fan_in. The model's own readout sits after
+    the blocks and keeps MuReadout's form (its 1/width multiplier in the forward); so does a router that is a
+    ``MuReadout``."""
+    blocks = find_blocks(model)
+    out = set()
+    for name, shape in infshapes.items():
+        inf = [d.isinf() for d in shape]
+        if len(inf) >= 2 and inf[-1] and not any(inf[:-1]) and any(name.startswith(b + ".") for b in blocks) \
+                and not isinstance(model.get_submodule(name.rpartition(".")[0]), MuReadout):
+            out.add(name)
+    return out
 
 
 PARAMETRIZATIONS: dict[str, type[Parametrization]] = {"mup": Mup, "sp": Standard, "none": AsGiven}
