@@ -20,7 +20,8 @@ grows) or ``output-like`` (fan-in grows, fan-out fixed) for matrices — fan-in 
 ``(out, in)``), dimension 0 for an ``nn.Embedding``'s ``(num_embeddings, dim)`` —, ``vector`` for a 1-D parameter;
 none: ``fixed``; a stack of matrices whose leading dimensions do not grow (a mixture of experts' ``experts x out x
 in``) by its last two (:func:`coordcheck.record.shapes.param_class`). The ``grows`` column says which dimensions grow
-(``"1, 2 of 3"``: not the expert dimension). Exponents of the expectations are in terms of how fast each dimension grows (``a_in``,
+(``"1, 2 of 3"``: not the expert dimension). Exponents of the expectations are in terms of how fast each
+dimension grows (``a_in``,
 ``a_out``; ``a_main``: mup's main dimension, the last growing one), 1 for a dimension proportional to width.
 
 **Judged** only under ``parametrization=mup`` or ``sp``, where every multiplier the forward applies is a

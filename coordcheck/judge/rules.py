@@ -65,7 +65,8 @@ BANDS = {
     "flat": "[-shrink_tol, +tol]",
     "no_growth": "(-inf, +tol]",
     "qk_init": "(-inf, -a/2 + tol], a = the head dimension's width exponent",
-    "shrink_half": "(-inf, -1/2 + tol]: an output weight's logits at init (variance 1/fan_in², or a 1/width multiplier)",
+    "shrink_half": "(-inf, -1/2 + tol]: an output weight's logits at init (variance 1/fan_in², or a 1/width "
+                   "multiplier)",
     "noisy_update": "[-1/2 - tol, +tol]: an update that may still be noise in its input's direction (Adam's signs at "
                     "lr ∝ 1/fan_in move a fan_in-sum like width^-1/2 until the gradient carries signal)",
     "shown": "(-inf, +inf)",
@@ -174,9 +175,11 @@ INNER_OUTPUT = "not the model's output (e.g. logits before an output multiplier)
 QK_GROWS = {ANY: "attention logits do not shrink at initialisation (independent q and k give q.k ~ sqrt(d_head), which "
                  "q.k/d_head shrinks like width^{slope:.2g} where d_head grows like width{power}, as here: {dims}): "
                  "scores are scaled by 1/sqrt(d_head) instead of 1/d_head"}
-MOE = "Małaśnicki et al. 2025, μ-Parameterization for Mixture of Experts (arXiv 2508.09752): the router is an output weight"
+MOE = ("Małaśnicki et al. 2025, μ-Parameterization for Mixture of Experts (arXiv 2508.09752): the router is an "
+       "output weight")
 ROUTER_INIT = {ANY: "router logits do not shrink at initialisation: the router (width → experts) is an output weight, "
-                    "not a hidden matrix — give it std ∝ 1/fan_in (or zero), or multiply its logits by base_width/width "
+                    "not a hidden matrix — give it std ∝ 1/fan_in (or zero), or multiply its logits by "
+                    "base_width/width "
                     "(a MuReadout)"}
 ROUTER_GROWS = {ANY: "router logits grow with width after updates: the router (width → experts) is an output weight — "
                      "with Adam give it lr * base_width / width, or multiply its logits by base_width/width (a "
