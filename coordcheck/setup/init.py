@@ -12,7 +12,8 @@ parameters changed in place.
   is left as built, but for routers — output-like matrices inside the blocks that are not a ``MuReadout``
   (:func:`coordcheck.setup.parametrization.routers`: a mixture of experts' width → experts) — which get
   ``std_base / width_mult`` (∝ 1/fan_in: an output weight without a multiplier, Tensor Programs V Table 3). For
-  libraries whose init is one std for every weight (Granite's ``initializer_range``, GPT-2's 0.02), where muP needs the hidden ones to shrink like fan_in^-1/2.
+  libraries whose init is one std for every weight (Granite's ``initializer_range``, GPT-2's 0.02), where muP
+  needs the hidden ones to shrink like fan_in^-1/2.
 
 An init is any callable ``init(model, **context)`` whose signature names what it needs of ``build``, ``width``,
 ``base_width``, ``seed`` and ``parametrization`` (``coordcheck.setup.parametrization.named_keywords``).
