@@ -1,0 +1,160 @@
+"""Issue 29: mixtures of experts judged by their own muP rules — the router an output weight, its softmax routing,
+3-D expert stacks hidden matrices — on the built-in MoE (known answers) and on transformers' GraniteMoe."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from coordcheck import coord_check
+from coordcheck.judge.audit import audit_table
+from coordcheck.record.shapes import dim_growth, growth_text, param_class
+from coordcheck.setup.init import mup_init
+from coordcheck.setup.moe import moe
+from coordcheck.setup.optim import mup_groups
+from coordcheck.setup.parametrization import AsGiven, routers, width_infshapes
+from coordcheck.testing.planted_moe import FAULTS, builder, planted_moe_optimizer
+
+WIDTHS = [64, 128, 256]
+QUICK = dict(steps=6, seeds=2, progress=False, tensors=["out", "delta", "in", "own"], data="tokens")
+
+
+# -- what each parameter is ------------------------------------------------------------------------------------------
+
+def test_a_stack_of_expert_matrices_is_classed_by_its_last_two_dimensions():
+    up = dim_growth({64: [8, 128, 64], 128: [8, 256, 128], 256: [8, 512, 256]})  # experts x out x in
+    assert param_class(up)[0] == "hidden" and growth_text(up) == "1, 2 of 3"
+    router = dim_growth({64: [8, 64], 128: [8, 128]})
+    assert param_class(router)[0] == "output-like" and growth_text(router) == "1 of 2"
+    assert param_class(dim_growth({64: [64, 8, 64], 128: [128, 8, 128]}))[0] == "other"  # the stack dimension grows
+
+
+def test_the_audit_says_which_dimensions_grow():
+    facts = [{"config_id": "c", "width": w, "audit": {"parametrization": "mup", "params": {
+        "moe.experts.up": {"dims": [8, 2 * w, w], "rms": 1.0, "family": "adam"},
+        "moe.router.weight": {"dims": [8, w], "rms": 1.0, "family": "adam"}}}} for w in WIDTHS]
+    t = audit_table(facts).set_index("parameter")
+    assert (t.loc["moe.experts.up", "class"], t.loc["moe.experts.up", "grows"]) == ("hidden", "1, 2 of 3")
+    assert (t.loc["moe.router.weight", "class"], t.loc["moe.router.weight", "grows"]) == ("output-like", "1 of 2")
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.router = torch.nn.Linear(width, 8, bias=False)  # as Mixtral / OLMoE write it: width -> experts
+        self.experts = torch.nn.Parameter(torch.randn(8, width, width) * width ** -0.5)
+        self.norm = torch.nn.LayerNorm(width)
+
+    def forward(self, x):
+        gates = self.router(x).softmax(-1)
+        return x + torch.einsum("te,eoi,ti->to", gates, self.experts, self.norm(x))
+
+
+class _PlainMoE(torch.nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.inp = torch.nn.Linear(16, width)
+        self.blocks = torch.nn.ModuleList([_Block(width), _Block(width)])
+        self.head = torch.nn.Linear(width, 10)  # after the blocks: the readout, not a router
+
+    def forward(self, x):
+        x = self.inp(x)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def test_mup_groups_and_init_mup_give_a_plain_router_an_output_weights_lr_and_std():
+    torch.manual_seed(0)
+    model = _PlainMoE(256)
+    shapes = width_infshapes(model, _PlainMoE, 64, who="test")
+    assert routers(model, shapes) == {"blocks.0.router.weight", "blocks.1.router.weight"}  # not the head
+    opt = mup_groups(model, 0.01, build=_PlainMoE, base_width=64, weight_decay=0.0)
+    lr = {n: g["lr"] for g in opt.param_groups for p in g["params"] for n, q in model.named_parameters() if p is q}
+    assert lr["blocks.0.router.weight"] == pytest.approx(0.01 / 4)  # Table 3: lr ∝ 1/fan_in
+    assert lr["blocks.0.experts"] == pytest.approx(0.01 / 4)  # the 3-D stack: a hidden matrix
+    assert lr["head.weight"] == pytest.approx(0.01)  # the readout: its multiplier is the model's (as mup's)
+    before = model.blocks[0].router.weight.std().item()
+    mup_init(model, build=_PlainMoE, base_width=64, seed=0, parametrization=AsGiven())
+    after = model.blocks[0].router.weight.std().item()
+    assert after == pytest.approx(before / 2, rel=0.1)  # nn.Linear's fan_in^-1/2 at 64, / width_mult 4: half
+
+
+# -- the built-in MoE: correct by default, each planted fault named exactly -----------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_the_built_in_moe_known_answers(fault):
+    model_kw, opt_kw, (kind, planted) = FAULTS[fault]
+    v = coord_check(builder(**model_kw), WIDTHS, parametrization="mup",
+                    optimizer=functools.partial(planted_moe_optimizer, **opt_kw), **QUICK).verdict
+    if not planted:
+        assert v.status == "pass", v.reason
+        return
+    assert v.status == "fail", v.reason
+    first = v.causes.sort_values("order").iloc[0]
+    assert first["kind"] == kind, v.causes[["kind", "what"]]
+    named = {m for ms in v.causes["modules"] for m in ms}
+    assert named == set(planted), v.causes[["kind", "modules"]]  # the planted ones, nothing upstream, no sibling
+    assert "attention" not in v.first_cause and "fan_in**-0.5" not in v.first_cause
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("knobs", [{"experts_as": "list"}, {"shared_expert": True}, {"top_k": 1}])
+def test_each_knob_of_the_built_in_moe_stays_mup(knobs):
+    v = coord_check(functools.partial(moe, **knobs), WIDTHS, **QUICK).verdict
+    assert v.status == "pass", v.reason
+
+
+@pytest.mark.slow
+def test_the_built_in_moe_in_standard_parametrization_fails():
+    v = coord_check(moe, WIDTHS, parametrization="sp", **QUICK).verdict
+    assert v.status == "fail"
+    assert "router" not in v.first_cause or "output weight" in v.first_cause
+
+
+# -- transformers' GraniteMoe, as a user runs it ---------------------------------------------------------------------
+
+GRANITE_MOE = ["+experiment=granite_mup", "model.config=granitemoe", "width=64,128,256", "seeds=2", "steps=6",
+               "tensors=[out,delta,in,own]", "threads=1", "progress=false", "report.figures=false"]
+
+
+def _run(monkeypatch, capsys, tmp_path, *overrides: str) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    from conftest import run_in_process
+
+    code = run_in_process(monkeypatch, *GRANITE_MOE, *overrides, f"hydra.sweep.dir={tmp_path}", "--multirun")
+    capsys.readouterr()
+    assert code == 0
+    out = tmp_path / "report"
+    return (json.loads((out / "report.json").read_text()), pd.read_csv(out / "verdict.csv"),
+            pd.read_csv(out / "audit.csv"))
+
+
+@pytest.mark.slow
+def test_granitemoe_router_is_output_like_and_its_softmax_routing(monkeypatch, capsys, tmp_path):
+    pytest.importorskip("transformers")
+    report, verdict, audit = _run(monkeypatch, capsys, tmp_path)
+    roles = verdict.drop_duplicates("module").set_index("module")["role"]
+    assert roles["model.layers.0.block_sparse_moe.router"] == "router"
+    assert roles["model.layers.0.block_sparse_moe.router.(softmax)"] == "routing"  # never attention
+    a = audit.set_index("parameter")
+    router = a.loc["model.layers.0.block_sparse_moe.router.weight"]
+    assert router["class"] == "output-like" and router["lr_exponent"] == pytest.approx(-1, abs=0.01)
+    assert router["init_exponent"] == pytest.approx(-1, abs=0.05)  # init=mup: std ∝ 1/fan_in
+    experts = a.loc["model.layers.0.block_sparse_moe.experts.gate_up_proj"]
+    assert (experts["class"], experts["grows"]) == ("hidden", "1, 2 of 3")
+    assert report["status"] == "pass", report["reason"]  # Granite's knobs + mup_groups + init=mup: muP
+
+
+@pytest.mark.slow
+def test_granitemoe_router_left_at_its_config_std_is_named_with_the_routers_fix(monkeypatch, capsys, tmp_path):
+    pytest.importorskip("transformers")
+    report, _, _ = _run(monkeypatch, capsys, tmp_path, "init=none")  # every weight at initializer_range 0.02
+    assert report["status"] == "fail"
+    by_router = [c for c in report["causes"] if any(".router" in m for m in c["modules"])]
+    assert by_router and all("output weight" in c["fix"] for c in by_router)
+    assert all(c["kind"] != "attention_scale" for c in report["causes"])
