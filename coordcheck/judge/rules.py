@@ -190,8 +190,8 @@ ROUTER_SHRINKS = {ANY: "router updates vanish with width: its learning rate is s
 ROUTING_GROWS = {ANY: "routing logits grow with width (the softmax over the experts sharpens as width grows): the "
                       "router's logits are not kept Θ(1) — see the router's cause (an output weight: lr * base_width / "
                       "width, or a base_width/width multiplier on its logits)"}
-ROUTER_MEASURED = ("measured on the built-in MoE (model=moe, widths 64-512, 40 steps): router logits -0.50 at step 0, "
-                   "change since step 0 between -0.39 and -0.16 after it, experiments/moe_known_answers.py")
+ROUTER_MEASURED = ("measured on the built-in MoE (model=moe, widths 64-512, 40 steps): router logits -0.51 and -0.48 "
+                   "at step 0, change since step 0 -0.38 .. -0.12 after it (experiments/moe_known_answers.py)")
 OWN_MEASURED = ("measured: experiments/own_update.py (muP in the mup package's form: own after updates flat for every "
                 "role; standard parametrization with Adam: hidden +0.8..+1.0)")
 

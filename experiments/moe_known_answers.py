@@ -1,0 +1,74 @@
+"""Issue 29's mixture-of-experts rules, measured: the router's slopes under muP, and the built-in MoE's known answers.
+
+Two parts:
+
+* ``router``: the built-in MoE (``model=moe``, correct under ``parametrization=mup``: a MuReadout router, std
+  constant in width as mup rescales it, 1/width_mult on its logits) trained at widths 64-512 for 40 steps, 2 seeds;
+  prints the slope of the router logits' std (out) and of their change since step 0 (delta) at each step, per
+  router. These are what the rules ``router-init-shrinks`` (out at step 0 ≤ -1/2 + tol) and ``router-delta-flat``
+  (delta in [-1/2 - tol, +tol]) rest on.
+* ``faults``: each case of :data:`coordcheck.testing.planted_moe.FAULTS` (widths 64-256, 2 seeds, 6 steps, the
+  causes' probes), its verdict, its first cause and every module the causes name, against the planted ones.
+
+    python experiments/moe_known_answers.py            # both (about 2 minutes on 2 cores)
+    python experiments/moe_known_answers.py router
+    python experiments/moe_known_answers.py faults
+
+What it showed (2026-12-05, 2 cores, 26 s for both): router — logits -0.51 and -0.48 at step 0; the change since
+step 0 between -0.38 and -0.12 after it (-0.31..-0.38 at steps 2-4, drifting to -0.13..-0.18 by step 40: the router's
+gradient <dL/dy, expert output> starts uncorrelated, and Adam's sign-like steps at lr ∝ 1/fan_in move a fan_in-sum
+like width^-1/2 until it carries signal). GraniteMoe under +experiment=granite_mup with mup_groups and init=mup
+(router lr and std ∝ 1/fan_in) showed the same: -0.50 at step 0, -0.43 at step 3, -0.17 at step 10. faults — the
+correct MoE passes; each planted fault fails, its causes naming exactly the planted modules — the routers' lr
+scaled like a hidden matrix: both routers, own update -1.28 [-1.54, -1.02] at step 3, "scaled down too much"; one
+layer's experts at the full lr: blocks.1.moe.experts, own update +1.14 [+1.02, +1.25], "not scaled by width"; the
+router built like a hidden layer: both routers, "not a mup.MuReadout".
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+
+import torch
+
+from coordcheck import coord_check
+from coordcheck.setup.moe import moe
+from coordcheck.testing.planted_moe import FAULTS, builder, planted_moe_optimizer
+
+
+def router(widths=(64, 128, 256, 512), steps: int = 40) -> None:
+    t = time.perf_counter()
+    r = coord_check(moe, list(widths), steps=steps, seeds=2, progress=False, data="tokens")
+    s = r.slopes
+    s = s[s["module"].str.contains("router") & (s["stat"] == "std") & s["tensor"].isin(["out", "delta"])]
+    table = s.pivot_table(index=["module", "tensor"], columns="step", values="slope").round(2)
+    print(f"router slopes, widths {widths[0]}-{widths[-1]}, {steps} steps ({time.perf_counter() - t:.0f} s):")
+    print(table.iloc[:, [0, 1, 2, 3, 4, 10, 20, 30, -1]].to_string())
+    after = table.xs("delta", level="tensor").iloc[:, 2:]
+    print(f"change since step 0 after step 1: {after.min().min():+.2f} .. {after.max().max():+.2f}; verdict "
+          f"{r.verdict.status}")
+
+
+def faults(widths=(64, 128, 256)) -> None:
+    for name, (model_kw, opt_kw, (kind, planted)) in FAULTS.items():
+        t = time.perf_counter()
+        v = coord_check(builder(**model_kw), list(widths), steps=6, seeds=2, progress=False, data="tokens",
+                        parametrization="mup", optimizer=functools.partial(planted_moe_optimizer, **opt_kw),
+                        tensors=["out", "delta", "in", "own"]).verdict
+        named = sorted({m for ms in v.causes["modules"] for m in ms}) if len(v.causes) else []
+        ok = (v.status == "pass") if not planted else (v.status == "fail" and named == sorted(planted))
+        print(f"{name}: {v.status.upper()} in {time.perf_counter() - t:.1f} s — named {named or 'nothing'} "
+              f"(planted {planted or 'nothing'}): {'right' if ok else 'WRONG'}")
+        if planted:
+            print(f"    first cause: {v.first_cause}")
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    part = sys.argv[1] if len(sys.argv) > 1 else "both"
+    if part in ("router", "both"):
+        router()
+    if part in ("faults", "both"):
+        faults()
