@@ -4,7 +4,8 @@ Stage: judge (after the causes and the audit). Input: the verdict's causes, its 
 table (:func:`coordcheck.judge.audit.audit_long`: each parameter's init and learning rate as an exponent in width,
 computed under every parametrization, judged only under mup and sp). Output: the causes, where an ``lr`` or ``init``
 cause names several modules of which some were *given* something different from the rest of their class: only
-those, with that evidence in the line; the modules dropped inherit from them.
+those, with that evidence in the line; the modules dropped inherit from them. A one-module ``lr`` cause whose
+learning rate the audit finds the same as its class's is said to be so, not given a learning-rate fix.
 
 Why: the own update of a correct module can leave the band beside a faulty sibling (its input carries the fault;
 a short sweep's slopes are noisy), so the walk can name ``blocks.0.fc2`` and ``blocks.1.fc2`` where only block 1's
@@ -28,10 +29,10 @@ COUNT = re.compile(r"^(?:(?:\d+ of )?(?:all )?(\d+)|both) (.+)$")
 
 
 def _exponents(a: pd.DataFrame) -> pd.DataFrame:
-    """One row per module: the exponent and class of its first matrix-like parameter (its weight)."""
-    a = a.sort_values("order", kind="stable")
-    weights = a[a["parameter"].str.endswith("weight")]
-    return (weights if len(weights) else a).drop_duplicates("module").set_index("module")[["exponent", "class"]]
+    """One row per module: the exponent and class of its weight, else of its first parameter (a mixture of experts'
+    ``gate_up_proj``)."""
+    a = a.assign(_weight=~a["parameter"].str.endswith("weight")).sort_values(["_weight", "order"], kind="stable")
+    return a.drop_duplicates("module").set_index("module")[["exponent", "class"]]
 
 
 def _what(old: str, odd: list[str]) -> str:
@@ -40,6 +41,36 @@ def _what(old: str, odd: list[str]) -> str:
     m = COUNT.match(old)
     total, noun = (m.group(1) or "2", m.group(2)) if m else ("?", old)
     return f"{len(odd)} of {total} {noun}"
+
+
+def _as_its_class(long: pd.DataFrame, c: pd.Series, module: str, tol: float, others: bool) -> str:
+    """The line of a one-module ``lr`` cause whose learning rate the audit finds the same as the rest of its class
+    (three or more, most sharing one exponent, the one muP expects of the class): nothing set it apart, so its own update leaving the band is not its
+    learning rate's doing — said, and, where the configuration has other causes, that it likely follows from them.
+    ``""`` where the audit sets it apart or cannot say."""
+    a = long[(long["config_id"] == c["config_id"]) & (long["quantity"] == "lr")
+             & np.isfinite(long["exponent"].to_numpy(dtype=float))]
+    if a.empty:
+        return ""
+    per = _exponents(a)
+    if module not in per.index:
+        return ""
+    peers = per[per["class"] == per.at[module, "class"]]["exponent"].round(1)
+    if len(peers) < 3:
+        return ""
+    common = float(peers.mode().iloc[0])
+    if (peers == common).sum() <= len(peers) / 2 or abs(float(per.at[module, "exponent"]) - common) > tol:
+        return ""
+    mine = a[a["module"] == module]
+    expected = mine["expected"].to_numpy(dtype=float) if "expected" in mine else np.array([np.nan])
+    if not (np.isfinite(expected).any() and abs(float(expected[np.isfinite(expected)][0]) - common) <= tol):
+        return ""  # the class shares a learning rate muP does not give it (standard parametrization): a knob
+    head = str(c["line"]).partition(" — ")[0]
+    then = ("likely a consequence of the other causes: fix those first" if others
+            else "not a learning-rate knob: look at what feeds this module")
+    return (f"{head} (the audit: its learning rate ∝ width^{common:+.2f}, as the other "
+            f"{int((peers == common).sum()) - 1} of its class, {per.at[module, 'class']}) — its learning rate is not "
+            f"set apart from its class: {then}")
 
 
 def narrow_by_audit(causes: pd.DataFrame, modules: pd.DataFrame, long: pd.DataFrame | None,
@@ -52,6 +83,13 @@ def narrow_by_audit(causes: pd.DataFrame, modules: pd.DataFrame, long: pd.DataFr
     for i, c in causes.iterrows():
         quantity = QUANTITY.get(str(c["kind"]))
         named = list(c["modules"])
+        if quantity == "lr" and len(named) == 1:
+            others = causes[(causes["config_id"] == c["config_id"]) & (causes.index != i)]
+            line = _as_its_class(long, c, named[0], tol, len(others) > 0)
+            if line:
+                causes.at[i, "line"] = line
+                causes.at[i, "fix"] = line.partition(" — ")[2]
+            continue
         if quantity is None or len(named) < 2:
             continue
         a = long[(long["config_id"] == c["config_id"]) & (long["quantity"] == quantity)

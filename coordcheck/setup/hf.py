@@ -7,7 +7,9 @@ inside ``torch.device(device)``), its weights from the library's own initialisat
 Hugging Face offline switches are set before ``transformers`` is imported).
 
 ``width`` sets ``hidden_size`` (GPT-2's ``n_embd``: the config's ``attribute_map`` translates every name) and the
-fields that follow it: the MLP's inner size (``intermediate_size``, GPT-2's ``n_inner``) = ``mlp_ratio * width``;
+fields that follow it: the MLP's inner size (``intermediate_size``, GPT-2's ``n_inner``) = ``mlp_ratio * width``, and
+a mixture of experts' own inner sizes where its config names them apart (``moe_intermediate_size``,
+``shared_expert_intermediate_size``);
 the heads, by ``grows``: ``head_dim`` (``n_head`` heads at every width, so the head dimension grows, as muP's
 1/head_dim attention assumes) or ``heads`` (``head_dim`` fixed, ``width / head_dim`` heads). Key/value heads follow
 the heads (no grouped-query attention) unless ``config_kwargs`` sets ``num_key_value_heads``. A field that the width
@@ -39,12 +41,14 @@ from omegaconf import OmegaConf
 from coordcheck.core.errors import CoordCheckError, check_depth, check_width
 
 __all__ = ["build", "check_node", "config_class", "hf_config", "depth_field", "INSTALL", "OFFLINE", "WIDTH_FIELDS",
-           "INNER_FIELDS", "DEPTH_FIELDS"]
+           "INNER_FIELDS", "EXPERT_INNER_FIELDS", "DEPTH_FIELDS"]
 
 INSTALL = 'model=hf needs Hugging Face transformers: pip install -e ".[hf]"'
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # never fetch anything
 WIDTH_FIELDS = ("hidden_size", "num_attention_heads", "head_dim")  # set from the width (and n_head / head_dim)
 INNER_FIELDS = ("intermediate_size", "n_inner", "ffn_dim", "d_ff")  # the MLP's inner size, as configs name it
+# the experts' inner sizes where a mixture of experts names them apart (Qwen2-MoE, Qwen3-MoE): they follow the width too
+EXPERT_INNER_FIELDS = ("moe_intermediate_size", "shared_expert_intermediate_size")
 DEPTH_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")  # the number of blocks, as configs name it
 DROPOUT = re.compile(r"(dropout|pdrop)$")  # dropout probabilities (GPT-2's attn_pdrop, resid_pdrop, embd_pdrop): 0
 
@@ -137,8 +141,9 @@ def hf_config(width: int, config: str | type = "granite", *, grows: Literal["hea
     if "num_key_value_heads" in known and not any(_canonical(cls, n) == "num_key_value_heads" for n in given):
         fields["num_key_value_heads"] = heads
     inner = next((f for f in INNER_FIELDS if f in known), None)
-    if inner is not None and not any(_canonical(cls, n) == inner for n in given):
-        fields[inner] = int(round(mlp_ratio * width))
+    for f in ((inner,) if inner is not None else ()) + tuple(f for f in EXPERT_INNER_FIELDS if f in known):
+        if not any(_canonical(cls, n) == f for n in given):
+            fields[f] = int(round(mlp_ratio * width))
     given_names = {_canonical(cls, n) for n in given}
     for name in known - given_names:  # a fixed batch at every step: dropout would only add noise between steps
         if DROPOUT.search(name) and isinstance(defaults.get(name), float):
