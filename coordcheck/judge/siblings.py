@@ -45,8 +45,9 @@ def _what(old: str, odd: list[str]) -> str:
 
 def _as_its_class(long: pd.DataFrame, c: pd.Series, module: str, tol: float, others: bool) -> str:
     """The line of a one-module ``lr`` cause whose learning rate the audit finds the same as the rest of its class
-    (three or more, most sharing one exponent, the one muP expects of the class): nothing set it apart, so its own update leaving the band is not its
-    learning rate's doing — said, and, where the configuration has other causes, that it likely follows from them.
+    (three or more, most sharing one exponent, the one muP expects of the class): nothing set it apart, so its own
+    update leaving the band is not its learning rate's doing — said, and, where the configuration has other causes,
+    that it likely follows from them.
     ``""`` where the audit sets it apart or cannot say."""
     a = long[(long["config_id"] == c["config_id"]) & (long["quantity"] == "lr")
              & np.isfinite(long["exponent"].to_numpy(dtype=float))]
