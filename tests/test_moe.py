@@ -27,9 +27,9 @@ QUICK = dict(steps=6, seeds=2, progress=False, tensors=["out", "delta", "in", "o
 
 def test_a_stack_of_expert_matrices_is_classed_by_its_last_two_dimensions():
     up = dim_growth({64: [8, 128, 64], 128: [8, 256, 128], 256: [8, 512, 256]})  # experts x out x in
-    assert param_class(up)[0] == "hidden" and growth_text(up) == "1, 2 of 3"
+    assert param_class(up)[0] == "hidden" and growth_text(up) == "dims 1, 2 of 3"
     router = dim_growth({64: [8, 64], 128: [8, 128]})
-    assert param_class(router)[0] == "output-like" and growth_text(router) == "1 of 2"
+    assert param_class(router)[0] == "output-like" and growth_text(router) == "dim 1 of 2"
     assert param_class(dim_growth({64: [64, 8, 64], 128: [128, 8, 128]}))[0] == "other"  # the stack dimension grows
 
 
@@ -38,8 +38,8 @@ def test_the_audit_says_which_dimensions_grow():
         "moe.experts.up": {"dims": [8, 2 * w, w], "rms": 1.0, "family": "adam"},
         "moe.router.weight": {"dims": [8, w], "rms": 1.0, "family": "adam"}}}} for w in WIDTHS]
     t = audit_table(facts).set_index("parameter")
-    assert (t.loc["moe.experts.up", "class"], t.loc["moe.experts.up", "grows"]) == ("hidden", "1, 2 of 3")
-    assert (t.loc["moe.router.weight", "class"], t.loc["moe.router.weight", "grows"]) == ("output-like", "1 of 2")
+    assert (t.loc["moe.experts.up", "class"], t.loc["moe.experts.up", "grows"]) == ("hidden", "dims 1, 2 of 3")
+    assert (t.loc["moe.router.weight", "class"], t.loc["moe.router.weight", "grows"]) == ("output-like", "dim 1 of 2")
 
 
 class _Block(torch.nn.Module):
@@ -146,7 +146,7 @@ def test_granitemoe_router_is_output_like_and_its_softmax_routing(monkeypatch, c
     assert router["class"] == "output-like" and router["lr_exponent"] == pytest.approx(-1, abs=0.01)
     assert router["init_exponent"] == pytest.approx(-1, abs=0.05)  # init=mup: std ∝ 1/fan_in
     experts = a.loc["model.layers.0.block_sparse_moe.experts.gate_up_proj"]
-    assert (experts["class"], experts["grows"]) == ("hidden", "1, 2 of 3")
+    assert (experts["class"], experts["grows"]) == ("hidden", "dims 1, 2 of 3")
     assert report["status"] == "pass", report["reason"]  # Granite's knobs + mup_groups + init=mup: muP
 
 

@@ -334,3 +334,11 @@ def test_modules_outside_the_blocks_are_judged_by_their_width_rule_along_depth()
     head, norm = s.loc[("lm_head", "out", 0)], s.loc[("ln_f", "delta", 3)]
     assert (head["rule"], head["status"]) == ("depth-module", "pass")  # the output may shrink, as along width
     assert norm["status"] == "fail" and norm["diagnosis"] == "the norm layer change since step 0 vanishes with depth"
+
+
+def test_a_scan_is_shown_never_judged():
+    v = judge(make_frame({**HEALTHY, ("mixer", "scan", "out"): 1.5, ("mixer", "scan", "own"): 2.0,
+                          ("mixer", "scan", "delta"): 1.5}))
+    r = row(v, "mixer", "own", 3)
+    assert r["rule"] == "scan-not-judged" and r["status"] == "skip" and v.status == "pass"
+    assert any("no established muP rule for a selective scan" in n and "mixer" in n for n in v.notes)

@@ -20,7 +20,7 @@ grows) or ``output-like`` (fan-in grows, fan-out fixed) for matrices — fan-in 
 ``(out, in)``), dimension 0 for an ``nn.Embedding``'s ``(num_embeddings, dim)`` —, ``vector`` for a 1-D parameter;
 none: ``fixed``; a stack of matrices whose leading dimensions do not grow (a mixture of experts' ``experts x out x
 in``) by its last two (:func:`coordcheck.record.shapes.param_class`). The ``grows`` column says which dimensions grow
-(``"1, 2 of 3"``: not the expert dimension). Exponents of the expectations are in terms of how fast each
+(``"dims 1, 2 of 3"``: not the expert dimension). Exponents of the expectations are in terms of how fast each
 dimension grows (``a_in``,
 ``a_out``; ``a_main``: mup's main dimension, the last growing one), 1 for a dimension proportional to width.
 
@@ -53,6 +53,9 @@ __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE
 QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
 JUDGED = ("mup", "sp")  # parametrizations under which no multiplier can hide in the forward
 EPS_MATERIAL = 0.05  # ε fraction at the widest width above which growth with width is a cause
+NO_RULE = ("no established muP rule: a vector owned by a module of no known op (a selective scan's step size dt_bias, "
+           "decay A_log, skip D; Vankadara et al., NeurIPS 2024, 'On Feature Learning in Structured State Space "
+           "Models': muP's rules do not carry over to the scan) — measured, not judged")
 
 # (optimizer family or "*", class, quantity) -> ((c_in, c_out, c_main), band, reason): the expected exponent is
 # c_in * a_in + c_out * a_out + c_main * a_main. band "flat": expected ± tol; "no_growth": at most expected + tol.
@@ -241,7 +244,8 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
                 if all(v is None for v in values):
                     continue
                 exp = EXPECTED.get(("*" if quantity in ("init", "mult") else family, cls, quantity))
-                if exp is None:
+                if cls == "vector" and p.get("owner", None) == "":
+                    exp = None  # a vector of a module of no known op (a selective scan's): no established rule
                     expected, band, reason = np.nan, "flat", "no muP expectation for this class / optimizer"
                 else:
                     (c_in, c_out, c_main), band, reason = exp
@@ -251,6 +255,8 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
                 if np.isnan(expected):
                     lo = hi = np.nan
                     status = "" if status not in ("zero",) else status
+                    if cls == "vector" and p.get("owner", None) == "":
+                        status, reason = "not judged", NO_RULE
                 elif not judged and status:
                     status = "not judged"
                 std = per[-1].get("std") if quantity == "init" and per[-1] is not None else None

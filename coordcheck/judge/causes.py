@@ -84,8 +84,9 @@ PLURAL = {"hidden": "hidden matrices", "input": "input layers", "norm": "norm la
 MEASURE_WORDS = {"init": "init gain", "own": "own update", "out": "output", "delta": "change since step 0"}
 
 INIT_FIX = "init std does not scale like fan_in^-1/2: give {it} std ∝ fan_in**-0.5"
-ROUTER_INIT_FIX = ("the router (width → experts) is an output weight: give {it} std ∝ 1/fan_in (or zero), or multiply "
-                   "the router logits by base_width/width (a MuReadout)")
+ROUTER_INIT_FIX = ("an output-like matrix inside the model (width → a fixed size: a router, width → experts) is an "
+                   "output weight: give {it} std ∝ 1/fan_in (or zero), or multiply its logits by base_width/width (a "
+                   "MuReadout)")
 UPDATE_FIX = {
     ("hidden", "grows"): "the hidden learning rate is not scaled by width: give {them} lr * base_width / width",
     ("hidden", "shrinks"): "the hidden learning rate is scaled down too much (by width more than once?): give {them} "
@@ -97,8 +98,9 @@ UPDATE_FIX = {
                          "base lr",
     ("output", "shrinks"): "the readout's learning rate is scaled down too much: with a 1/width output multiplier "
                            "the readout keeps the base lr",
-    ("router", "grows"): "the router (width → experts) is an output weight: give {them} lr * base_width / width "
-                         "(Adam), or multiply the router logits by base_width/width (a MuReadout) and keep the base lr",
+    ("router", "grows"): "an output-like matrix inside the model (width → a fixed size: a router, width → experts) is "
+                         "an output weight: give {them} lr * base_width / width (Adam), or multiply its logits by "
+                         "base_width/width (a MuReadout) and keep the base lr",
     ("router", "shrinks"): "the router's learning rate is scaled down too much: a router with a 1/width logit "
                            "multiplier keeps the base lr, one without it takes lr * base_width / width, once",
 }

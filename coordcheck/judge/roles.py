@@ -16,6 +16,8 @@ What decides a role, first that applies (:data:`ROLE_OF_OP`, :data:`ROLE_OF_CLAS
 * for a linear or convolution layer, which dimensions of its weight grow with width across the jobs
   (:func:`coordcheck.record.shapes.param_class`): fixed → width is input, width → width hidden, width → fixed output
   (a readout, or a router: output-like wherever it runs; only the model's output is judged as output);
+* a module of no known op that owns only vectors, some growing with width (a selective scan's ``A_log``, ``D``,
+  ``dt_bias``: :data:`SCAN`), is a **scan**, which no established muP rule judges;
 * else the role the layout recorded from the module's place (no parameters of its own: a block, an activation, the
   root), said as such;
 * then, an output-like module that runs before the last module of another role is inside the model, not its output
@@ -36,7 +38,7 @@ import pandas as pd
 
 from coordcheck.record.shapes import dim_growth, param_class
 
-__all__ = ["ROLE_OF_OP", "ROLE_OF_CLASS", "RECORDED", "INSIDE", "ROLE_COLUMNS", "decide_roles", "with_roles"]
+__all__ = ["ROLE_OF_OP", "ROLE_OF_CLASS", "RECORDED", "INSIDE", "SCAN", "ROLE_COLUMNS", "decide_roles", "with_roles"]
 
 ROLE_OF_OP: dict[str, tuple[str, str]] = {  # op -> (role, what decided it)
     "embedding": ("input", "op: embedding"),
@@ -54,12 +56,28 @@ ROLE_OF_CLASS: dict[str, tuple[str, str]] = {  # a linear or convolution layer's
 }
 WEIGHTED = ("linear", "linear-t", "conv")  # the ops whose weight's shape says what they are (linear-t: (in, out))
 RECORDED = "its place: no op or weight of its own"
+# A module of no known op whose own parameters are all vectors, some growing with width: what a selective scan owns
+# (Mamba's A_log, D, dt_bias); no muP rule is established for it (coordcheck.judge.rules: scan-not-judged)
+SCAN = ("scan", "own parameters: only vectors, op unknown (a selective scan's A_log, D, dt_bias)")
 # An output-like module inside the model (it runs before the last module of another role: _inside) -> (role, why)
 INSIDE: dict[str, tuple[str, str]] = {
     "weight": ("router", "weight: width → fixed, inside the model (runs before other roles' modules): a router"),
     "softmax": ("routing", "op: softmax over a projection inside the model (a router's logits)"),
 }
 ROLE_COLUMNS = ["config_id", "module", "recorded", "role", "role_from"]
+
+
+def _own_growth(module: str, shapes_by_width: Mapping[int, Mapping[str, Sequence[int]]]) -> list[list[float]]:
+    """How each of ``module``'s own parameters grows with width (:func:`dim_growth`), where every width has it."""
+    widest = shapes_by_width[max(shapes_by_width)]
+    own = [n for n in widest if n.rpartition(".")[0] == module]
+    out = []
+    for n in own:
+        dims = {w: s[n] for w, s in shapes_by_width.items() if n in s}
+        g = dim_growth(dims) if len(dims) == len(shapes_by_width) else None
+        if g is not None:
+            out.append(g)
+    return out
 
 
 def _weight(module: str, shapes: Mapping[str, Sequence[int]]) -> str | None:
@@ -79,6 +97,10 @@ def _decide(module: str, recorded: str, info: Mapping[str, Any] | None,
     op = str(info.get("op", ""))
     if op in ROLE_OF_OP:
         return ROLE_OF_OP[op]
+    if not op and len(shapes_by_width) >= 2:
+        own = _own_growth(module, shapes_by_width)
+        if own and all(len(g) == 1 for g in own) and any(g[0] > 0 for g in own):
+            return SCAN
     if op in WEIGHTED and len(shapes_by_width) >= 2:
         widest = shapes_by_width[max(shapes_by_width)]
         name = _weight(module, widest)

@@ -177,13 +177,12 @@ QK_GROWS = {ANY: "attention logits do not shrink at initialisation (independent 
                  "scores are scaled by 1/sqrt(d_head) instead of 1/d_head"}
 MOE = ("Małaśnicki et al. 2025, μ-Parameterization for Mixture of Experts (arXiv 2508.09752): the router is an "
        "output weight")
-ROUTER_INIT = {ANY: "router logits do not shrink at initialisation: the router (width → experts) is an output weight, "
-                    "not a hidden matrix — give it std ∝ 1/fan_in (or zero), or multiply its logits by "
-                    "base_width/width "
-                    "(a MuReadout)"}
-ROUTER_GROWS = {ANY: "router logits grow with width after updates: the router (width → experts) is an output weight — "
-                     "with Adam give it lr * base_width / width, or multiply its logits by base_width/width (a "
-                     "MuReadout) and keep the base lr"}
+ROUTER_INIT = {ANY: "router logits do not shrink at initialisation: an output-like matrix inside the model (width → "
+                    "a fixed size: a router, width → experts) is an output weight, not a hidden matrix — give it std "
+                    "∝ 1/fan_in (or zero), or multiply its logits by base_width/width (a MuReadout)"}
+ROUTER_GROWS = {ANY: "router logits grow with width after updates: an output-like matrix inside the model (width → a "
+                     "fixed size: a router, width → experts) is an output weight — with Adam give it lr * base_width "
+                     "/ width, or multiply its logits by base_width/width (a MuReadout) and keep the base lr"}
 ROUTER_SHRINKS = {ANY: "router updates vanish with width: its learning rate is scaled down too much — a router with a "
                        "1/width logit multiplier (MuReadout) keeps the base lr, one without it takes lr * base_width / "
                        "width, once"}
@@ -201,6 +200,13 @@ RULES: tuple[Rule, ...] = (
          note="the module's input: evidence for inheritance, not judged",
          source="design (issue 17): a module's input is some other module's output, read by the causes walk",
          test="tests/test_rules.py::test_a_modules_input_is_shown_never_judged"),
+    Rule("scan-not-judged", roles=("scan",), tensors=("out", "delta", "own"), expect="shown", judged=False,
+         tell=True,
+         note="not judged: no established muP rule for a selective scan (its step size dt, decay A and skip D under "
+              "width); its measured slope is shown",
+         source="Vankadara et al., NeurIPS 2024, On Feature Learning in Structured State Space Models: SSMs are not "
+                "tensor programs and muP's rules do not carry over to the scan",
+         test="tests/test_rules.py::test_a_scan_is_shown_never_judged"),
     Rule("readout-own-init", roles=("output",), tensors=("own",), steps="init", expect="no_growth", judged=False,
          note=READOUT_OWN,
          source="measured: coordcheck.testing's torchtitan-style LLaMA (a 1/width multiplier on the readout's input): "

@@ -84,7 +84,7 @@ import pandas as pd
 
 from coordcheck.judge.siblings import narrow_by_audit
 from coordcheck.judge.structure import structure_causes
-from coordcheck.judge.audit import audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
+from coordcheck.judge.audit import NO_RULE, audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
 from coordcheck.judge.depth import DepthVerdict, judge_depth
 from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes
 from coordcheck.core.frame import EPS_TENSOR, NOT_ACTIVATIONS
@@ -245,12 +245,29 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
     long = audit if audit is not None else audit_long(facts, rules) if facts else None
     _add_parameter_causes(verdict, frame, facts, rules, long)
     verdict.causes, verdict.modules = narrow_by_audit(verdict.causes, verdict.modules, long, rules.tol)
+    _note_no_rule(verdict, long)
     _add_structure(verdict, facts)
     _add_depth(verdict, frame, rules, facts)
     return verdict
 
 
 NOT_JUDGED = "not judged (one width)"
+
+
+def _note_no_rule(verdict: Verdict, long: pd.DataFrame | None) -> None:
+    """A note for the parameters the audit measured but has no established muP rule for (a selective scan's:
+    :data:`coordcheck.judge.audit.NO_RULE`), with their measured exponents: "not judged", never a cause."""
+    if long is None or long.empty:
+        return
+    rows = long[(long["reason"] == NO_RULE) & long["quantity"].isin(["init", "lr"])]
+    for cid, g in rows.groupby("config_id", sort=False):
+        per = g.pivot_table(index="parameter", columns="quantity", values="exponent", sort=False)
+        said = [f"{name} (" + ", ".join(f"{q} ∝ width^{per.at[name, q]:+.2f}" for q in ("init", "lr")
+                                          if q in per.columns and np.isfinite(per.at[name, q])) + ")"
+                for name in per.index]
+        more = f" and {len(said) - 6} more" if len(said) > 6 else ""
+        verdict.notes.append(f"not judged: no established muP rule for {', '.join(said[:6])}{more} — a selective "
+                             "scan's parameters (Vankadara et al., NeurIPS 2024); measured, not judged")
 
 
 def _add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequence[Mapping[str, Any]]) -> None:

@@ -25,6 +25,8 @@ torch)::
 * ``eps``: Adam's ε (Adam-like groups only; Muon's ``eps`` is the Newton–Schulz guard, not recorded).
 * ``mult``: the forward multiplier the audit can see: ``output_mult / width_mult`` of a ``mup.MuReadout``'s weight;
   ``None`` elsewhere (a multiplier written in ``forward`` is invisible here).
+* ``owner``: what owns the parameter (:func:`_owners`): the audit leaves a vector owned by a module of no known op
+  (``""``) unjudged — no muP rule is established for a selective scan's parameters.
 * ``embedding``: the parameter is an ``nn.Embedding``'s weight, whose fan-in is dimension 0 (``(num_embeddings,
   dim)``), not dimension 1 as for ``nn.Linear``'s ``(out, in)``.
 """
@@ -32,10 +34,12 @@ torch)::
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from torch import nn
 
+from coordcheck.record.layout import op_kind
 from coordcheck.setup.optim import MUON_ADJUST_LR
 
 __all__ = ["param_facts", "optimizer_family", "effective_lr"]
@@ -76,6 +80,27 @@ def _readout_mults(model: nn.Module) -> dict[int, float]:
     return out
 
 
+NORM_NAME = re.compile(r"Norm(?!al)")  # a normalisation layer by its class's name (MambaRMSNormGated, T5LayerNorm)
+
+
+def _owners(model: nn.Module) -> dict[str, str]:
+    """``name -> what owns it``: the owning module's op (:func:`coordcheck.record.layout.op_kind`: ``linear``,
+    ``conv``, ``embedding``, ``norm``; ``norm`` too for a class named like one), ``matrices`` for a module of no known
+    op that owns a parameter of two or more dimensions (a custom linear layer, GPT-2's Conv1D), else ``""``: a module
+    that owns only vectors and computes something else with them (a selective scan's ``A_log``, ``D``, ``dt_bias``)."""
+    out = {}
+    for mod_name, module in model.named_modules():
+        own = list(module.named_parameters(recurse=False))
+        if not own:
+            continue
+        kind = op_kind(module) or ("norm" if NORM_NAME.search(type(module).__name__) else "")
+        if not kind and any(p.dim() >= 2 for _, p in own):
+            kind = "matrices"
+        for n, _ in own:
+            out.setdefault(f"{mod_name}.{n}" if mod_name else n, kind)
+    return out
+
+
 @torch.no_grad()
 def param_facts(model: nn.Module, optimizer: torch.optim.Optimizer, parametrization: str) -> dict:
     """The audit facts of every parameter of ``model`` (shared parameters once), in registration order."""
@@ -83,6 +108,7 @@ def param_facts(model: nn.Module, optimizer: torch.optim.Optimizer, parametrizat
     groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     mults = _readout_mults(model)
+    owners = _owners(model)
     moments = [torch.stack([p.detach().double().mean(), p.detach().double().square().mean()])
                if p.numel() else torch.full((2,), float("nan"), dtype=torch.float64, device=p.device)
                for _, p in named]  # mean and mean square of each parameter, on its device
@@ -107,5 +133,6 @@ def param_facts(model: nn.Module, optimizer: torch.optim.Optimizer, parametrizat
             "wd_kind": ("decoupled" if decoupled else "coupled") if group is not None else "",
             "eps": float(group["eps"]) if group is not None and family in ("adam", "adamw") else None,
             "mult": mults.get(id(p)),
+            "owner": owners.get(name, ""),
         }
     return {"parametrization": parametrization, "params": params}

@@ -118,12 +118,14 @@ def dim_growth(dims_by_width: Mapping[int, list[int]]) -> list[float] | None:
 
 
 def growth_text(growth: list[float] | None) -> str:
-    """Which dimensions of a parameter grow with width, in words: ``"0, 1 of 2"`` (dimension indices, as
-    ``tensor.shape`` counts them), ``"none of 3"``, or ``"unmatched"`` (the number of dimensions changes)."""
+    """Which dimensions of a parameter grow with width, in words: ``"dims 1, 2 of 3"`` (dimension indices, as
+    ``tensor.shape`` counts them), ``"dim 0 of 1"``, ``"none of 2"``, or ``"unmatched"`` (the number of dimensions
+    changes)."""
     if growth is None:
         return "unmatched"
     grows = [str(i) for i, g in enumerate(growth) if g > 0]
-    return f"{', '.join(grows) or 'none'} of {len(growth)}"
+    what = "none" if not grows else f"dim {grows[0]}" if len(grows) == 1 else f"dims {', '.join(grows)}"
+    return f"{what} of {len(growth)}"
 
 
 def param_class(growth: list[float] | None, embedding: bool = False) -> tuple[str, float, float, float]:

@@ -9,7 +9,9 @@ Hugging Face offline switches are set before ``transformers`` is imported).
 ``width`` sets ``hidden_size`` (GPT-2's ``n_embd``: the config's ``attribute_map`` translates every name) and the
 fields that follow it: the MLP's inner size (``intermediate_size``, GPT-2's ``n_inner``) = ``mlp_ratio * width``, and
 a mixture of experts' own inner sizes where its config names them apart (``moe_intermediate_size``,
-``shared_expert_intermediate_size``);
+``shared_expert_intermediate_size``); a Mamba-2 mixer's inner size (Falcon-H1's ``mamba_d_ssm`` = ``mamba_expand *
+width``) and its number of heads (``mamba_n_heads`` = ``mamba_d_ssm / mamba_d_head``: the head size fixed, the heads
+grow);
 the heads, by ``grows``: ``head_dim`` (``n_head`` heads at every width, so the head dimension grows, as muP's
 1/head_dim attention assumes) or ``heads`` (``head_dim`` fixed, ``width / head_dim`` heads). Key/value heads follow
 the heads (no grouped-query attention) unless ``config_kwargs`` sets ``num_key_value_heads``. A field that the width
@@ -145,6 +147,15 @@ def hf_config(width: int, config: str | type = "granite", *, grows: Literal["hea
         if not any(_canonical(cls, n) == f for n in given):
             fields[f] = int(round(mlp_ratio * width))
     given_names = {_canonical(cls, n) for n in given}
+    if "mamba_d_ssm" in known and "mamba_d_ssm" not in given_names:  # a Mamba-2 mixer's inner size (Falcon-H1)
+        d_ssm = int(round(float(given.get("mamba_expand", defaults.get("mamba_expand") or 2)) * width))
+        fields["mamba_d_ssm"] = d_ssm
+        d_head = int(given.get("mamba_d_head", defaults.get("mamba_d_head") or 64))
+        if "mamba_n_heads" in known and "mamba_n_heads" not in given_names:
+            if d_ssm % d_head:
+                raise CoordCheckError(f"width={width}: the Mamba inner size mamba_expand * width = {d_ssm} is not a "
+                                      f"multiple of mamba_d_head={d_head}: choose widths it divides")
+            fields["mamba_n_heads"] = d_ssm // d_head
     for name in known - given_names:  # a fixed batch at every step: dropout would only add noise between steps
         if DROPOUT.search(name) and isinstance(defaults.get(name), float):
             fields[name] = 0.0
