@@ -100,3 +100,21 @@ def test_the_audit_says_no_rule_for_a_scans_vectors_only():
     norm = long[(long["parameter"] == "m.norm.weight") & (long["quantity"] == "lr")]
     assert norm["status"].iloc[0] == "pass"  # a norm's gain keeps muP's vector rule
     assert NO_RULE not in set(long.loc[long["parameter"] == "m.conv.bias", "reason"])
+
+
+@pytest.mark.slow
+def test_falcon_h1_made_mup_passes_with_its_scan_noted_not_judged(monkeypatch, capsys, tmp_path):
+    pytest.importorskip("transformers")
+    import json
+
+    from conftest import run_in_process
+
+    code = run_in_process(monkeypatch, "+experiment=falcon_h1_mup", "width=64,128,256", "seeds=2", "steps=4",
+                          "threads=1", "progress=false", "report.figures=false", f"hydra.sweep.dir={tmp_path}",
+                          "--multirun")
+    capsys.readouterr()
+    assert code == 0
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["status"] == "pass", report["reason"]
+    note = next(n for n in report["verdict_notes"] if "no established muP rule" in n)
+    assert "model.layers.0.mamba.A_log" in note and "model.layers.0.mamba.dt_bias" in note
