@@ -2,7 +2,8 @@
 
 At one width (64) and under muP (``parametrization=mup``: a MuReadout router, 3-D expert stacks), the built-in MoE
 (``model=moe``, top-2) is trained with ``coordcheck.transfer.transfer`` at each expert count over one learning-rate
-grid (an octave apart), on the transfer CLI's data (Python's help text, byte-level, fresh batches), and the optimum learning rate is fitted per expert count as the transfer verdict fits it per
+grid (an octave apart), on the transfer CLI's data (Python's help text, byte-level, fresh batches), and
+the optimum learning rate is fitted per expert count as the transfer verdict fits it per
 width (a parabola in log2 lr around the best grid point). Two families:
 
 * ``count``: 4, 8, 16 experts of the same size (``expert_ratio=1``): more experts, the same expert width;

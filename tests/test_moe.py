@@ -181,3 +181,32 @@ def test_a_one_module_lr_cause_whose_lr_is_its_classs_own_is_not_given_an_lr_fix
     out, _ = narrow_by_audit(causes.assign(line=line.replace("-0.91", "+0.9")), pd.DataFrame(
         columns=["config_id", "module"]), sp, 0.2)
     assert out.iloc[1]["line"].endswith("scaled down too much")  # a knob muP does set: the cause stands
+
+
+def test_the_auxiliary_losses_are_in_the_models_loss():
+    from mup import set_base_shapes
+
+    torch.manual_seed(0)
+    m = set_base_shapes(moe(64, n_layer=2, balance_loss=0.5, z_loss=0.25), None)  # MuReadouts need base shapes
+    idx = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        logits, loss = m(idx, idx)
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx.flatten())
+    aux = sum(0.5 * b.moe.balance + 0.25 * b.moe.z for b in m.blocks)
+    assert float(loss) == pytest.approx(float(ce + aux)) and float(aux) > 0
+    assert 1.0 <= float(m.blocks[0].moe.balance) <= 8.0  # n * sum f P: 1 when balanced, n when collapsed
+    with pytest.raises(Exception, match="loss coefficients"):
+        moe(64, z_loss=-1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["correct", "router lr scaled like a hidden matrix"])
+def test_the_known_answers_hold_with_the_auxiliary_losses_in_the_loss(fault):
+    model_kw, opt_kw, (kind, planted) = FAULTS[fault]
+    v = coord_check(builder(**model_kw, balance_loss=0.01, z_loss=0.001), WIDTHS, parametrization="mup",
+                    optimizer=functools.partial(planted_moe_optimizer, **opt_kw), loss="model",
+                    forward_targets=True, output=0, **QUICK).verdict
+    if not planted:
+        assert v.status == "pass", v.reason
+        return
+    assert v.status == "fail" and {m for ms in v.causes["modules"] for m in ms} == set(planted), v.causes

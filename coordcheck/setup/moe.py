@@ -15,6 +15,10 @@ the default ``parametrization=mup``, each knob switchable:
   linear layers (``experts_as="list"``). Both are hidden matrices: std fan_in^-1/2, learning rate ∝ 1/width
   (MuAdam scales a parameter whose two last dimensions grow).
 * ``shared_expert=True`` adds one always-on expert (DeepSeek-MoE, Qwen-MoE) beside the routed ones.
+* ``balance_loss`` and ``z_loss``: the auxiliary losses left in the training loss, as MoEs are trained — Switch
+  Transformer's load balance (``n_experts * sum_e f_e P_e``) and ST-MoE's router z-loss (``mean(logsumexp(logits)^2)``),
+  each times its coefficient. Called with targets (``loss=model forward_targets=true output=0``) the model returns
+  ``(logits, loss)``.
 
 Every token is computed by every expert and weighted by its (sparse) gate: exact top-k routing without token
 dispatch, cheap at the widths a coordinate check uses on a CPU.
@@ -122,7 +126,14 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         flat = x.reshape(-1, C)
-        _, gates, index = self.router(flat)
+        logits, gates, index = self.router(flat)
+        n = logits.shape[-1]
+        # the auxiliary losses, kept for the model's loss: Switch's load balance n * sum_e f_e * P_e (f_e: the share
+        # of top-k slots that go to expert e, P_e: its mean probability) and ST-MoE's z-loss mean(logsumexp^2)
+        share = torch.zeros(n, dtype=logits.dtype, device=logits.device).index_add_(
+            0, index.flatten(), torch.ones(index.numel(), dtype=logits.dtype, device=logits.device)) / index.numel()
+        self.balance = n * (share * torch.softmax(logits, dim=-1).mean(0)).sum()
+        self.z = torch.logsumexp(logits, dim=-1).square().mean()
         weight = torch.zeros(flat.shape[0], self.router.gate.out_features, dtype=flat.dtype, device=flat.device)
         weight = weight.scatter(1, index, gates.to(flat.dtype))  # (tokens, experts), zero outside the top k
         if isinstance(self.experts, Experts):
@@ -156,7 +167,7 @@ class MoETransformer(nn.Module):
     def __init__(self, width: int, vocab_size: int = 256, context: int = 64, n_layer: int = 2, n_head: int = 4,
                  n_experts: int = 8, top_k: int = 2, expert_ratio: int = 1, router: str = "mureadout",
                  experts_as: str = "tensor", shared_expert: bool = False, router_zero_init: bool = False,
-                 output_mult: float = 1.0):
+                 output_mult: float = 1.0, balance_loss: float = 0.0, z_loss: float = 0.0):
         super().__init__()
         width = check_width(width, divisor=n_head, divisor_name="n_head")
         if router not in ROUTERS:
@@ -167,6 +178,10 @@ class MoETransformer(nn.Module):
             raise CoordCheckError(f"model.top_k must be between 1 and model.n_experts ({n_experts}), got {top_k}")
         if expert_ratio < 1:
             raise CoordCheckError(f"model.expert_ratio must be a positive integer, got {expert_ratio}")
+        if balance_loss < 0 or z_loss < 0:
+            raise CoordCheckError(f"model.balance_loss and model.z_loss are loss coefficients >= 0, got "
+                                  f"{balance_loss} and {z_loss}")
+        self.balance_loss, self.z_loss = balance_loss, z_loss
         self.context = context
         self.wte = nn.Embedding(vocab_size, width)
         self.wpe = nn.Embedding(context, width)
@@ -193,14 +208,24 @@ class MoETransformer(nn.Module):
         self.ln_f.reset_parameters()
         self.lm_head.reset_parameters()
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The logits; with ``targets`` (``loss=model forward_targets=true output=0``) ``(logits, loss)``: the
+        next-token cross-entropy plus ``balance_loss`` times the layers' load-balancing terms and ``z_loss`` times
+        their router z-losses."""
         B, T = idx.shape
         if T > self.context:
             raise CoordCheckError(f"sequence length {T} exceeds the model context {self.context}: raise model.context")
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.blocks:
             x = block(x)
-        return self.lm_head(self.ln_f(x))
+        logits = self.lm_head(self.ln_f(x))
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten())
+        for block in self.blocks:
+            loss = loss + self.balance_loss * block.moe.balance + self.z_loss * block.moe.z
+        return logits, loss
 
 
 def moe(width: int, **kwargs) -> MoETransformer:
