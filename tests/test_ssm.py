@@ -92,7 +92,8 @@ def test_the_audit_says_no_rule_for_a_scans_vectors_only():
     facts = [{"config_id": "c", "width": w, "audit": {"parametrization": "mup", "params": {
         "m.scan.A_log": {"dims": [w // 8], "rms": 1.0, "family": "adam", "lr": 1e-2, "owner": ""},
         "m.norm.weight": {"dims": [w], "rms": 1.0, "family": "adam", "lr": 1e-2, "owner": "norm"},
-        "m.conv.bias": {"dims": [w], "rms": 0.0, "family": "adam", "lr": 1e-2, "owner": "matrices"}}}}
+        "m.conv.bias": {"dims": [w], "rms": 0.0, "family": "adam", "lr": 1e-2, "owner": "matrices"},
+        "m.cube": {"dims": [w, w, w], "rms": 1.0, "family": "adam", "lr": 1e-2, "owner": ""}}}}
         for w in (64, 128, 256)]
     long = audit_long(facts)
     scan = long[long["parameter"] == "m.scan.A_log"]
@@ -100,6 +101,8 @@ def test_the_audit_says_no_rule_for_a_scans_vectors_only():
     norm = long[(long["parameter"] == "m.norm.weight") & (long["quantity"] == "lr")]
     assert norm["status"].iloc[0] == "pass"  # a norm's gain keeps muP's vector rule
     assert NO_RULE not in set(long.loc[long["parameter"] == "m.conv.bias", "reason"])
+    cube = long[long["parameter"] == "m.cube"]  # no expectation for its class at all: measured, no status
+    assert set(cube["class"]) == {"other"} and set(cube["status"]) <= {""}
 
 
 @pytest.mark.slow

@@ -246,6 +246,7 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
                 exp = EXPECTED.get(("*" if quantity in ("init", "mult") else family, cls, quantity))
                 if cls == "vector" and p.get("owner", None) == "":
                     exp = None  # a vector of a module of no known op (a selective scan's): no established rule
+                if exp is None:
                     expected, band, reason = np.nan, "flat", "no muP expectation for this class / optimizer"
                 else:
                     (c_in, c_out, c_main), band, reason = exp
