@@ -210,3 +210,34 @@ def test_the_known_answers_hold_with_the_auxiliary_losses_in_the_loss(fault):
         assert v.status == "pass", v.reason
         return
     assert v.status == "fail" and {m for ms in v.causes["modules"] for m in ms} == set(planted), v.causes
+
+
+def test_what_is_not_a_router_or_an_expert_stack():
+    # a convolution's out x in x k and a (1, 1, width) token are not stacks of hidden matrices
+    assert param_class(dim_growth({64: [10, 64, 3], 128: [10, 128, 3]}))[0] == "output-like"
+    assert param_class(dim_growth({64: [1, 1, 64], 128: [1, 1, 128]}))[0] == "other"
+
+    class Head(torch.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.norm, self.fc = torch.nn.LayerNorm(width), torch.nn.Linear(width, 10)
+
+    def build(width):  # a readout in a head block of its own: nn.Sequential(block, block, head)
+        return torch.nn.Sequential(_Block(width), _Block(width), Head(width))
+
+    model = build(128)
+    found = routers(model, width_infshapes(model, build, 64, who="test"))
+    assert found == {"0.router.weight", "1.router.weight"}  # the blocks repeat the router; the head's fc is alone
+
+
+def test_a_norm_after_the_readout_keeps_it_the_models_output():
+    from coordcheck.judge.roles import decide_roles
+    from synthetic import make_frame
+
+    series = {("fc", "hidden", "out"): 0.0, ("head", "output", "out"): 0.0, ("bn", "norm", "out"): 0.0}
+    ops = {"fc": {"op": "linear", "declared": None}, "head": {"op": "linear", "declared": None},
+           "bn": {"op": "norm", "declared": None}}
+    facts = [{"config_id": "cfg", "width": w, "modules": ops,
+              "shapes": {"fc.weight": [w, w], "head.weight": [10, w], "bn.weight": [10]}} for w in (64, 128, 256)]
+    r = decide_roles(make_frame(series, widths=(64, 128, 256)), facts).set_index("module")
+    assert r.loc["head", "role"] == "output"

@@ -52,13 +52,15 @@ def test_a_weight_stored_in_out_is_read_the_other_way_round():
 
 def test_captures_by_op_declared_roles_win_and_the_rest_keep_their_place():
     series = {("attn.(softmax)", "attention", "out"): 0.0, ("router.(softmax)", "attention", "out"): 0.0,
-              ("blk", "hidden", "out"): 0.0, ("gate", "hidden", "out"): 0.0}
+              ("blk", "hidden", "out"): 0.0, ("gate", "hidden", "out"): 0.0, ("head", "output", "out"): 0.0}
     ops = {"attn.(softmax)": {"op": "qk-softmax", "declared": None}, "router.(softmax)": {"op": "softmax",
                                                                                          "declared": None},
-           "blk": {"op": "", "declared": None}, "gate": {"op": "linear", "declared": "attention"}}
-    r = _roles(series, ops, {"gate.weight": lambda w: [w, w]})
+           "blk": {"op": "", "declared": None}, "gate": {"op": "linear", "declared": "attention"},
+           "head": {"op": "linear", "declared": None}}
+    r = _roles(series, ops, {"gate.weight": lambda w: [w, w], "head.weight": lambda w: [10, w]})
     assert r.loc["attn.(softmax)", "role"] == "attention" and "q·kᵀ" in r.loc["attn.(softmax)", "role_from"]
     assert (r.loc["router.(softmax)", "role"], r.loc["router.(softmax)", "role_from"]) == INSIDE["softmax"]
+    assert r.loc["head", "role"] == "output"  # the last output-like module is the model's readout, always
     assert (r.loc["blk", "role"], r.loc["blk", "role_from"]) == ("hidden", RECORDED)
     assert (r.loc["gate", "role"], r.loc["gate", "role_from"]) == ("attention", "declared (coordcheck_role)")
 

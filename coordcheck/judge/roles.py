@@ -16,7 +16,7 @@ What decides a role, first that applies (:data:`ROLE_OF_OP`, :data:`ROLE_OF_CLAS
 * for a linear or convolution layer, which dimensions of its weight grow with width across the jobs
   (:func:`coordcheck.record.shapes.param_class`): fixed → width is input, width → width hidden, width → fixed output
   (a readout, or a router: output-like wherever it runs; only the model's output is judged as output);
-* a module of no known op that owns only vectors, some growing with width (a selective scan's ``A_log``, ``D``,
+* a module of no known op (not a norm by type or class name) that owns only vectors, two or more growing with width (a selective scan's ``A_log``, ``D``,
   ``dt_bias``: :data:`SCAN`), is a **scan**, which no established muP rule judges;
 * else the role the layout recorded from the module's place (no parameters of its own: a block, an activation, the
   root), said as such;
@@ -99,7 +99,7 @@ def _decide(module: str, recorded: str, info: Mapping[str, Any] | None,
         return ROLE_OF_OP[op]
     if not op and len(shapes_by_width) >= 2:
         own = _own_growth(module, shapes_by_width)
-        if own and all(len(g) == 1 for g in own) and any(g[0] > 0 for g in own):
+        if len(own) >= 2 and all(len(g) == 1 for g in own) and sum(g[0] > 0 for g in own) >= 2:
             return SCAN
     if op in WEIGHTED and len(shapes_by_width) >= 2:
         widest = shapes_by_width[max(shapes_by_width)]
@@ -138,16 +138,19 @@ def decide_roles(frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]] = ()) -
 
 
 def _inside(roles: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """Output-like modules that run before the last module of another role are inside the model, not its output:
+    """Output-like modules that run before the last module of another role (not a norm: one may follow the logits)
+    and before the last output-like module (the readout) are inside the model, not its output:
     a weight that maps the width to a fixed size there is a router (:data:`INSIDE`), a softmax over such logits is
     routing. The model's output chain (the readout, logits, a multiplier after them) runs after everything else."""
     order = frame.loc[frame["role"] != "loss"].groupby(["config_id", "module"], sort=False)["call_order"].min()
     at = order.reindex(pd.MultiIndex.from_frame(roles[["config_id", "module"]])).to_numpy(dtype=float)
     measured = roles["role_from"].isin((ROLE_OF_OP["softmax"][1], ROLE_OF_CLASS["output-like"][1])).to_numpy()
     output = roles["role"].eq("output").to_numpy() & measured  # decided by its op or weight, not its place
-    other = ~roles["role"].isin(("output", *[r for r, _ in INSIDE.values()])).to_numpy()
-    last = pd.Series(np.where(other, at, -np.inf)).groupby(roles["config_id"].to_numpy()).transform("max").to_numpy()
-    inside = output & (at < last)
+    other = ~roles["role"].isin(("output", "norm", *[r for r, _ in INSIDE.values()])).to_numpy()
+    by_config = roles["config_id"].to_numpy()
+    last = pd.Series(np.where(other, at, -np.inf)).groupby(by_config).transform("max").to_numpy()
+    final = pd.Series(np.where(output, at, -np.inf)).groupby(by_config).transform("max").to_numpy()
+    inside = output & (at < last) & (at < final)  # the last output-like module is the model's readout, always
     if not inside.any():
         return roles
     roles = roles.copy()

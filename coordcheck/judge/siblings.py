@@ -54,8 +54,8 @@ def _as_its_class(long: pd.DataFrame, c: pd.Series, module: str, tol: float, oth
     if a.empty:
         return ""
     per = _exponents(a)
-    if module not in per.index:
-        return ""
+    if module not in per.index or per.at[module, "class"] != "hidden":
+        return ""  # output-like (a router, a readout): the audit's expectation assumes a MuReadout, not a knob
     peers = per[per["class"] == per.at[module, "class"]]["exponent"].round(1)
     if len(peers) < 3:
         return ""

@@ -265,6 +265,8 @@ def _note_no_rule(verdict: Verdict, long: pd.DataFrame | None) -> None:
         said = [f"{name} (" + ", ".join(f"{q} ∝ width^{per.at[name, q]:+.2f}" for q in ("init", "lr")
                                           if q in per.columns and np.isfinite(per.at[name, q])) + ")"
                 for name in per.index]
+        if not said:
+            continue
         more = f" and {len(said) - 6} more" if len(said) > 6 else ""
         verdict.notes.append(f"not judged: no established muP rule for {', '.join(said[:6])}{more} — a selective "
                              "scan's parameters (Vankadara et al., NeurIPS 2024); measured, not judged")

@@ -34,7 +34,7 @@ from torch import nn
 from coordcheck.core.frame import ROOT_MODULE
 from coordcheck.setup.blocks import CONTAINERS, UNCALLED, find_blocks, has_params  # noqa: F401  (re-exported)
 
-__all__ = ["is_norm", "NORM_TYPES", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks", "infer_layout", "OPS",
+__all__ = ["is_norm", "NORM_TYPES", "NORM_NAME", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks", "infer_layout", "OPS",
            "op_kind", "module_ops"]
 
 NORM_TYPES = tuple(
@@ -44,11 +44,13 @@ NORM_TYPES = tuple(
     ) if t is not None
 )
 ATTENTION_NAME = re.compile(r"(score|logit)", re.IGNORECASE)
+# a normalisation layer by its class's name: LlamaRMSNorm, T5LayerNorm, MambaRMSNormGated, LayerNormalization
+NORM_NAME = re.compile(r"Norm(?:$|[A-Z]|aliz)")
 
 
 def is_norm(module: nn.Module) -> bool:
     """Whether ``module`` is a normalisation layer (role ``norm``, unless it declares another)."""
-    return isinstance(module, NORM_TYPES) or type(module).__name__.endswith("Norm")
+    return isinstance(module, NORM_TYPES) or NORM_NAME.search(type(module).__name__) is not None
 
 
 # What a module computes, by type (the first that matches): the op the verdict reads roles from, with the shapes of

@@ -34,7 +34,6 @@ torch)::
 from __future__ import annotations
 
 import math
-import re
 
 import torch
 from torch import nn
@@ -80,22 +79,22 @@ def _readout_mults(model: nn.Module) -> dict[int, float]:
     return out
 
 
-NORM_NAME = re.compile(r"Norm(?!al)")  # a normalisation layer by its class's name (MambaRMSNormGated, T5LayerNorm)
-
-
 def _owners(model: nn.Module) -> dict[str, str]:
     """``name -> what owns it``: the owning module's op (:func:`coordcheck.record.layout.op_kind`: ``linear``,
     ``conv``, ``embedding``, ``norm``; ``norm`` too for a class named like one), ``matrices`` for a module of no known
     op that owns a parameter of two or more dimensions (a custom linear layer, GPT-2's Conv1D), else ``""``: a module
-    that owns only vectors and computes something else with them (a selective scan's ``A_log``, ``D``, ``dt_bias``)."""
+    ``single`` for one that owns one vector, else ``""``: a module that owns two or more vectors only and computes
+    something else with them (a selective scan's ``A_log``, ``D``, ``dt_bias``)."""
     out = {}
     for mod_name, module in model.named_modules():
         own = list(module.named_parameters(recurse=False))
         if not own:
             continue
-        kind = op_kind(module) or ("norm" if NORM_NAME.search(type(module).__name__) else "")
+        kind = op_kind(module)  # "norm" by type or class name (coordcheck.record.layout.is_norm)
         if not kind and any(p.dim() >= 2 for _, p in own):
             kind = "matrices"
+        elif not kind and len(own) < 2:
+            kind = "single"  # one vector of its own (a LayerScale gain, a learned bias): not a scan's
         for n, _ in own:
             out.setdefault(f"{mod_name}.{n}" if mod_name else n, kind)
     return out

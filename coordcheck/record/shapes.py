@@ -131,10 +131,10 @@ def growth_text(growth: list[float] | None) -> str:
 def param_class(growth: list[float] | None, embedding: bool = False) -> tuple[str, float, float, float]:
     """``(class, a_in, a_out, a_main)`` from the growth exponent of each dimension (:func:`dim_growth`).
 
-    A parameter with more than two dimensions whose leading ones do not grow is a stack of matrices (a
-    mixture-of-experts layer's ``experts x out x in``, as Mixtral, GraniteMoe and OLMoE store them in transformers):
-    classed by its last two dimensions, as mup's infshapes find it (two growing dimensions: ``ninf() == 2``, fan-in
-    the last). Any other parameter with growing dimensions beyond the first two is ``other``."""
+    A parameter with more than two dimensions whose last two grow and whose leading ones do not is a stack of hidden
+    matrices (a mixture-of-experts layer's ``experts x out x in``, as Mixtral, GraniteMoe and OLMoE store them in
+    transformers), as mup's infshapes find it (``ninf() == 2``, fan-in the last). Otherwise the first two dimensions
+    decide (a convolution's ``out x in x k``), and growing dimensions beyond them make it ``other``."""
     if growth is None:
         return "unmatched", 0.0, 0.0, 0.0
     grows = [g > 0 for g in growth]
@@ -143,8 +143,8 @@ def param_class(growth: list[float] | None, embedding: bool = False) -> tuple[st
         return ("vector" if grows[0] else "fixed"), 0.0, 0.0, main
     if not any(grows):
         return "fixed", 0.0, 0.0, 0.0
-    if len(growth) > 2 and not any(grows[:-2]):  # a stack of matrices (experts x out x in): the last two say
-        return param_class(growth[-2:], embedding)  # what each matrix is; the leading dimensions do not grow
+    if len(growth) > 2 and not any(grows[:-2]) and all(grows[-2:]):  # a stack of hidden matrices (experts x out x
+        return param_class(growth[-2:], embedding)  # in): the last two grow, the leading dimensions do not
     if sum(grows) > 2 or any(grows[2:]):
         return "other", 0.0, 0.0, main
     a_out, a_in = (growth[1], growth[0]) if embedding else (growth[0], growth[1])

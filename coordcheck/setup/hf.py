@@ -143,19 +143,25 @@ def hf_config(width: int, config: str | type = "granite", *, grows: Literal["hea
     if "num_key_value_heads" in known and not any(_canonical(cls, n) == "num_key_value_heads" for n in given):
         fields["num_key_value_heads"] = heads
     inner = next((f for f in INNER_FIELDS if f in known), None)
-    for f in ((inner,) if inner is not None else ()) + tuple(f for f in EXPERT_INNER_FIELDS if f in known):
+    experts = tuple(f for f in EXPERT_INNER_FIELDS if f in known and isinstance(defaults.get(f), (int, type(None))))
+    for f in ((inner,) if inner is not None else ()) + experts:  # (a list-valued one, per layer, is left as set)
         if not any(_canonical(cls, n) == f for n in given):
             fields[f] = int(round(mlp_ratio * width))
     given_names = {_canonical(cls, n) for n in given}
-    if "mamba_d_ssm" in known and "mamba_d_ssm" not in given_names:  # a Mamba-2 mixer's inner size (Falcon-H1)
-        d_ssm = int(round(float(given.get("mamba_expand", defaults.get("mamba_expand") or 2)) * width))
-        fields["mamba_d_ssm"] = d_ssm
-        d_head = int(given.get("mamba_d_head", defaults.get("mamba_d_head") or 64))
-        if "mamba_n_heads" in known and "mamba_n_heads" not in given_names:
-            if d_ssm % d_head:
-                raise CoordCheckError(f"width={width}: the Mamba inner size mamba_expand * width = {d_ssm} is not a "
-                                      f"multiple of mamba_d_head={d_head}: choose widths it divides")
-            fields["mamba_n_heads"] = d_ssm // d_head
+    mamba = {"mamba_d_ssm", "mamba_n_heads"}
+    if mamba <= known and not mamba & given_names:  # a Mamba-2 mixer's inner size and heads (Falcon-H1)
+        expand, d_head = given.get("mamba_expand", defaults.get("mamba_expand") or 2), given.get(
+            "mamba_d_head", defaults.get("mamba_d_head") or 64)
+        if not isinstance(expand, (int, float)) or isinstance(d_head, bool) or not isinstance(d_head, int) \
+                or d_head < 1:
+            raise CoordCheckError(f"model.config_kwargs: mamba_expand={expand!r} and mamba_d_head={d_head!r} must be "
+                                  "numbers (the width sets mamba_d_ssm = mamba_expand * width and mamba_n_heads from "
+                                  "them), or set mamba_d_ssm and mamba_n_heads yourself")
+        d_ssm = int(round(float(expand) * width))
+        if d_ssm % d_head:
+            raise CoordCheckError(f"width={width}: the Mamba inner size mamba_expand * width = {d_ssm} is not a "
+                                  f"multiple of mamba_d_head={d_head}: choose widths it divides")
+        fields["mamba_d_ssm"], fields["mamba_n_heads"] = d_ssm, d_ssm // d_head
     for name in known - given_names:  # a fixed batch at every step: dropout would only add noise between steps
         if DROPOUT.search(name) and isinstance(defaults.get(name), float):
             fields[name] = 0.0
