@@ -16,7 +16,8 @@ What decides a role, first that applies (:data:`ROLE_OF_OP`, :data:`ROLE_OF_CLAS
 * for a linear or convolution layer, which dimensions of its weight grow with width across the jobs
   (:func:`coordcheck.record.shapes.param_class`): fixed → width is input, width → width hidden, width → fixed output
   (a readout, or a router: output-like wherever it runs; only the model's output is judged as output);
-* a module of no known op (not a norm by type or class name) that owns only vectors, two or more growing with width (a selective scan's ``A_log``, ``D``,
+* a module of no known op (not a norm by type or class name) that owns only vectors, two or more growing with
+  width (a selective scan's ``A_log``, ``D``,
   ``dt_bias``: :data:`SCAN`), is a **scan**, which no established muP rule judges;
 * else the role the layout recorded from the module's place (no parameters of its own: a block, an activation, the
   root), said as such;

@@ -34,7 +34,8 @@ from torch import nn
 from coordcheck.core.frame import ROOT_MODULE
 from coordcheck.setup.blocks import CONTAINERS, UNCALLED, find_blocks, has_params  # noqa: F401  (re-exported)
 
-__all__ = ["is_norm", "NORM_TYPES", "NORM_NAME", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks", "infer_layout", "OPS",
+__all__ = ["is_norm", "NORM_TYPES", "NORM_NAME", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks",
+           "infer_layout", "OPS",
            "op_kind", "module_ops"]
 
 NORM_TYPES = tuple(

@@ -247,10 +247,11 @@ def routers(model: nn.Module, infshapes: Mapping[str, InfShape]) -> set[str]:
     """The names of the output-like matrices inside the model's blocks (:func:`coordcheck.setup.blocks.find_blocks`):
     two dimensions, only the last (fan-in) growing with width — a mixture of experts' router, width → experts — but
     not embeddings' tables, MuReadouts, nor the last such matrix registered when no other block repeats it (a
-    readout in a head block of its own). muP treats it as an output weight (Tensor Programs V, Table 3; Małaśnicki et al. 2025): without a
-    multiplier in the forward, std ∝ 1/fan_in and learning rate ∝ 1/fan_in. The model's own readout sits after
-    the blocks and keeps MuReadout's form (its 1/width multiplier in the forward); so does a router that is a
-    ``MuReadout``."""
+    readout in a head block of its own). muP treats it as an output weight (Tensor Programs V, Table 3; Małaśnicki
+    et al. 2025): without a multiplier in the forward, std ∝ 1/fan_in and learning rate ∝ 1/fan_in. The model's own
+    readout sits after the blocks and keeps MuReadout's form (its 1/width multiplier in the forward); so does a
+    router that is a ``MuReadout``.
+    """
     blocks = find_blocks(model)
 
     def place(name: str) -> tuple[str, str] | None:  # (its block, its name inside the block), or None: outside
