@@ -241,3 +241,11 @@ def test_a_norm_after_the_readout_keeps_it_the_models_output():
               "shapes": {"fc.weight": [w, w], "head.weight": [10, w], "bn.weight": [10]}} for w in (64, 128, 256)]
     r = decide_roles(make_frame(series, widths=(64, 128, 256)), facts).set_index("module")
     assert r.loc["head", "role"] == "output"
+
+
+def test_a_one_layer_moes_router_is_still_a_router():
+    def build(width):
+        return torch.nn.Sequential(torch.nn.Linear(16, width), _Block(width), torch.nn.Linear(width, 10))
+
+    model = build(128)
+    assert routers(model, width_infshapes(model, build, 64, who="test")) == {"1.router.weight"}

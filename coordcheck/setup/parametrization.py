@@ -246,8 +246,8 @@ def width_infshapes(model: nn.Module, build: Builder, base_width: int, *, who: s
 def routers(model: nn.Module, infshapes: Mapping[str, InfShape]) -> set[str]:
     """The names of the output-like matrices inside the model's blocks (:func:`coordcheck.setup.blocks.find_blocks`):
     two dimensions, only the last (fan-in) growing with width — a mixture of experts' router, width → experts — but
-    not embeddings' tables, MuReadouts, nor the last such matrix registered when no other block repeats it (a
-    readout in a head block of its own). muP treats it as an output weight (Tensor Programs V, Table 3; Małaśnicki
+    not embeddings' tables, MuReadouts, nor the model's last matrix (a readout in a head block of its own; a router
+    is followed by its experts). muP treats it as an output weight (Tensor Programs V, Table 3; Małaśnicki
     et al. 2025): without a multiplier in the forward, std ∝ 1/fan_in and learning rate ∝ 1/fan_in. The model's own
     readout sits after the blocks and keeps MuReadout's form (its 1/width multiplier in the forward); so does a
     router that is a ``MuReadout``.
@@ -262,10 +262,9 @@ def routers(model: nn.Module, infshapes: Mapping[str, InfShape]) -> set[str]:
     inside = [(name, place(name)) for name, shape in infshapes.items()
               if len(shape) == 2 and shape[1].isinf() and not shape[0].isinf() and place(name) is not None
               and not isinstance(model.get_submodule(name.rpartition(".")[0]), skip)]
-    if inside:  # the last one registered is a readout in a block of its own unless the other blocks repeat it
-        last, (_, local) = inside[-1]
-        if not any(p[1] == local for _, p in inside[:-1]):
-            inside = inside[:-1]
+    matrices = [name for name, shape in infshapes.items() if len(shape) >= 2]
+    if inside and matrices and inside[-1][0] == matrices[-1]:  # the model's last matrix: its readout, in a head block
+        inside = inside[:-1]
     return {name for name, _ in inside}
 
 
