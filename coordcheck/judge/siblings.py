@@ -43,6 +43,17 @@ def _what(old: str, odd: list[str]) -> str:
     return f"{len(odd)} of {total} {noun}"
 
 
+def _common(per: pd.DataFrame, cls: str) -> tuple[float, int] | None:
+    """The exponent most of class ``cls`` share (rounded to 0.1) and how many share it, or None: fewer than three
+    in the class, or no majority."""
+    peers = per[per["class"] == cls]["exponent"].round(1)
+    if len(peers) < 3:
+        return None
+    common = float(peers.mode().iloc[0])
+    n = int((peers == common).sum())
+    return (common, n) if n > len(peers) / 2 else None
+
+
 def _as_its_class(long: pd.DataFrame, c: pd.Series, module: str, tol: float, others: bool) -> str:
     """The line of a one-module ``lr`` cause whose learning rate the audit finds the same as the rest of its class
     (three or more, most sharing one exponent, the one muP expects of the class): nothing set it apart, so its own
@@ -56,12 +67,10 @@ def _as_its_class(long: pd.DataFrame, c: pd.Series, module: str, tol: float, oth
     per = _exponents(a)
     if module not in per.index or per.at[module, "class"] != "hidden":
         return ""  # output-like (a router, a readout): the audit's expectation assumes a MuReadout, not a knob
-    peers = per[per["class"] == per.at[module, "class"]]["exponent"].round(1)
-    if len(peers) < 3:
+    shared = _common(per, "hidden")
+    if shared is None or abs(float(per.at[module, "exponent"]) - shared[0]) > tol:
         return ""
-    common = float(peers.mode().iloc[0])
-    if (peers == common).sum() <= len(peers) / 2 or abs(float(per.at[module, "exponent"]) - common) > tol:
-        return ""
+    common, n = shared
     mine = a[a["module"] == module]
     expected = mine["expected"].to_numpy(dtype=float) if "expected" in mine else np.array([np.nan])
     if not (np.isfinite(expected).any() and abs(float(expected[np.isfinite(expected)][0]) - common) <= tol):
@@ -69,9 +78,8 @@ def _as_its_class(long: pd.DataFrame, c: pd.Series, module: str, tol: float, oth
     head = str(c["line"]).partition(" — ")[0]
     then = ("likely a consequence of the other causes: fix those first" if others
             else "not a learning-rate knob: look at what feeds this module")
-    return (f"{head} (the audit: its learning rate ∝ width^{common:+.2f}, as the other "
-            f"{int((peers == common).sum()) - 1} of its class, {per.at[module, 'class']}) — its learning rate is not "
-            f"set apart from its class: {then}")
+    return (f"{head} (the audit: its learning rate ∝ width^{common:+.2f}, as the other {n - 1} of its class, "
+            f"hidden) — its learning rate is not set apart from its class: {then}")
 
 
 def narrow_by_audit(causes: pd.DataFrame, modules: pd.DataFrame, long: pd.DataFrame | None,
@@ -102,16 +110,16 @@ def narrow_by_audit(causes: pd.DataFrame, modules: pd.DataFrame, long: pd.DataFr
             continue
         odd, said = [], []
         for cls, members in per.loc[named].groupby("class", sort=False):
-            peers = per[per["class"] == cls]["exponent"].round(1)
-            if len(peers) < 3:
+            shared = _common(per, cls)
+            if shared is None:
                 continue
-            common = float(peers.mode().iloc[0])
+            common, n = shared
             apart = members[(members["exponent"] - common).abs() > tol]
-            if len(apart) and (peers.round(1) == common).sum() > len(peers) / 2:
+            if len(apart):
                 odd += list(apart.index)
                 e = float(apart["exponent"].iloc[0])
-                said.append(f"the audit: its {WORDS[quantity]} ∝ width^{e:+.2f} where the other "
-                            f"{int((peers == common).sum())} of its class have width^{common:+.2f}")
+                said.append(f"the audit: its {WORDS[quantity]} ∝ width^{e:+.2f} where the other {n} of its class "
+                            f"have width^{common:+.2f}")
         odd = [m for m in named if m in odd]
         if not odd or len(odd) == len(named):
             continue

@@ -111,6 +111,7 @@ class MoE(nn.Module):
         self.experts = (Experts(n_experts, width, hidden) if experts_as == "tensor"
                         else nn.ModuleList(Expert(width, hidden) for _ in range(n_experts)))
         self.shared = Expert(width, hidden) if shared_expert else None
+        self.aux = False  # set by the model when its loss has a load-balancing or z-loss term
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -127,13 +128,13 @@ class MoE(nn.Module):
         B, T, C = x.shape
         flat = x.reshape(-1, C)
         logits, gates, index = self.router(flat)
-        n = logits.shape[-1]
-        # the auxiliary losses, kept for the model's loss: Switch's load balance n * sum_e f_e * P_e (f_e: the share
-        # of top-k slots that go to expert e, P_e: its mean probability) and ST-MoE's z-loss mean(logsumexp^2)
-        share = torch.zeros(n, dtype=logits.dtype, device=logits.device).index_add_(
-            0, index.flatten(), torch.ones(index.numel(), dtype=logits.dtype, device=logits.device)) / index.numel()
-        self.balance = n * (share * torch.softmax(logits, dim=-1).mean(0)).sum()
-        self.z = torch.logsumexp(logits, dim=-1).square().mean()
+        if self.aux:  # the auxiliary losses, kept for the model's loss (only when a coefficient asks for them):
+            n = logits.shape[-1]  # Switch's load balance n * sum_e f_e * P_e (f_e: the share of top-k slots that go
+            share = torch.zeros(n, dtype=logits.dtype, device=logits.device).index_add_(  # to expert e, P_e: its
+                0, index.flatten(), torch.ones(index.numel(), dtype=logits.dtype, device=logits.device)
+            ) / index.numel()  # mean probability) and ST-MoE's z-loss mean(logsumexp^2)
+            self.balance = n * (share * torch.softmax(logits, dim=-1).mean(0)).sum()
+            self.z = torch.logsumexp(logits, dim=-1).square().mean()
         weight = torch.zeros(flat.shape[0], self.router.gate.out_features, dtype=flat.dtype, device=flat.device)
         weight = weight.scatter(1, index, gates.to(flat.dtype))  # (tokens, experts), zero outside the top k
         if isinstance(self.experts, Experts):
@@ -189,6 +190,8 @@ class MoETransformer(nn.Module):
             MoEBlock(width, n_head, context, MoE(width, n_experts, top_k, expert_ratio, router, experts_as,
                                                  shared_expert, router_zero_init))
             for _ in range(n_layer))
+        for block in self.blocks:
+            block.moe.aux = bool(balance_loss or z_loss)
         self.ln_f = nn.LayerNorm(width)
         self.lm_head = MuReadout(width, vocab_size, bias=False, readout_zero_init=True, output_mult=output_mult)
         self.reset_parameters()
@@ -223,7 +226,7 @@ class MoETransformer(nn.Module):
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten())
-        for block in self.blocks:
+        for block in self.blocks if self.balance_loss or self.z_loss else ():
             loss = loss + self.balance_loss * block.moe.balance + self.z_loss * block.moe.z
         return logits, loss
 

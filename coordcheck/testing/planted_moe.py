@@ -13,11 +13,12 @@ fault is planted — the mistakes people make when they write the groups by hand
   no output multiplier) — not a fault of the optimizer: under ``parametrization=mup`` a finding naming the routers.
 
 :data:`FAULTS` names each known answer's keywords and what it must name (the tests and
-``experiments/moe_known_answers.py`` use it); :data:`RUN` is how they run.
+``experiments/moe_known_answers.py`` use it), with :func:`builder`'s model under ``parametrization="mup"``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -29,7 +30,7 @@ from coordcheck.setup.moe import moe
 from coordcheck.setup.optim import mup_param_groups
 from coordcheck.setup.parametrization import width_infshapes
 
-__all__ = ["planted_moe_optimizer", "FAULTS", "RUN"]
+__all__ = ["planted_moe_optimizer", "FAULTS", "builder"]
 
 
 def planted_moe_optimizer(
@@ -67,8 +68,6 @@ def planted_moe_optimizer(
     return torch.optim.AdamW(groups, lr=float(lr), weight_decay=weight_decay)
 
 
-# How the known answers run: the built-in MoE under parametrization=mup with this optimizer (API keywords).
-RUN = dict(parametrization="mup", optimizer=planted_moe_optimizer, data="tokens")
 # name -> (model keywords, optimizer keywords, (the first cause's kind, every module the causes must name: exactly the
 # planted ones)); "correct" must pass.
 FAULTS: dict[str, tuple[dict, dict, tuple[str, list[str]]]] = {
@@ -84,6 +83,4 @@ FAULTS: dict[str, tuple[dict, dict, tuple[str, list[str]]]] = {
 
 def builder(**model_kw) -> Callable[..., nn.Module]:
     """The built-in MoE with ``model_kw`` set (a builder ``build(width)``)."""
-    def build(width: int) -> nn.Module:
-        return moe(width, **model_kw)
-    return build
+    return functools.partial(moe, **model_kw)
