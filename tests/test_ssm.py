@@ -121,3 +121,41 @@ def test_falcon_h1_made_mup_passes_with_its_scan_noted_not_judged(monkeypatch, c
     assert report["status"] == "pass", report["reason"]
     note = next(n for n in report["verdict_notes"] if "no established muP rule" in n)
     assert "model.layers.0.mamba.A_log" in note and "model.layers.0.mamba.dt_bias" in note
+
+
+def _mamba2(width: int, **kwargs):
+    pytest.importorskip("transformers")
+    from coordcheck.setup.hf import hf_config
+
+    return hf_config(width, "mamba2", config_kwargs={"head_dim": 16, **kwargs})
+
+
+def test_mamba2s_heads_grow_with_the_width_its_head_size_fixed():
+    small, wide = _mamba2(64), _mamba2(128)
+    assert (small.num_heads, wide.num_heads) == (8, 16) and small.head_dim == wide.head_dim == 16
+    for c in (small, wide):
+        assert c.hidden_size * c.expand == c.num_heads * c.head_dim
+        assert not hasattr(c, "num_attention_heads")  # no attention: the width sets no attention heads
+    assert _mamba2(64, expand=1, n_groups=4).num_heads == 4
+
+
+def test_mamba2s_heads_given_are_kept_and_checked_in_one_line():
+    from coordcheck.core.errors import CoordCheckError
+
+    assert _mamba2(64, num_heads=8, n_groups=4).num_heads == 8
+    with pytest.raises(CoordCheckError) as e:  # kept, not rewritten by the width: it no longer fits at 128
+        _mamba2(128, num_heads=8, n_groups=4)
+    assert "num_heads * head_dim = 8 * 16" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_width_mamba2s_head_size_does_not_divide_is_one_line():
+    from coordcheck.core.errors import CoordCheckError
+
+    with pytest.raises(CoordCheckError) as e:
+        _mamba2(80, head_dim=48)  # expand * width = 160
+    msg = str(e.value)
+    assert msg.startswith("width=80:") and "multiple of head_dim=48: choose widths it divides" in msg
+    assert "\n" not in msg
+    with pytest.raises(CoordCheckError) as e:
+        _mamba2(64, head_dim=64)  # 2 heads, n_groups 8 by default
+    assert "n_groups=8 does not divide the Mamba heads num_heads=2" in str(e.value) and "\n" not in str(e.value)

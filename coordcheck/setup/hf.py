@@ -11,7 +11,8 @@ fields that follow it: the MLP's inner size (``intermediate_size``, GPT-2's ``n_
 a mixture of experts' own inner sizes where its config names them apart (``moe_intermediate_size``,
 ``shared_expert_intermediate_size``); a Mamba-2 mixer's inner size (Falcon-H1's ``mamba_d_ssm`` = ``mamba_expand *
 width``) and its number of heads (``mamba_n_heads`` = ``mamba_d_ssm / mamba_d_head``: the head size fixed, the heads
-grow);
+grow), and a Mamba-2 model's heads likewise (Mamba2Config's ``num_heads`` = ``expand * width / head_dim``, its
+``head_dim`` the mixer's head size, from ``config_kwargs``; ``n_groups`` must divide the heads at every width);
 the heads, by ``grows``: ``head_dim`` (``n_head`` heads at every width, so the head dimension grows, as muP's
 1/head_dim attention assumes) or ``heads`` (``head_dim`` fixed, ``width / head_dim`` heads). Key/value heads follow
 the heads (no grouped-query attention) unless ``config_kwargs`` sets ``num_key_value_heads``. A field that the width
@@ -119,8 +120,10 @@ def hf_config(width: int, config: str | type = "granite", *, grows: Literal["hea
     known = set(defaults) | set(getattr(cls, "attribute_map", {}))
     given = dict(OmegaConf.to_container(config_kwargs, resolve=True) if OmegaConf.is_config(config_kwargs)
                  else config_kwargs or {})  # plain values: a config's nested fields (rope_parameters) as dicts
+    # a Mamba-2 model (Mamba2Config): no attention; its head_dim is the mixer's head size, not set by the width
+    ssm = {"num_heads", "expand", "head_dim"} <= set(defaults) and _canonical(cls, "num_attention_heads") not in known
     for name in given:
-        if _canonical(cls, name) in {_canonical(cls, f) for f in WIDTH_FIELDS}:
+        if _canonical(cls, name) in {_canonical(cls, f) for f in WIDTH_FIELDS} - ({"head_dim"} if ssm else set()):
             raise CoordCheckError(f"model.config_kwargs.{name}: set by the width (width=..., with model.grows, "
                                   "model.n_head, model.head_dim): remove it")
         if name not in known:
@@ -133,12 +136,12 @@ def hf_config(width: int, config: str | type = "granite", *, grows: Literal["hea
         heads = width // head_dim if head_dim > 0 else 0
     else:
         raise CoordCheckError(f"model.grows must be head_dim (n_head fixed) or heads (head_dim fixed), got {grows!r}")
-    if heads < 1 or width % heads or (grows == "heads" and width % head_dim):
+    if not ssm and (heads < 1 or width % heads or (grows == "heads" and width % head_dim)):
         fixed = f"model.n_head={n_head}" if grows == "head_dim" else f"model.head_dim={head_dim}"
         raise CoordCheckError(f"width={width} is not a multiple of {fixed.split('=')[1]} ({fixed}): choose widths "
                               "it divides")
-    fields = {"hidden_size": width, "num_attention_heads": heads}
-    if "head_dim" in known:
+    fields = {"hidden_size": width} if ssm else {"hidden_size": width, "num_attention_heads": heads}
+    if "head_dim" in known and not ssm:
         fields["head_dim"] = width // heads
     if "num_key_value_heads" in known and not any(_canonical(cls, n) == "num_key_value_heads" for n in given):
         fields["num_key_value_heads"] = heads
@@ -162,6 +165,24 @@ def hf_config(width: int, config: str | type = "granite", *, grows: Literal["hea
             raise CoordCheckError(f"width={width}: the Mamba inner size mamba_expand * width = {d_ssm} is not a "
                                   f"multiple of mamba_d_head={d_head}: choose widths it divides")
         fields["mamba_d_ssm"], fields["mamba_n_heads"] = d_ssm, d_ssm // d_head
+    if ssm:  # Mamba2Config: expand * width = num_heads * head_dim
+        expand, d_head, n_heads, groups = (given.get(f, defaults[f]) for f in ("expand", "head_dim", "num_heads",
+                                                                                 "n_groups"))
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (expand, d_head, n_heads, groups)):
+            raise CoordCheckError(f"model.config_kwargs: expand={expand!r}, head_dim={d_head!r}, num_heads={n_heads!r} "
+                                  f"and n_groups={groups!r} must be positive integers")
+        d_ssm = expand * width
+        if "num_heads" not in given_names:  # the head size fixed, the heads grow (as Falcon-H1's mamba_n_heads)
+            if d_ssm % d_head:
+                raise CoordCheckError(f"width={width}: the Mamba inner size expand * width = {d_ssm} is not a "
+                                      f"multiple of head_dim={d_head}: choose widths it divides")
+            fields["num_heads"] = n_heads = d_ssm // d_head
+        elif n_heads * d_head != d_ssm:
+            raise CoordCheckError(f"width={width}: num_heads * head_dim = {n_heads} * {d_head} is not the Mamba inner "
+                                  f"size expand * width = {d_ssm}: leave num_heads to the width")
+        if n_heads % groups:
+            raise CoordCheckError(f"width={width}: n_groups={groups} does not divide the Mamba heads num_heads="
+                                  f"{n_heads}: set model.config_kwargs.n_groups to a divisor of them at every width")
     for name in known - given_names:  # a fixed batch at every step: dropout would only add noise between steps
         if DROPOUT.search(name) and isinstance(defaults.get(name), float):
             fields[name] = 0.0
