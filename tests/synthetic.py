@@ -50,7 +50,7 @@ def make_frame(
                     else:
                         v = 2.0 * w ** float(slope) * float(np.exp(noise * rng.standard_normal()))
                     hd = (head_dim or {}).get(module, 0)
-                    for stat in ("std", "l1"):
+                    for stat in (("max_load", "entropy") if tensor == "load" else ("std", "l1")):
                         rows.append({**ident, "width": w, "seed": s, "step": t, "module": module,
                                      "layer_index": (layer_index or {}).get(module, modules.index(module)),
                                      "role": role, "call_order": modules.index(module), "tensor": tensor,

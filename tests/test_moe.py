@@ -249,3 +249,71 @@ def test_a_one_layer_moes_router_is_still_a_router():
 
     model = build(128)
     assert routers(model, width_infshapes(model, build, 64, who="test")) == {"1.router.weight"}
+
+
+# -- the routing's health: the load over the experts --------------------------------------------------------------
+
+class _BiasedRouter(torch.nn.Module):
+    """Four experts, top-2, a bias that sends every token to experts 0 and 1 (a collapsed router)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = torch.nn.Linear(8, 4)
+        with torch.no_grad():
+            self.gate.weight.zero_()
+            self.gate.bias.copy_(torch.tensor([3.0, 2.0, 0.0, 0.0]))
+
+    def forward(self, x):
+        gates, index = self.gate(x).softmax(-1).topk(2, dim=-1)
+        return x * gates.sum(-1, keepdim=True)
+
+
+class _TwoRouters(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = _BiasedRouter(), _BiasedRouter()
+        with torch.no_grad():
+            self.b.gate.weight.normal_()
+            self.b.gate.bias.zero_()
+
+    def forward(self, x):
+        torch.topk(x, 2)  # a top-k in the model's own forward: no router's
+        return self.b(self.a(x)).sum()
+
+
+def test_a_routers_choice_of_experts_is_counted_exactly():
+    from coordcheck.record.probes import Probes
+
+    model = _TwoRouters()
+    with Probes(model) as probes:
+        probes.begin_step(0)
+        rec = probes.end_step(model(torch.randn(64, 8)))
+    assert set(rec.loads) == {"a.(load)", "b.(load)"}  # the root's top-k is not a router's
+    max_load, entropy = rec.loads["a.(load)"]
+    assert max_load == pytest.approx(2.0) and entropy == pytest.approx(0.5)  # shares 1/2, 1/2, 0, 0: E/k; log 2/log 4
+    max_load, entropy = rec.loads["b.(load)"]
+    assert 1.0 <= max_load < 2.0 and 0.5 < entropy <= 1.0
+    assert probes.layout["a.(load)"][1] == "routing" and probes.modules["a.(load)"]["op"] == "load"
+
+
+def test_the_built_in_moe_records_each_routers_load_per_step():
+    f = coord_check(moe, WIDTHS, steps=2, seeds=1, progress=False, cause_pass=False).frame
+    load = f[f["tensor"] == "load"]
+    assert set(load["module"]) == {"blocks.0.moe.router.(load)", "blocks.1.moe.router.(load)"}
+    assert set(load["role"]) == {"routing"} and set(load["stat"]) == {"max_load", "entropy"}
+    assert len(load) == 2 * 2 * 3 * len(WIDTHS)  # routers x statistics x steps x widths
+    m, e = load[load["stat"] == "max_load"]["value"], load[load["stat"] == "entropy"]["value"]
+    assert m.between(1.0, 8 / 2).all() and e.between(0.0, 1.0).all()  # 8 experts, top-2
+
+
+@pytest.mark.slow
+def test_standard_parametrization_collapses_the_routing_with_width_and_mup_does_not():
+    widths, run = [64, 128, 256, 512], dict(steps=8, seeds=2, progress=False, cause_pass=False)
+    sp = coord_check(moe, widths, parametrization="sp", **run).verdict.series
+    load = sp[sp["tensor"] == "load"]
+    failed = load[load["status"] == "fail"]
+    assert len(failed) and set(failed["rule"]) == {"routing-no-collapse"}, load[["module", "step", "slope", "status"]]
+    assert failed["diagnosis"].str.startswith("the routing collapses with width").all()
+    mup = coord_check(moe, widths, **run).verdict
+    load = mup.series[mup.series["tensor"] == "load"]
+    assert len(load) and not (load["status"] == "fail").any(), load[["module", "step", "slope", "status"]]

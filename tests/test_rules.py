@@ -222,6 +222,19 @@ def test_routing_is_judged_by_its_own_rule_never_attentions():
     assert "d_head" not in r["diagnosis"]
 
 
+def test_a_router_whose_load_collapses_with_width_fails_with_that_cause():
+    load = ("moe.router.(load)", "routing", "load")
+    flat = judge(make_frame({**ROUTED, load: 0.0}))
+    r = row(flat, load[0], "load", 3)
+    assert r["rule"] == "routing-no-collapse" and r["status"] == "pass" and flat.status == "pass"
+    assert set(flat.series.loc[flat.series["tensor"] == "load", "stat"]) == {"max_load"}  # the entropy is shown
+    assert judge(make_frame({**ROUTED, load: -0.3})).status == "pass"  # more even at larger width: no collapse
+    v = judge(make_frame({**ROUTED, load: lambda t: 0.0 if t == 0 else 0.5}))
+    r = row(v, load[0], "load", 3)
+    assert r["status"] == "fail" and r["diagnosis"].startswith("the routing collapses with width")
+    assert v.status == "fail" and "the routing collapses with width" in v.reason and load[0] in v.reason
+
+
 def test_activations_at_init_must_be_flat():
     v = judge(make_frame({**HEALTHY, ("h1", "hidden", "out"): lambda t: 0.6 if t == 0 else 0.0}))
     r = row(v, "h1", "out", 0)

@@ -51,9 +51,14 @@ column              dtype    meaning
                              the fraction of its coordinates where ε >=
                              0.1 sqrt(v_hat) after ``step`` updates;
                              :mod:`coordcheck.record.eps`; not an activation, so
-                             the verdict's activation rules skip it)
+                             the verdict's activation rules skip it);
+                             ``load`` (a router's spread of the tokens over
+                             its experts, ``module`` ``<router>.(load)``,
+                             role ``routing``, only ``stat`` ``max_load``
+                             and ``entropy``: :mod:`coordcheck.record.load`)
 ``stat``            str      ``std`` / ``l1`` / ``rms`` / ``mean`` / ``absmax``;
-                             ``value`` for loss rows
+                             ``value`` for loss rows; ``max_load`` /
+                             ``entropy`` for load rows
 ``value``           float64  the measurement (may be NaN or inf after divergence)
 ==================  =======  ====================================================
 
@@ -112,6 +117,8 @@ __all__ = [
     "TENSORS",
     "NOT_ACTIVATIONS",
     "EPS_TENSOR",
+    "LOAD_TENSOR",
+    "LOAD_JUDGED",
     "DEFAULT_TENSORS",
     "CAUSE_TENSORS",
     "ROLES",
@@ -135,9 +142,11 @@ ROOT_MODULE = "(root)"
 QK_LOGITS = ("(sdpa)", "(mha)")
 
 STATS = ("std", "l1", "rms", "mean", "absmax")
-TENSORS = ("out", "delta", "in", "own", "loss", "eps")
+TENSORS = ("out", "delta", "in", "own", "loss", "eps", "load")
 EPS_TENSOR = "eps"  # Adam's epsilon fraction per parameter (coordcheck.record.eps, judged by coordcheck.judge.audit)
-NOT_ACTIVATIONS = ("loss", EPS_TENSOR)  # tensor kinds the activation rules of the verdict do not judge
+LOAD_TENSOR = "load"  # a router's load over its experts (coordcheck.record.load; judged by its own rule)
+LOAD_JUDGED = "max_load"  # the load's statistic the verdict judges (its entropy is shown)
+NOT_ACTIVATIONS = ("loss", EPS_TENSOR, LOAD_TENSOR)  # tensor kinds the activation rules of the verdict do not judge
 DEFAULT_TENSORS = ("out", "delta")  # what the probes record unless told otherwise (config: tensors)
 # The causes' tensors (coordcheck.judge.causes: which parameter's init or learning rate is off): a setting, not the
 # default,

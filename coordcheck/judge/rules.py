@@ -189,6 +189,14 @@ ROUTER_SHRINKS = {ANY: "router updates vanish with width: its learning rate is s
 ROUTING_GROWS = {ANY: "routing logits grow with width (the softmax over the experts sharpens as width grows): the "
                       "router's logits are not kept Θ(1) — see the router's cause (an output weight: lr * base_width / "
                       "width, or a base_width/width multiplier on its logits)"}
+ROUTING_COLLAPSES = {ANY: "the routing collapses with width: the busiest expert's share of the tokens grows with width "
+                          "(a router whose logits are not kept Θ(1) sends more of the tokens to fewer experts at "
+                          "larger width) — the router is an output weight: a base_width/width multiplier on its logits "
+                          "(a MuReadout) with the base lr, or lr * base_width / width without it"}
+LOAD_MEASURED = ("measured on the built-in MoE (model=moe, widths 64-512, 3 seeds, 40 steps, lr 1e-2): muP's busiest "
+                 "expert's share -0.08..+0.14 at every step; standard parametrization +0.25..+0.55 from step 2 (layer "
+                 "1: 1.3 at width 64 to 3.6 at width 512, of a possible 4); a router alone built as a hidden layer "
+                 "+0.02..+0.17, caught by its change since step 0 instead (experiments/moe_known_answers.py)")
 ROUTER_MEASURED = ("measured on the built-in MoE (model=moe, widths 64-512, 40 steps): router logits -0.51 and -0.48 "
                    "at step 0, change since step 0 -0.38 .. -0.12 after it (experiments/moe_known_answers.py)")
 OWN_MEASURED = ("measured: experiments/own_update.py (muP in the mup package's form: own after updates flat for every "
@@ -299,6 +307,10 @@ RULES: tuple[Rule, ...] = (
          source=f"{MOE}: a softmax over router logits is routing, not attention; the logits may shrink (a router "
                 "initialised small or at zero routes uniformly at init)",
          test="tests/test_rules.py::test_routing_is_judged_by_its_own_rule_never_attentions"),
+    Rule("routing-no-collapse", roles=("routing",), tensors=("load",), expect="no_growth", grows=ROUTING_COLLAPSES,
+         source=f"{MOE}: with the router's logits Θ(1) the load over the experts does not depend on the width; "
+                f"{LOAD_MEASURED}",
+         test="tests/test_rules.py::test_a_router_whose_load_collapses_with_width_fails_with_that_cause"),
     # -- input, hidden, norm ----------------------------------------------------------------------------------------
     Rule("init-flat", roles=(), tensors=("out",), steps="init", grows=INIT_GROWS, shrinks=INIT_SHRINKS,
          source=f"{TP5}: activations Θ(1) at initialisation with variance 1/fan_in",

@@ -87,7 +87,7 @@ from coordcheck.judge.structure import structure_causes
 from coordcheck.judge.audit import NO_RULE, audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
 from coordcheck.judge.depth import DepthVerdict, judge_depth
 from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes
-from coordcheck.core.frame import EPS_TENSOR, NOT_ACTIVATIONS
+from coordcheck.core.frame import EPS_TENSOR, LOAD_JUDGED, LOAD_TENSOR, NOT_ACTIVATIONS
 from coordcheck.judge.narrow import mark_narrow, narrow_reason
 from coordcheck.record.shapes import model_table, shapes_by_config, width_problem
 from coordcheck.judge.roles import ROLE_COLUMNS, decide_roles, with_roles
@@ -387,7 +387,8 @@ def _fail_fixed_models(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> 
 def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Verdict:
     if slopes is None:
         slopes = fit_slopes(frame)
-    judged = slopes[(slopes["stat"] == rules.stat) & ~slopes["tensor"].isin(NOT_ACTIVATIONS)]
+    judged = slopes[((slopes["stat"] == rules.stat) & ~slopes["tensor"].isin(NOT_ACTIVATIONS))
+                    | ((slopes["tensor"] == LOAD_TENSOR) & (slopes["stat"] == LOAD_JUDGED))]  # a router's load
     series = apply_rules(judged, rules, head_dim_growth(frame))  # each series by its rule (judge.rules.RULES)
     inst = find_instability(frame, rules.rise, rules.rise_floor, rules.persist)
     acts = frame[~frame["tensor"].isin(NOT_ACTIVATIONS) & (frame["stat"] == rules.stat)]

@@ -7,7 +7,8 @@ dimension q.k sums over, and the input of a ``softmax`` / ``log_softmax`` over t
 the **op** each softmax is taken over: a product of two activations (``qk-softmax``: q·kᵀ, however it is written —
 ``@``, ``matmul``, ``bmm``, ``einsum`` — through any scale, mask or cast of the same shape) or anything else
 (``softmax``: a projection's output, such as a mixture-of-experts router's logits). The role of a capture follows from
-its op (:mod:`coordcheck.judge.roles`), not from a name.
+its op (:mod:`coordcheck.judge.roles`), not from a name. A ``topk`` over the last dimension inside a module is a
+router's choice of experts: the probes count the tokens each expert gets (``<module>.(load)``, op ``load``).
 """
 
 from __future__ import annotations
@@ -175,7 +176,20 @@ def _on_softmax(p: Any, args: tuple, kwargs: dict, out: object) -> None:
     p.softmax(x, out)
 
 
+def _on_topk(p: Any, args: tuple, kwargs: dict, out: object) -> None:
+    """A top-k over the last dimension inside a module: a router choosing experts (its load is recorded)."""
+    x = args[0] if args else kwargs.get("input")
+    k, dim = _arg(args, kwargs, 1, "k"), _arg(args, kwargs, 2, "dim", -1)
+    index = getattr(out, "indices", None)
+    if (not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.ndim < 2 or dim not in (-1, x.ndim - 1)
+            or not isinstance(index, torch.Tensor) or not isinstance(k, int) or not 0 < k < x.shape[-1]):
+        return
+    p.routing(index, x.shape[-1], k)
+
+
 _HANDLERS = {
+    torch.topk: _on_topk,
+    torch.Tensor.topk: _on_topk,
     F.scaled_dot_product_attention: _on_sdpa,
     F.multi_head_attention_forward: _on_mha,
     **{f: _on_softmax for f in (F.softmax, F.log_softmax, torch.softmax, torch.log_softmax,

@@ -32,6 +32,7 @@ from mup import MuReadout
 from torch import nn
 
 from coordcheck.core.frame import ROOT_MODULE
+from coordcheck.record.load import LOAD_SUFFIX
 from coordcheck.setup.blocks import CONTAINERS, UNCALLED, find_blocks, has_params  # noqa: F401  (re-exported)
 
 __all__ = ["is_norm", "NORM_TYPES", "NORM_NAME", "ATTENTION_NAME", "CONTAINERS", "UNCALLED", "find_blocks",
@@ -133,8 +134,8 @@ def infer_layout(model: nn.Module, fired: list[str], captured: Mapping[str, str]
     after_readout = False
     for n in fired:
         m = modules.get(n)
-        if m is None:  # captured logits: no module of their own
-            role = "attention" if n in captured else "output"
+        if m is None:  # captured logits (or a router's load): no module of their own
+            role = ("routing" if n.endswith(LOAD_SUFFIX) else "attention") if n in captured else "output"
             layout[n] = (int(index[n]), role, order[n])
             after_readout = after_readout or role == "output"
             continue

@@ -52,6 +52,9 @@ in the built-in GPT, which exposes its logits as a module and so needs no captur
   exposed the logits (a module named ``*score*``/``*logit*`` or with ``coordcheck_role =
   "attention"``, as the built-in GPT's ``AttentionScores``). Entries at or below ``-1e4``
   (masks filled with ``-inf``, ``-1e9`` or ``finfo.min``) are left out; NaN and +inf stay.
+* A **router's choice** (a ``topk`` over the last dimension inside a module: ``k`` of ``E`` experts per token) ->
+  ``<module>.(load)``, ``tensor="load"``: how evenly the tokens spread over the experts, ``max_load`` and
+  ``entropy`` (:mod:`coordcheck.record.load`), counted over every call of the module in the forward.
 * A model that **ends in** ``log_softmax``/``softmax``: its output (probabilities) is not
   judged; the logits are — the readout module when the softmax is applied to its output,
   else the softmax's input, recorded as ``(logits)`` with role ``output``.
@@ -92,6 +95,7 @@ from coordcheck.record.capture import MASK_BELOW, FunctionProbe
 from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-exported for old imports)
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout, module_ops,
 )
+from coordcheck.record.load import LOAD_OP, LOAD_SUFFIX, load_stats
 from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
     pool_calls, pool_moments, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
@@ -122,6 +126,7 @@ class StepRecord:
     loss: float
     head_dims: dict[str, int] = field(default_factory=dict)
     modules: dict[str, dict] = field(default_factory=dict)  # name -> {op, declared}, decided at step 0 (layout)
+    loads: dict[str, tuple[float, float]] = field(default_factory=dict)  # router load name -> record.load.LOAD_STATS
 
 
 @dataclass
@@ -154,6 +159,7 @@ class Probes:
     _stack: list = field(default_factory=list)  # modules whose forward is running, innermost last
     _attn_parents: set = field(default_factory=set)  # modules that exposed attention logits this step
     _softmax_out: tuple | None = None  # (result tensor, capture name or None) of the latest softmax
+    _loads: dict = field(default_factory=dict)  # router load name -> tokens per expert this step (record.load)
     _last_out: object = None
     leaves_done: int = 0  # leaf modules that finished this forward (for blaming errors)
 
@@ -280,6 +286,21 @@ class Probes:
         x = x.detach()
         self._softmax_out = (result, self.capture("(softmax)", x, ~(x <= MASK_BELOW), op=op))
 
+    def routing(self, index: torch.Tensor, experts: int, k: int) -> None:
+        """A router inside the running module chose ``k`` of ``experts`` for each token (``index``): count them under
+        ``<module>.(load)`` (:mod:`coordcheck.record.load`); every call of one module in a forward adds up."""
+        parent = self._parent()
+        if parent == ROOT_MODULE or "out" not in self.tensors:
+            return  # a top-k in the model's own forward (an auxiliary loss over every layer's logits): not one router
+        name = f"{parent}.{LOAD_SUFFIX}"
+        self._functions_seen = True
+        if self.step == 0 and name not in self._captured:
+            self._fired.append(name)
+            self._captured[name] = parent
+            self._capture_ops[name] = LOAD_OP
+        counts = torch.bincount(index.reshape(-1), minlength=experts)
+        self._loads[name] = counts + self._loads[name] if name in self._loads else counts
+
     def _ends_in_softmax(self, capture: str | None) -> None:
         """The root returned the latest softmax: judge the logits, not the probabilities."""
         if capture is None or capture == LOGITS_MODULE:
@@ -325,7 +346,7 @@ class Probes:
         views = self._views.get(key)
         if views is None:
             n = x.numel()
-            if n > SCRATCH_MAX:
+            if n > SCRATCH_MAX or x.ndim == 0:  # (a 0-d output, a model returning its loss: no flat view to share)
                 return None
             buf = self._scratch[i]
             if buf.numel() < n or buf.device != x.device:
@@ -359,7 +380,7 @@ class Probes:
         self.recording = True
         self._keys, self._n, self._vals, self._mkeys, self._mvals = [], [], [], [], []
         self._reduced, self._pending = [], 0
-        self._calls = {}
+        self._calls, self._loads = {}, {}
         self._tracking = step == 0 or self._functions_seen  # later forwards call the same functions (fixed batch)
         self._stack_hooks(self._tracking)
         self._stack, self._attn_parents = [], set()
@@ -389,15 +410,20 @@ class Probes:
             self._keys, self._n = self._keys + own_keys, self._n + own_n
         if self._mvals:
             parts.append(torch.stack(self._mvals).reshape(-1))
+        loads = list(self._loads)
+        if loads:
+            parts.append(torch.stack([load_stats(self._loads[n]) for n in loads]).reshape(-1).float())
         parts.append(loss.detach().float().reshape(1))
         host = torch.cat(parts).cpu().double().numpy()  # the one device-to-host transfer of the step
-        r, k = len(self._n), len(self._which)
+        r, k, nl = len(self._n), len(self._which), 2 * len(loads)
         raw = np.concatenate([moment_rows(np.asarray(self._n, dtype=np.float64), host[: r * k], self._which),
-                              host[r * k : -1].reshape(-1, len(MOMENTS))])
+                              host[r * k : -1 - nl].reshape(-1, len(MOMENTS))])
+        load_values = host[-1 - nl : -1].reshape(-1, 2)
         keys, raw = pool_calls(self._keys + self._mkeys, raw)
         self._last_out = self._softmax_out = None  # hold no activation past the step
-        self._vals, self._reduced, self._pending = [], [], 0
-        return StepRecord(self.step, keys, raw, float(host[-1]), dict(self.head_dims), self.modules)
+        self._vals, self._reduced, self._pending, self._loads = [], [], 0, {}
+        return StepRecord(self.step, keys, raw, float(host[-1]), dict(self.head_dims), self.modules,
+                          {n: (float(v[0]), float(v[1])) for n, v in zip(loads, load_values)})
 
     def remove(self) -> None:
         self._root_done(self.model, (), None)

@@ -35,6 +35,7 @@ from coordcheck.core.frame import COLUMNS, DEFAULT_TENSORS, LOSS_MODULE, ROOT_MO
 from coordcheck.setup.parametrization import Builder, Parametrization, build_model, named_keywords
 from coordcheck.record import capture as capture_module
 from coordcheck.record import probes as probes_module
+from coordcheck.record.load import LOAD_STATS, LOAD_TENSOR
 from coordcheck.record.moments import stats_from_moments
 from coordcheck.core.errors import resolve_seeds  # noqa: F401  (re-exported: its home was here)
 from coordcheck.record.probes import Probes, StepRecord, first_tensor, select_output
@@ -296,7 +297,14 @@ def to_frame(
         cols["stat"] += list(stats) * len(rec.keys)
         if rec.keys:
             cols["value"] += stats_from_moments(rec.moments, stats).reshape(-1).tolist()  # (R, k) row-major
-        cols["step"] += [rec.step] * (len(rec.keys) * k + 1)
+        for name, values in rec.loads.items():  # a router's load (record.load): its own two statistics
+            la = layout[name]
+            for col, v in (("module", name), ("layer_index", la[0]), ("role", la[1]), ("call_order", la[2]),
+                           ("head_dim", 0), ("tensor", LOAD_TENSOR)):
+                cols[col] += [v] * len(LOAD_STATS)
+            cols["stat"] += list(LOAD_STATS)
+            cols["value"] += list(values)
+        cols["step"] += [rec.step] * (len(rec.keys) * k + len(rec.loads) * len(LOAD_STATS) + 1)
         for col, loss_value in (("module", LOSS_MODULE), ("layer_index", -1), ("role", "loss"), ("call_order", -1),
                                 ("head_dim", 0), ("tensor", "loss"), ("stat", "value"), ("value", rec.loss)):
             cols[col].append(loss_value)
