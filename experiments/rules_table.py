@@ -13,7 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from coordcheck.judge.rules import DEPTH_RULES, RULES, rules_markdown
+from coordcheck.judge.rules import DEPTH_RULES, RULES
+from coordcheck.judge.rules_experts import EXPERTS_RULES, all_rules_markdown
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "verdict.md"
 BEGIN, END = "<!-- rules:begin (python experiments/rules_table.py) -->\n", "<!-- rules:end -->"
@@ -29,12 +30,13 @@ def main() -> int:
         return 2
     head, rest = page.split(BEGIN, 1)
     old, tail = rest.split(END, 1)
-    new = rules_markdown()
+    new = all_rules_markdown()
     if args.check:
         print("current" if old == new else "stale: run python experiments/rules_table.py")
         return 0 if old == new else 1
     PAGE.write_text(head + BEGIN + new + END + tail)
-    print(f"wrote {len(RULES)} width rules and {len(DEPTH_RULES)} depth rules to {PAGE}")
+    print(f"wrote {len(RULES)} width rules, {len(DEPTH_RULES)} depth rules and {len(EXPERTS_RULES)} experts rules to "
+          f"{PAGE}")
     return 0
 
 

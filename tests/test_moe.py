@@ -317,3 +317,46 @@ def test_standard_parametrization_collapses_the_routing_with_width_and_mup_does_
     mup = coord_check(moe, widths, **run).verdict
     load = mup.series[mup.series["tensor"] == "load"]
     assert len(load) and not (load["status"] == "fail").any(), load[["module", "step", "slope", "status"]]
+
+
+# -- the number of experts as an axis (coordcheck.judge.experts) ----------------------------------------------------
+
+EXPERTS_SWEEP = ["model=moe", "width=128", "experts=4,8,16", "steps=10", "seeds=2", "threads=1", "progress=false",
+                 "report.figures=false"]
+
+
+def _experts(monkeypatch, capsys, tmp_path, *overrides: str) -> dict:
+    from conftest import run_in_process
+
+    code = run_in_process(monkeypatch, *EXPERTS_SWEEP, *overrides, f"hydra.sweep.dir={tmp_path}", "--multirun")
+    capsys.readouterr()
+    assert code == 0
+    return json.loads((tmp_path / "report" / "report.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("knobs, planted, words", [
+    ((), None, None),
+    (("model.renormalize=false",), "moe", "renormalise them over the top k"),  # gates ≈ k/E: the layer shrinks
+    (("granularity=true",), "moe.experts", "each expert's update shrinks"),  # experts' fan_in shrinks, lr does not
+], ids=["mup", "gates-not-renormalised", "granularity"])
+def test_the_number_of_experts_as_an_axis_known_answers(monkeypatch, capsys, tmp_path, knobs, planted, words):
+    report = _experts(monkeypatch, capsys, tmp_path, *knobs)
+    e = report["experts"]
+    assert e["width_status"] == "not judged (one width)"
+    assert [(g["min_experts"], g["max_experts"]) for g in e["groups"]] == [(4, 16)]
+    if planted is None:
+        assert report["status"] == "pass" and e["status"] == "pass", report["reason"]
+        return
+    assert report["status"] == "fail" and words in report["reason"], report["reason"]
+    failed = {s["module"] for s in e["series"] if s["status"] == "fail"}
+    assert failed == {f"blocks.0.{planted}", f"blocks.1.{planted}"}, failed
+
+
+def test_experts_needs_a_builder_that_takes_them(monkeypatch, capsys, tmp_path):
+    from conftest import run_in_process
+
+    code = run_in_process(monkeypatch, "model=mlp", "width=64", "experts=4,8", f"hydra.sweep.dir={tmp_path}",
+                          "--multirun")
+    err = capsys.readouterr().err
+    assert code != 0 and "takes none of n_experts" in err and "Traceback" not in err

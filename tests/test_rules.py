@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from synthetic import make_frame
 
-from coordcheck.judge.rules import DEPTH_RULES, RULES, Rules, rule_for, rules_markdown
+from coordcheck.judge.rules import DEPTH_RULES, RULES, Rules, rule_for
+from coordcheck.judge.rules_experts import EXPERTS_RULES, all_rules_markdown
 from coordcheck.judge.verdict import judge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,9 +31,9 @@ def row(v, module, tensor, step):
 # -- the table ---------------------------------------------------------------------------------------------------------
 def test_every_rule_has_a_source_and_a_test_in_this_file_that_exists():
     here = {n.name for n in ast.parse(Path(__file__).read_text()).body if isinstance(n, ast.FunctionDef)}
-    names = [r.name for r in (*RULES, *DEPTH_RULES)]
+    names = [r.name for r in (*RULES, *DEPTH_RULES, *EXPERTS_RULES)]
     assert len(names) == len(set(names)), "rule names are unique"
-    for r in (*RULES, *DEPTH_RULES):
+    for r in (*RULES, *DEPTH_RULES, *EXPERTS_RULES):
         path, _, test = r.test.partition("::")
         assert r.source, f"{r.name}: no source"
         assert path == "tests/test_rules.py" and test in here, f"{r.name}: its test {r.test} does not exist"
@@ -47,8 +48,9 @@ def test_every_series_gets_a_rule(role, tensor, step):
 
 def test_the_engine_has_no_rule_specific_branches():
     engine = "\n".join((ROOT / "coordcheck" / "judge" / f).read_text() for f in ("series.py", "verdict.py"))
-    engine += (ROOT / "coordcheck" / "judge" / "depth.py").read_text()
-    named = [r.name for r in (*RULES, *DEPTH_RULES) if re.search(rf"['\"]{re.escape(r.name)}['\"]", engine)]
+    engine += "".join((ROOT / "coordcheck" / "judge" / f).read_text() for f in ("depth.py", "experts.py"))
+    named = [r.name for r in (*RULES, *DEPTH_RULES, *EXPERTS_RULES)
+             if re.search(rf"['\"]{re.escape(r.name)}['\"]", engine)]
     assert named == [], f"the engine names rules {named}: put what they need in the table"
 
 
@@ -56,7 +58,7 @@ def test_the_docs_list_the_table_as_it_is():
     page = (ROOT / "docs" / "verdict.md").read_text()
     begin, end = "<!-- rules:begin (python experiments/rules_table.py) -->\n", "<!-- rules:end -->"
     assert begin in page and end in page
-    assert page.split(begin)[1].split(end)[0] == rules_markdown(), "run: python experiments/rules_table.py"
+    assert page.split(begin)[1].split(end)[0] == all_rules_markdown(), "run: python experiments/rules_table.py"
 
 
 def test_verdict_rows_say_which_rule_judged_them():
@@ -355,3 +357,54 @@ def test_a_scan_is_shown_never_judged():
     r = row(v, "mixer", "own", 3)
     assert r["rule"] == "scan-not-judged" and r["status"] == "skip" and v.status == "pass"
     assert any("no established muP rule for a selective scan" in n and "mixer" in n for n in v.notes)
+
+
+# -- the experts verdict (coordcheck.judge.experts): slopes against the number of experts at one width ---------------
+
+EXPERTS = (4, 8, 16, 32)
+MOE_FLAT = {("emb", "input", "out"): 0.0, ("emb", "input", "delta"): 0.0,
+            ("moe.router", "output", "out"): 0.0, ("moe.router", "output", "delta"): 0.0,
+            ("moe.router.(load)", "routing", "load"): lambda t: 0.5,  # the load grows with the count, as measured
+            ("moe.experts", "hidden", "out"): 0.0, ("moe.experts", "hidden", "delta"): -0.1,
+            ("moe.experts", "hidden", "own"): 0.0, ("moe", "hidden", "out"): 0.0,
+            ("moe", "hidden", "delta"): 0.4,  # capacity: shown, not judged
+            ("head", "output", "out"): 0.0, ("head", "output", "delta"): 0.0}
+
+
+def experts_judge(series):
+    """The synthetic frame over ``EXPERTS`` (make_frame's widths, moved to the experts column) at width 128, with the
+    facts that say which parameters have the number of experts as a dimension."""
+    f = make_frame(series, widths=EXPERTS)
+    f = f.assign(experts=f["width"], width=128, config_id="c" + f["width"].astype(str), family_id="fam")
+    facts = [{"config_id": f"c{n}", "width": 128, "shapes": {"moe.router.weight": [n, 128], "emb.weight": [256, 128],
+                                                             "moe.experts.up": [n, 128, 128], "head.weight": [256, 128]}}
+             for n in EXPERTS]
+    return judge(f, facts=facts)
+
+
+def experts_row(v, module, tensor, step):
+    s = v.experts.series
+    return s[(s["module"] == module) & (s["tensor"] == tensor) & (s["step"] == step)].iloc[0]
+
+
+def test_experts_rules_routers_experts_gates_and_load():
+    v = experts_judge(MOE_FLAT)
+    assert v.status == "pass" and v.width_status == "not judged (one width)", v.reason
+    assert experts_row(v, "moe.router", "out", 3)["rule"] == "experts-router-flat"
+    assert experts_row(v, "moe.experts", "own", 3)["rule"] == "experts-per-expert-flat"
+    assert experts_row(v, "moe", "out", 0)["rule"] == "experts-layer-init-flat"
+    assert experts_row(v, "moe", "delta", 3)["status"] == "skip"  # capacity
+    assert experts_row(v, "moe.router.(load)", "load", 3)["slope"] == pytest.approx(0.0)  # relative to step 0
+    gates = experts_judge({**MOE_FLAT, ("moe", "hidden", "out"): lambda t: -0.5 if t == 0 else 0.0})
+    assert gates.status == "fail" and "renormalise them over the top k" in gates.reason
+    assert experts_row(gates, "moe", "out", 0)["status"] == "fail"
+    small = experts_judge({**MOE_FLAT, ("moe.experts", "hidden", "delta"): -0.8,
+                           ("moe.experts", "hidden", "own"): -0.8})
+    assert small.status == "fail" and "each expert's update shrinks" in small.reason
+    router = experts_judge({**MOE_FLAT, ("moe.router", "output", "out"): 0.6})
+    assert router.status == "fail" and "the router's logits depend on the number of experts" in router.reason
+    load = experts_judge({**MOE_FLAT, ("moe.router.(load)", "routing", "load"): lambda t: 0.5 if t == 0 else 1.0})
+    assert load.status == "fail" and "collapses faster with more experts" in load.reason
+    few = make_frame(MOE_FLAT, widths=(4, 8))
+    few = few.assign(experts=few["width"], width=128, config_id="c" + few["width"].astype(str), family_id="fam")
+    assert judge(few).status == "inconclusive"  # two counts, and no facts: nothing says where a router is

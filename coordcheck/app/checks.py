@@ -121,10 +121,18 @@ def one_value(check: Callable[[Any], Any], key: str) -> Callable[[Any], Any]:
     return checked
 
 
+def _check_experts(value: Any) -> int | None:
+    from coordcheck.setup.experts import check_experts
+
+    return check_experts(value, optional=True)
+
+
 JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job reads, checked as its job checks them
     "width": one_value(check_width, "width"),
     "base_width": one_value(lambda v: check_width(v, key="base_width"), "base_width"),
     "depth": one_value(lambda v: check_depth(v, optional=True), "depth"),
+    "experts": one_value(lambda v: _check_experts(v), "experts"),
+    "granularity": lambda v: _check_bool(v, "granularity"),
     "base_depth": one_value(lambda v: None if v is None else check_depth(v, "base_depth"), "base_depth"),  # None:
     # a config without it (transfer's)
     "lr": one_value(lambda v: positive_number(v, "lr"), "lr"),

@@ -43,12 +43,13 @@ NOT_IN_JOB = ("progress", "report", "threads", "logger", "cause_pass")  # keys t
 NOT_IN_ID = ("width", "device", *NOT_IN_JOB)  # ... nor what a configuration is (a width on another device is
 # the same configuration; its precision is not). A depth is part of a configuration: each depth of a depth sweep is one
 # configuration of the width verdict, and the depths of one configuration share its family_id (NOT_IN_FAMILY).
-NOT_IN_FAMILY = ("depth", *NOT_IN_ID)
+NOT_IN_FAMILY = ("depth", "experts", *NOT_IN_ID)  # (the number of experts is an axis too: coordcheck.judge.experts)
 
 
 RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False,
                 "init": {"_target_": "coordcheck.setup.init.as_built", "_partial_": True},
-                "depth": None, "base_depth": 2, "depth_key": "auto",
+                "depth": None, "base_depth": 2, "depth_key": "auto", "experts": None, "experts_key": "auto",
+                "granularity": False,
                 "depth_scaling": {"_target_": "coordcheck.setup.depth.DepthScaling", "name": "none",
                                   "alpha": 0.0}}  # at these values a key is left
 # out of the hashes, so that sweeps made before the keys existed keep their config_id and resume (init: conf/init/none)

@@ -87,7 +87,7 @@ def config_id(cfg: DictConfig) -> str:
 def family_id(cfg: DictConfig) -> str:
     """Short hash of the resolved config without width and depth: the same for every job of a depth sweep (the
     configurations that differ only in depth); ``config_id`` when no depth is set."""
-    if cfg.get("depth") is None:
+    if cfg.get("depth") is None and cfg.get("experts") is None:
         return config_id(cfg)
     return digest(resolved_config(cfg, NOT_IN_FAMILY))
 
@@ -112,6 +112,11 @@ def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None)
     precision = check_precision(cfg.get("precision", "fp32"))
     check_compile(cfg.get("compile", False))
     build = instantiate_node(cfg.model, "model")
+    experts = cfg.get("experts")
+    if experts is not None:  # the number of experts, an axis (coordcheck.setup.experts, judge.experts)
+        from coordcheck.setup.experts import with_experts
+
+        build = with_experts(build, experts, str(cfg.get("experts_key", "auto")), bool(cfg.get("granularity", False)))
     parametrization = instantiate_node(cfg.parametrization, "parametrization")
     optimizer = instantiate_node(cfg.optimizer, "optimizer")
     init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
@@ -125,7 +130,7 @@ def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None)
         batch = as_batch(data, name=short_name(cfg.data.get("_target_", "custom"), "coordcheck.setup.data"))
     depth = job_depth(cfg)
     identity = RunIdentity(
-        config_id=config_id(cfg), family_id=family_id(cfg), depth=depth.depth or 0,
+        config_id=config_id(cfg), family_id=family_id(cfg), depth=depth.depth or 0, experts=experts or 0,
         model=short_name(cfg.model._target_, "coordcheck.setup.models"),
         parametrization=parametrization.name,
         optimizer=short_name(cfg.optimizer._target_, "coordcheck.setup.optim"),
@@ -135,8 +140,9 @@ def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None)
     )
     log.info(
         "width=%d%s model=%s parametrization=%s optimizer=%s lr=%g steps=%s seeds=%s base_width=%s device=%s %s",
-        width, f" depth={depth.depth} ({depth.scaling.name})" if depth.depth else "", identity.model, identity.parametrization, identity.optimizer, identity.lr, cfg.steps, seeds,
-        cfg.base_width, device, precision,
+        width, (f" depth={depth.depth} ({depth.scaling.name})" if depth.depth else "")
+        + (f" experts={experts}" if experts else ""), identity.model, identity.parametrization, identity.optimizer,
+        identity.lr, cfg.steps, seeds, cfg.base_width, device, precision,
     )
     loss = check_loss(cfg.get("loss"))
     frame, facts = run_width(

@@ -17,12 +17,15 @@ column              dtype    meaning
 ``lr``              float64  base learning rate
 ``data``            str      data name (``tokens``, ``gaussian``, ``text``, ...)
 ``data_policy``     str      ``fixed`` (the same batch at every step)
-``family_id``       str      hash of the resolved configuration minus width, seed
-                             and depth: the depths of a depth sweep share it
+``family_id``       str      hash of the resolved configuration minus width, seed,
+                             depth and experts: the depths of a depth sweep share it
                              (= ``config_id`` when no depth is set)
 ``width``           int64    model width
 ``depth``           int64    residual blocks, as set by ``depth`` (0: not set,
                              the model's own)
+``experts``         int64    experts per mixture-of-experts layer, as set by
+                             ``experts`` (0: not set, the model's own); the
+                             counts of one configuration share its family_id
 ``seed``            int64    ``torch.manual_seed`` value used before building
 ``step``            int64    0 = forward at initialisation; t = after t updates
 ``module``          str      dotted module name (``(root)`` for the root module,
@@ -166,6 +169,7 @@ COLUMNS: dict[str, str] = {
     "family_id": "str",
     "width": "int64",
     "depth": "int64",
+    "experts": "int64",
     "seed": "int64",
     "step": "int64",
     "module": "str",
@@ -178,7 +182,7 @@ COLUMNS: dict[str, str] = {
     "value": "float64",
 }
 # Columns added after the first release -> the value that fills them in a frame without them (0: not recorded).
-FILLED: dict[str, object] = {"head_dim": 0, "depth": 0}
+FILLED: dict[str, object] = {"head_dim": 0, "depth": 0, "experts": 0}
 FROM_CONFIG_ID = ("family_id",)  # added later too, filled from config_id (a frame without depth: one family a config)
 
 

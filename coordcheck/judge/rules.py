@@ -22,7 +22,7 @@ from coordcheck.core.frame import STATS
 from coordcheck.judge.causes import INIT_FIX, UPDATE_FIX
 
 __all__ = ["Rules", "STATUSES", "RANK", "Rule", "RULES", "DEPTH_RULES", "BANDS", "FACTS", "OPS", "PLACES", "EXPECT",
-           "rule_named", "expected_band", "likely_cause", "rules_markdown"]
+           "rule_named", "expected_band", "likely_cause", "rules_markdown", "rules_table"]
 
 
 STATUSES = ("pass", "fail", "inconclusive", "zero", "skip", "transient")
@@ -420,8 +420,8 @@ EXPECT = {(role, tensor): expected_band(role, tensor, 1)  # kept for old imports
           for role in ("input", "hidden", "norm", "output", "attention") for tensor in ("out", "delta")}  # tensor)
 
 
-def rules_markdown() -> str:
-    """The rule tables as Markdown, for ``docs/verdict.md`` (``python experiments/rules_table.py`` writes it there)."""
+def rules_table(rules: tuple[Rule, ...], places: Mapping[str, str] = PLACES) -> list[str]:
+    """One rule table as Markdown lines (``places``: what each place of the table's rules means)."""
     def cell(text: str) -> str:
         return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -432,26 +432,29 @@ def rules_markdown() -> str:
                 parts.append(f"*{word}{'' if par == ANY else f' ({par})'}*: {text}")
         return "<br>".join(cell(p) for p in parts) or "—"
 
-    def table(rules: tuple[Rule, ...]) -> list[str]:
-        lines = ["| rule | applies to | expects | cause and fix | source | proved by |", "|---|---|---|---|---|---|"]
-        for r in rules:
-            where = [PLACES[p] for p in r.places]
-            where += [f"role {', '.join(r.roles)}" if r.roles else "any role", f"tensor {', '.join(r.tensors)}",
-                      {"init": "step 0", "updates": "steps ≥ 1", "any": "every step"}[r.steps]]
-            where += [f"op {o}" for o in r.ops] + [f"{FACTS[f]}" for f in r.facts]
-            expects = f"`{r.expect}` {BANDS[r.expect]}" + ("" if r.judged else ", not judged (shown)")
-            evidence = []
-            if r.corroborate:
-                evidence.append(f"counts only with the module's {' or '.join(r.corroborate)} failing the same way")
-            if r.learns:
-                evidence.append("its module must change: a delta exactly zero at every updated step is inconclusive")
-            if r.note:
-                evidence.append(f"note: {r.note}")
-            test = r.test.split("::")
-            lines.append(f"| `{r.name}` | {cell('; '.join(where))} | "
-                         f"{cell(expects + ''.join('; ' + e for e in evidence))} | {causes(r)} | {cell(r.source)} | "
-                         f"`{test[-1]}` |")
-        return lines
+    lines = ["| rule | applies to | expects | cause and fix | source | proved by |", "|---|---|---|---|---|---|"]
+    for r in rules:
+        where = [places[p] for p in r.places]
+        where += [f"role {', '.join(r.roles)}" if r.roles else "any role", f"tensor {', '.join(r.tensors)}",
+                  {"init": "step 0", "updates": "steps ≥ 1", "any": "every step"}[r.steps]]
+        where += [f"op {o}" for o in r.ops] + [f"{FACTS[f]}" for f in r.facts]
+        expects = f"`{r.expect}` {BANDS[r.expect]}" + ("" if r.judged else ", not judged (shown)")
+        evidence = []
+        if r.corroborate:
+            evidence.append(f"counts only with the module's {' or '.join(r.corroborate)} failing the same way")
+        if r.learns:
+            evidence.append("its module must change: a delta exactly zero at every updated step is inconclusive")
+        if r.note:
+            evidence.append(f"note: {r.note}")
+        test = r.test.split("::")
+        lines.append(f"| `{r.name}` | {cell('; '.join(where))} | "
+                     f"{cell(expects + ''.join('; ' + e for e in evidence))} | {causes(r)} | {cell(r.source)} | "
+                     f"`{test[-1]}` |")
+    return lines
 
-    return "\n".join(["Width (slopes against width; the first rule that matches):", "", *table(RULES), "",
-                      "Depth (slopes against depth, by place; the depth verdict):", "", *table(DEPTH_RULES)]) + "\n"
+
+def rules_markdown() -> str:
+    """The rule tables as Markdown, for ``docs/verdict.md`` (``python experiments/rules_table.py`` writes it there)."""
+    return "\n".join(["Width (slopes against width; the first rule that matches):", "", *rules_table(RULES), "",
+                      "Depth (slopes against depth, by place; the depth verdict):", "", *rules_table(DEPTH_RULES)]
+                     ) + "\n"

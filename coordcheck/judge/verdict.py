@@ -70,7 +70,11 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    ``pass``.
 12. **Depth.** A frame run at two depths or more is also judged along depth (:mod:`coordcheck.judge.depth`,
    ``Verdict.depth``) and the overall status is the worse of the two; a pure depth sweep (one width) leaves width
-   invariance ``not judged (one width)`` (``Verdict.width_status``) and the depth verdict decides (:func:`_add_depth`).
+   invariance ``not judged (one width)`` (``Verdict.width_status``) and the depth verdict decides
+   (:func:`coordcheck.judge.axes.add_depth`).
+13. **Experts.** A frame run at two numbers of experts or more is also judged along that axis
+   (:mod:`coordcheck.judge.experts`, ``Verdict.experts``), combined as depth is
+   (:func:`coordcheck.judge.axes.add_experts`).
 """
 
 from __future__ import annotations
@@ -85,7 +89,9 @@ import pandas as pd
 from coordcheck.judge.siblings import narrow_by_audit
 from coordcheck.judge.structure import structure_causes
 from coordcheck.judge.audit import NO_RULE, audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
-from coordcheck.judge.depth import DepthVerdict, judge_depth
+from coordcheck.judge.axes import NOT_JUDGED, add_depth, add_experts
+from coordcheck.judge.depth import DepthVerdict
+from coordcheck.judge.experts import ExpertsVerdict
 from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes
 from coordcheck.core.frame import EPS_TENSOR, LOAD_JUDGED, LOAD_TENSOR, NOT_ACTIVATIONS
 from coordcheck.judge.narrow import mark_narrow, narrow_reason
@@ -126,6 +132,7 @@ class Verdict:
     causes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CAUSE_COLUMNS))  # coordcheck.judge.causes
     evidence: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVIDENCE_COLUMNS))
     depth: DepthVerdict | None = None  # the depth verdict of a depth sweep or grid; None otherwise
+    experts: ExpertsVerdict | None = None  # the experts verdict of a sweep over the number of experts; None otherwise
     width_status: str = ""  # the width verdict alone, when a depth verdict joined it ("not judged (one width)": a
     # pure depth sweep)
     roles: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ROLE_COLUMNS))  # judge.roles: each
@@ -247,11 +254,11 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
     verdict.causes, verdict.modules = narrow_by_audit(verdict.causes, verdict.modules, long, rules.tol)
     _note_no_rule(verdict, long)
     _add_structure(verdict, facts)
-    _add_depth(verdict, frame, rules, facts)
+    add_depth(verdict, frame, rules, facts)
+    add_experts(verdict, frame, rules, facts)
     return verdict
 
 
-NOT_JUDGED = "not judged (one width)"
 
 
 def _note_no_rule(verdict: Verdict, long: pd.DataFrame | None) -> None:
@@ -270,29 +277,6 @@ def _note_no_rule(verdict: Verdict, long: pd.DataFrame | None) -> None:
         more = f" and {len(said) - 6} more" if len(said) > 6 else ""
         verdict.notes.append(f"not judged: no established muP rule for {', '.join(said[:6])}{more} — a selective "
                              "scan's parameters (Vankadara et al., NeurIPS 2024); measured, not judged")
-
-
-def _add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequence[Mapping[str, Any]]) -> None:
-    """Rule 12: a frame run at several depths gets the depth verdict too (:mod:`coordcheck.judge.depth`), and the
-    overall status combines both. A pure depth sweep (one width per depth) has its width invariance ``not judged (one
-    width)`` — not "inconclusive: only 1 width" — unless a depth failed there (divergence, the model's audit): the
-    depth verdict decides. A width x depth grid must pass both (the width verdict per depth, the depth verdict per
-    width). A pure width sweep is left as it was."""
-    depth = judge_depth(frame, rules, facts)
-    if not depth.judged:
-        return
-    verdict.depth = depth
-    c = verdict.configs
-    one_width = c.empty or bool((c["n_widths"] <= 1).all())
-    width_fails = not c.empty and bool((c["status"] == "fail").any())
-    verdict.width_status = NOT_JUDGED if one_width and not width_fails else verdict.status
-    if verdict.width_status == NOT_JUDGED:
-        verdict.status, verdict.reason = depth.status, depth.reason
-    elif RANK[depth.status] > RANK[verdict.status]:
-        verdict.status, verdict.reason = depth.status, f"depth: {depth.reason}"
-    elif verdict.status == "pass":
-        verdict.reason = f"{verdict.reason}; depth: {depth.reason}"
-    verdict.notes = [*verdict.notes, *depth.notes]
 
 
 def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]],

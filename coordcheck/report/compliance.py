@@ -51,6 +51,12 @@ Never imports torch.
                               to the deepest depth over the step-0 loss),
                      causes: [{family_id, width, order, kind, what, measure, exponent, expected, fix, line}],
                      notes: [...]}
+    experts         null for a frame run at one number of experts; else the experts verdict
+                    (coordcheck.judge.experts; report.axes.experts_payload): {status, reason, width_status,
+                     groups: [{family_id, width, depth, parametrization, status, reason, n_experts, min_experts,
+                               max_experts, window_end, first_unstable_step}],
+                     series: [{family_id, width, depth, module, place_kind, role, tensor, step, slope, ci_low,
+                               ci_high, band_low, band_high, status, diagnosis, rule}] (the judged ones), notes: [...]}
 
 NaN is written as ``null``. Exit status with ``--strict``: 0 pass, 1 fail, 2 inconclusive
 (a CI gate); without it, 0 whenever a report was written. Bad input: one line, exit 2. The
@@ -71,12 +77,11 @@ import pandas as pd
 
 from coordcheck.judge.audit import audit_long, audit_table
 from coordcheck.judge.causes import CAUSE_COLUMNS, NO_OWN_NOTE
-from coordcheck.judge.depth import LOSS_PLACE
-from coordcheck.judge.places import MATCHING, RESIDUAL
 from coordcheck.judge.roles import with_roles
 from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import atomic_write
 from coordcheck.judge.slopes import fit_slopes
+from coordcheck.report.axes import depth_lines, depth_payload, experts_lines, experts_payload
 from coordcheck.report.common import REPORT_DIR, environments, run_lines, write_config
 from coordcheck.report.knobs import DEFAULT_LAYOUT
 from coordcheck.run.sweep import JobProblem, Sweep, aggregate, job_facts, no_frame_error, sweep_config
@@ -148,6 +153,7 @@ class Report:
             "command": self.command,
             "config": self.config,
             "depth": depth_payload(v),
+            "experts": experts_payload(v),
         }
 
     def markdown(self) -> str:
@@ -174,7 +180,7 @@ class Report:
                 lines.append(f"| {md_escape(c.parametrization)} | {md_escape(c.optimizer)} | {c.lr:g} | {c.status} | "
                              f"{md_escape(c.reason)} |")
             lines.append("")
-        lines += depth_lines(v)
+        lines += depth_lines(v) + experts_lines(v)
         if self.problems:
             lines += ["## Jobs that left no frame", "", "| job | status | error |", "|---|---|---|"]
             lines += [f"| {md_escape(p.job)} | {p.status} | {md_escape(p.error)} |" for p in self.problems]
@@ -183,7 +189,8 @@ class Report:
         worst = v.worst(10)
         lines += ["## Worst offenders", ""]
         if one_width:
-            lines.append("Width invariance not judged (one width): the depth verdict's series are in Depth.")
+            lines.append("Width invariance not judged (one width): the " + ("experts" if v.depth is None else "depth")
+                         + " verdict's series are in " + ("Experts." if v.depth is None else "Depth."))
         elif len(worst):
             lines += ["| module | role | tensor | step | slope | 95% interval | status | likely cause |",
                       "|---|---|---|---|---|---|---|---|"]
@@ -263,52 +270,6 @@ class Report:
                          f"width): [{AUDIT_NAME}]({AUDIT_NAME})")
         lines += run_lines(self.environment, self.command, self.config, more=built)
         return "\n".join(lines) + "\n"
-
-
-DEPTH_SERIES = ["family_id", "width", "place", "place_kind", "role", "tensor", "step", "slope", "ci_low", "ci_high",
-                "band_low", "band_high", "status", "diagnosis", "rule"]
-
-
-def depth_payload(v: Verdict) -> dict | None:
-    """report.json's ``depth`` object (schema above); None without a depth verdict."""
-    d = v.depth
-    if d is None:
-        return None
-    judged = d.series[d.series["status"] != "skip"] if len(d.series) else d.series
-    return {"status": d.status, "reason": d.reason, "width_status": v.width_status, "matching": MATCHING,
-            "families": records(d.families, list(d.families.columns)), "series": records(judged, DEPTH_SERIES),
-            "causes": records(d.causes, list(d.causes.columns)), "notes": d.notes}
-
-
-def depth_lines(v: Verdict) -> list[str]:
-    """The report's **Depth** section: per family and width its status and reason, the matching used, the judged
-    series that failed or were undecided (else the residual stream's), and the causes."""
-    d = v.depth
-    if d is None:
-        return []
-    lines = ["## Depth", "", f"**Depth verdict: {d.status.upper()}** — {md_escape(d.reason)}", "",
-             f"Width invariance: {v.width_status}.", "", f"Matching across depths: {md_escape(MATCHING)}.", "",
-             "| width | parametrization | depth scaling | depths | status | reason |", "|---|---|---|---|---|---|"]
-    for f in d.families.itertuples():
-        scaling = getattr(f, "depth_scaling", "") or "—"
-        lines.append(f"| {f.width} | {md_escape(f.parametrization)} | {md_escape(scaling)} | "
-                     f"{f.min_depth}–{f.max_depth} ({f.n_depths}) | {f.status} | {md_escape(f.reason)} |")
-    s = d.series[d.series["status"] != "skip"] if len(d.series) else d.series
-    bad = s[s["status"].isin(["fail", "inconclusive"])] if len(s) else s
-    shown = bad if len(bad) else s[s["place"].isin([RESIDUAL, LOSS_PLACE])]
-    if len(shown):
-        lines += ["", "Judged series (slope of log2 std vs log2 depth; the loss row: its rise from the shallowest to "
-                  "the deepest depth over the step-0 loss)" + (", failing or undecided:" if len(bad) else ":"), "",
-                  "| width | place | tensor | step | slope | 95% interval | band | status | diagnosis |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in shown.sort_values(["width", "place_order", "tensor", "step"]).head(40).itertuples():
-            lines.append(f"| {r.width} | {md_escape(r.place)} | {r.tensor} | {r.step} | {num(r.slope)} | "
-                         f"[{num(r.ci_low)}, {num(r.ci_high)}] | [{num(r.band_low)}, {num(r.band_high)}] | "
-                         f"{r.status} | {md_escape(r.diagnosis)} |")
-    if len(d.causes):
-        lines += ["", "Depth causes:", ""]
-        lines += [f"- width {c.width}: {md_escape(c.line)}" for c in d.causes.itertuples()]
-    return lines + [""]
 
 
 def cause_lines(v: Verdict) -> list[str]:

@@ -56,7 +56,8 @@ Init = Callable[..., None]  # init(model, **the context its signature names): co
 @dataclass(frozen=True)
 class RunIdentity:
     """The identity columns of a frame: what was run, apart from width and seed. ``depth``: the depth the job set
-    (0: the model's own); ``family_id``: the configuration minus its depth (empty: ``config_id``)."""
+    (0: the model's own); ``experts``: the number of experts the job set (0: the model's own); ``family_id``: the
+    configuration minus its depth and number of experts (empty: ``config_id``)."""
 
     config_id: str
     model: str
@@ -67,6 +68,7 @@ class RunIdentity:
     data_policy: str = "fixed"
     depth: int = 0
     family_id: str = ""
+    experts: int = 0
 
     def columns(self, **more: object) -> dict[str, object]:
         """The frame's constant columns of this identity, with ``more`` (``width``, ``seed``)."""

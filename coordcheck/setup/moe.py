@@ -9,10 +9,15 @@ the default ``parametrization=mup``, each knob switchable:
   ``1 / width_mult``, its Adam learning rate constant, which together are Table 3's learning rate ∝ 1/fan_in.
   ``router="linear"`` is a plain ``nn.Linear`` at std fan_in^-1/2, as a hidden matrix is initialised (the usual
   mistake; under ``parametrization=mup`` it is reported as not fitting muP, naming the router).
-* **Top-k routing**: softmax over the router logits, the ``top_k`` largest kept and renormalised (Mixtral, OLMoE).
-* **Experts**: ``n_experts`` two-layer GELU MLPs of hidden size ``expert_ratio * width``, stored as 3-D parameters
-  (``experts_as="tensor"``: experts × out × in, the expert dimension fixed in width) or as an ``nn.ModuleList`` of
-  linear layers (``experts_as="list"``). Both are hidden matrices: std fan_in^-1/2, learning rate ∝ 1/width
+* **Top-k routing**: softmax over the router logits, the ``top_k`` largest kept and renormalised (Mixtral, Qwen3-MoE;
+  ``renormalize=False``: the kept probabilities as they are, as OLMoE's and Qwen2-MoE's ``norm_topk_prob=False`` and
+  Switch Transformer's top-1 — the gates then sum to about ``top_k / n_experts`` at init, so the layer's output
+  shrinks as the number of experts grows).
+* **Experts**: ``n_experts`` two-layer GELU MLPs of hidden size ``round(expert_ratio * width)`` (a fraction for
+  fine-grained experts: the harness's ``granularity=true`` keeps ``n_experts * expert_ratio`` fixed), stored as 3-D
+  parameters (``experts_as="tensor"``: experts × out × in, the expert dimension fixed in width) or as an
+  ``nn.ModuleList`` of linear layers (``experts_as="list"``). Both are hidden matrices: std fan_in^-1/2, learning
+  rate ∝ 1/width
   (MuAdam scales a parameter whose two last dimensions grow).
 * ``shared_expert=True`` adds one always-on expert (DeepSeek-MoE, Qwen-MoE) beside the routed ones.
 * ``balance_loss`` and ``z_loss``: the auxiliary losses left in the training loss, as MoEs are trained — Switch
@@ -25,6 +30,8 @@ dispatch, cheap at the widths a coordinate check uses on a CPU.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from mup import MuReadout
@@ -43,9 +50,11 @@ EXPERTS_AS = ("tensor", "list")
 class Router(nn.Module):
     """The router: logits over the experts, the top-k gates (renormalised softmax) and their indices."""
 
-    def __init__(self, width: int, n_experts: int, top_k: int, kind: str = "mureadout", zero_init: bool = False):
+    def __init__(self, width: int, n_experts: int, top_k: int, kind: str = "mureadout", zero_init: bool = False,
+                 renormalize: bool = True):
         super().__init__()
         self.top_k = top_k
+        self.renormalize = renormalize
         self.kind = kind
         self.zero_init = zero_init
         self.gate = (MuReadout(width, n_experts, bias=False, readout_zero_init=zero_init) if kind == "mureadout"
@@ -69,7 +78,7 @@ class Router(nn.Module):
         logits = self.gate(x)  # (tokens, n_experts)
         probs = torch.softmax(logits, dim=-1)
         gates, index = probs.topk(self.top_k, dim=-1)
-        return logits, gates / gates.sum(dim=-1, keepdim=True), index
+        return logits, gates / gates.sum(dim=-1, keepdim=True) if self.renormalize else gates, index
 
 
 class Expert(nn.Module):
@@ -103,11 +112,11 @@ class Experts(nn.Module):
 class MoE(nn.Module):
     """A mixture-of-experts feed-forward layer: (B, T, width) -> (B, T, width)."""
 
-    def __init__(self, width: int, n_experts: int, top_k: int, expert_ratio: int, router: str, experts_as: str,
-                 shared_expert: bool, router_zero_init: bool):
+    def __init__(self, width: int, n_experts: int, top_k: int, expert_ratio: float, router: str, experts_as: str,
+                 shared_expert: bool, router_zero_init: bool, renormalize: bool = True):
         super().__init__()
-        hidden = expert_ratio * width
-        self.router = Router(width, n_experts, top_k, router, router_zero_init)
+        hidden = max(1, round(expert_ratio * width))
+        self.router = Router(width, n_experts, top_k, router, router_zero_init, renormalize)
         self.experts = (Experts(n_experts, width, hidden) if experts_as == "tensor"
                         else nn.ModuleList(Expert(width, hidden) for _ in range(n_experts)))
         self.shared = Expert(width, hidden) if shared_expert else None
@@ -166,9 +175,9 @@ class MoETransformer(nn.Module):
     the built-in GPT's (1/d_head, zero query); each block's feed-forward layer is a :class:`MoE`."""
 
     def __init__(self, width: int, vocab_size: int = 256, context: int = 64, n_layer: int = 2, n_head: int = 4,
-                 n_experts: int = 8, top_k: int = 2, expert_ratio: int = 1, router: str = "mureadout",
+                 n_experts: int = 8, top_k: int = 2, expert_ratio: float = 1, router: str = "mureadout",
                  experts_as: str = "tensor", shared_expert: bool = False, router_zero_init: bool = False,
-                 output_mult: float = 1.0, balance_loss: float = 0.0, z_loss: float = 0.0):
+                 output_mult: float = 1.0, balance_loss: float = 0.0, z_loss: float = 0.0, renormalize: bool = True):
         super().__init__()
         width = check_width(width, divisor=n_head, divisor_name="n_head")
         if router not in ROUTERS:
@@ -177,8 +186,8 @@ class MoETransformer(nn.Module):
             raise CoordCheckError(f"model.experts_as must be one of {list(EXPERTS_AS)}, got {experts_as!r}")
         if not 1 <= top_k <= n_experts:
             raise CoordCheckError(f"model.top_k must be between 1 and model.n_experts ({n_experts}), got {top_k}")
-        if expert_ratio < 1:
-            raise CoordCheckError(f"model.expert_ratio must be a positive integer, got {expert_ratio}")
+        if not expert_ratio > 0:
+            raise CoordCheckError(f"model.expert_ratio must be a positive number, got {expert_ratio}")
         if balance_loss < 0 or z_loss < 0:
             raise CoordCheckError(f"model.balance_loss and model.z_loss are loss coefficients >= 0, got "
                                   f"{balance_loss} and {z_loss}")
@@ -188,7 +197,7 @@ class MoETransformer(nn.Module):
         self.wpe = nn.Embedding(context, width)
         self.blocks = nn.ModuleList(
             MoEBlock(width, n_head, context, MoE(width, n_experts, top_k, expert_ratio, router, experts_as,
-                                                 shared_expert, router_zero_init))
+                                                 shared_expert, router_zero_init, renormalize))
             for _ in range(n_layer))
         for block in self.blocks:
             block.moe.aux = bool(balance_loss or z_loss)
@@ -234,3 +243,6 @@ class MoETransformer(nn.Module):
 def moe(width: int, **kwargs) -> MoETransformer:
     """Build the built-in muP mixture-of-experts transformer at ``width``; see :class:`MoETransformer` for kwargs."""
     return MoETransformer(width, **kwargs)
+
+
+moe.__signature__ = inspect.signature(MoETransformer)  # its keywords, for what reads them (setup.experts)
