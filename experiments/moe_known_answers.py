@@ -10,9 +10,11 @@ Two parts:
 * ``faults``: each case of :data:`coordcheck.testing.planted_moe.FAULTS` (widths 64-256, 2 seeds, 6 steps, the
   causes' probes), its verdict, its first cause and every module the causes name, against the planted ones.
 
-    python experiments/moe_known_answers.py            # both (about 2 minutes on 2 cores)
+    python experiments/moe_known_answers.py            # router and faults (about 2 minutes on 2 cores)
     python experiments/moe_known_answers.py router
     python experiments/moe_known_answers.py faults
+    python experiments/moe_known_answers.py load       # the routing's health against width
+    python experiments/moe_known_answers.py experts    # the number of experts as an axis
 
 What it showed (2026-12-05, 2 cores, 26 s for both): router — logits -0.51 and -0.48 at step 0; the change since
 step 0 between -0.38 and -0.12 after it (-0.31..-0.38 at steps 2-4, drifting to -0.13..-0.18 by step 40: the router's
@@ -65,6 +67,59 @@ def faults(widths=(64, 128, 256)) -> None:
             print(f"    first cause: {v.first_cause}")
 
 
+def _load_slopes(result, steps=(0, 2, 5, 10, 20, 40)) -> str:
+    s = result.slopes
+    s = s[(s["tensor"] == "load") & (s["stat"] == "max_load") & s["step"].isin(steps)]
+    return "\n".join(f"    {m}: " + " ".join(f"{t}:{v:+.2f}[{lo:+.2f},{hi:+.2f}]" for t, v, lo, hi in
+                                           g[["step", "slope", "ci_low", "ci_high"]].itertuples(index=False))
+                     for m, g in s.groupby("module"))
+
+
+def load(widths=(64, 128, 256, 512), steps: int = 40) -> None:
+    """The routing's health against width: the busiest expert's share (max_load) under muP, standard
+    parametrization and a router built like a hidden layer; what the rule routing-no-collapse rests on."""
+    for name, kw in (("muP", {}), ("standard parametrization", {"parametrization": "sp"}),
+                     ("router built like a hidden layer", {"router": "linear"})):
+        t = time.perf_counter()
+        r = coord_check(moe, list(widths), steps=steps, seeds=3, progress=False, cause_pass=False, **kw)
+        f = r.frame
+        last = f[(f["tensor"] == "load") & (f["stat"] == "max_load") & (f["step"] == steps)]
+        at = last.groupby(["module", "width"])["value"].mean().round(2).unstack("width")
+        print(f"{name}: {r.verdict.status.upper()} ({time.perf_counter() - t:.0f} s); max_load slope against width "
+              f"at steps 0, 2, 5, 10, 20, 40:\n{_load_slopes(r)}\n    max_load at step {steps} by width:\n"
+              f"{at.to_string()}")
+
+
+def _experts_lr(model, lr, *, base: int = 8):
+    """MuAdam, but each expert stack's down projection (fan_in: the expert's own inner size) at lr * E / base: muP's
+    hidden lr ∝ 1/fan_in applied to the expert's size, which granularity shrinks like base / E."""
+    from mup import MuAdam
+
+    downs = [p for n, p in model.named_parameters() if n.endswith("experts.down")]
+    n = downs[0].shape[0] if downs else base
+    rest = [p for p in model.parameters() if all(p is not d for d in downs)]
+    return MuAdam([{"params": rest}, {"params": downs, "lr": lr * n / base}], lr=lr)
+
+
+def experts(width: int = 128, counts=(4, 8, 16, 32), steps: int = 10) -> None:
+    """The number of experts as an axis at one width: the experts verdict on the built-in MoE, muP and two known
+    faults, and granularity with the experts' learning rate following their own size."""
+    cases = (("muP", {}), ("gates not renormalised", {"renormalize": False}),
+             ("granularity", {"granularity": True}),
+             ("granularity, expert down-projection lr * E / 8", {"granularity": True, "optimizer": _experts_lr}))
+    for name, kw in cases:
+        t = time.perf_counter()
+        r = coord_check(moe, width=width, experts=list(counts), steps=steps, seeds=3, progress=False,
+                        cause_pass=False, tensors=["out", "delta", "in", "own"], **kw)
+        e = r.verdict.experts
+        s = e.series[e.series["place_kind"].isin(["router", "experts", "layer", "load"])
+                     & (e.series["status"] != "skip")]
+        ranges = s.groupby(["place_kind", "tensor"])["slope"].agg(["min", "max"]).round(2)
+        print(f"{name}: experts verdict {e.status.upper()} ({time.perf_counter() - t:.0f} s) — {e.reason}")
+        print("    judged slopes against log2 experts, min .. max over steps and modules:")
+        print("\n".join(f"    {k[0]} {k[1]}: {v['min']:+.2f} .. {v['max']:+.2f}" for k, v in ranges.iterrows()))
+
+
 if __name__ == "__main__":
     torch.set_num_threads(2)
     part = sys.argv[1] if len(sys.argv) > 1 else "both"
@@ -72,3 +127,7 @@ if __name__ == "__main__":
         router()
     if part in ("faults", "both"):
         faults()
+    if part in ("load", "all"):
+        load()
+    if part in ("experts", "all"):
+        experts()

@@ -360,3 +360,12 @@ def test_experts_needs_a_builder_that_takes_them(monkeypatch, capsys, tmp_path):
                           "--multirun")
     err = capsys.readouterr().err
     assert code != 0 and "takes none of n_experts" in err and "Traceback" not in err
+
+
+def test_the_python_api_sweeps_the_number_of_experts_too():
+    result = coord_check(moe, width=64, experts=[2, 4, 8], steps=3, seeds=1, progress=False, cause_pass=False,
+                         renormalize=False)
+    assert sorted(result.frame["experts"].unique()) == [2, 4, 8] and result.frame["family_id"].nunique() == 1
+    v = result.verdict
+    assert v.experts is not None and v.width_status == "not judged (one width)"
+    assert "renormalise them over the top k" in v.experts.reason  # the gates shrink like k/E at init

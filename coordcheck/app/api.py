@@ -25,6 +25,7 @@ from coordcheck.setup import models
 from coordcheck.setup.data import Batch, as_batch
 from coordcheck.setup.depth import Depth, DepthScaling, sweep_axes
 from coordcheck.setup.device import check_compile, check_precision, resolve_device
+from coordcheck.setup.experts import check_experts, with_experts
 from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import DEFAULT_TENSORS, STATS, concat_frames, digest
 from coordcheck.setup.init import resolve_init
@@ -159,6 +160,9 @@ def coord_check(
     base_depth: int = 2,
     depth_scaling: str | DepthScaling = "none",
     depth_key: str = "auto",
+    experts: Sequence[int] | None = None,
+    experts_key: str = "auto",
+    granularity: bool = False,
     parametrization: str | Parametrization = "mup",
     optimizer: str | OptimizerFactory = "adam",
     lr: float = 1e-2,
@@ -216,6 +220,12 @@ def coord_check(
     ``"depth_mup"`` (branches x (depth/base_depth)^-1/2), ``"completep"`` (^-1) or a
     :class:`coordcheck.setup.depth.DepthScaling`; under ``mup``/``sp`` the harness applies its optimizer side (Adam's lr
     and ε of residual-block parameters).
+
+    Experts (:mod:`coordcheck.setup.experts`): ``experts=[4, 8, 16]`` with ``width=128`` sweeps a mixture of experts'
+    count at one width, judged by the experts verdict (``verdict.experts``: :mod:`coordcheck.judge.experts`). The
+    builder gets it by ``experts_key`` (``"auto"``: the first of ``n_experts``, ``num_experts``,
+    ``num_local_experts``, ``n_routed_experts`` it takes); ``granularity=True`` keeps the total expert width fixed
+    (the built-in MoE's ``expert_ratio`` times its own count over each count).
     """
     device = resolve_device(device)
     precision = check_precision(precision)
@@ -259,16 +269,20 @@ def coord_check(
         key += ["init", init if isinstance(init, str) else qualified_name(init)]
     if depths is not None or scaling.active:  # keeps earlier ids unchanged
         key += ["depth", base_depth, scaling.name, scaling.alpha, depth_key]
+    expert_list: list[int | None] = [None] if experts is None else [check_experts(e) for e in experts]
+    if experts is not None:
+        key += ["experts", experts_key, bool(granularity)]
     jobs = [(w, d, RunIdentity(
-        config_id=digest(key if d is None else [*key, d]), family_id=digest(key), model=model_name,
-        parametrization=parametrization.name, optimizer=opt_name, lr=float(lr), data=batch.name,
-        data_policy=batch.policy, depth=d or 0,
-    )) for d in depth_list for w in widths]
+        config_id=digest(key if d is None and e is None else [*key, d] if e is None else [*key, d, e]),
+        family_id=digest(key), model=model_name, parametrization=parametrization.name, optimizer=opt_name,
+        lr=float(lr), data=batch.name, data_policy=batch.policy, depth=d or 0, experts=e or 0,
+    )) for e in expert_list for d in depth_list for w in widths]
 
     def train(width: int, depth: int | None, identity: RunIdentity, tensors: Sequence[str], steps: int,
               bar: object) -> tuple[pd.DataFrame, dict]:
+        build_e = with_experts(builder, identity.experts, experts_key, granularity) if identity.experts else builder
         return run_width(
-            builder, width, seeds=seeds, parametrization=parametrization, optimizer=factory, lr=lr,
+            build_e, width, seeds=seeds, parametrization=parametrization, optimizer=factory, lr=lr,
             batch=batch, steps=steps, identity=identity,
             base_width=base_width,
             loss_fn=loss or cross_entropy, tensors=tensors, stats=stats, progress=bar,
@@ -281,7 +295,8 @@ def coord_check(
     frames, facts = [], []
     try:
         for width, depth, identity in jobs:
-            bar.set_postfix(width=width) if depth is None else bar.set_postfix(width=width, depth=depth)
+            bar.set_postfix(width=width, **({} if depth is None else {"depth": depth}),
+                            **({"experts": identity.experts} if identity.experts else {}))
             frame, fact = train(width, depth, identity, tensors, steps, bar)
             frames.append(frame)
             facts.append(fact)
