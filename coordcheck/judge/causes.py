@@ -427,7 +427,7 @@ def _inherit(mods: pd.DataFrame, cid: str, order: pd.Series, what_of: dict[str, 
             mods.at[idx, "cause"] = what_of[m]
         elif mods.at[idx, "status"] == "fail" and at_order:
             at = int(order.get(m, -1))
-            up = [w for o, w in at_order if o < at]
+            up = [w for o, w in at_order if o <= at]  # (a cause at the same place: a capture of its module's)
             mods.at[idx, "inherited_from"], mods.at[idx, "inherited_via"] = (
                 (up[-1], "forward") if up else (next(w for o, w in at_order if o > at), "backward"))
 

@@ -49,6 +49,7 @@ ROLE_OF_OP: dict[str, tuple[str, str]] = {  # op -> (role, what decided it)
     "qk-softmax": ("attention", "op: softmax over a product of two activations (q·kᵀ)"),
     "softmax": ("output", "op: softmax over a projection (output-like)"),
     "logits": ("output", "op: the input of the model's final softmax"),
+    "load": ("routing", "op: top-k over the last dimension inside a module (a router's choice of experts)"),
 }
 ROLE_OF_CLASS: dict[str, tuple[str, str]] = {  # a linear or convolution layer's weight class -> (role, what decided it)
     "input-like": ("input", "weight: fixed → width"),
