@@ -369,3 +369,35 @@ def test_the_python_api_sweeps_the_number_of_experts_too():
     v = result.verdict
     assert v.experts is not None and v.width_status == "not judged (one width)"
     assert "renormalise them over the top k" in v.experts.reason  # the gates shrink like k/E at init
+
+
+# -- experts kept as a list of modules: one module per layer in the frame ---------------------------------------------
+
+def test_a_list_of_experts_is_one_module_per_layer_unless_asked():
+    run = dict(steps=2, seeds=1, progress=False, cause_pass=False, tensors=["out", "delta", "in", "own"])
+    listed = functools.partial(moe, experts_as="list")
+    pooled = coord_check(listed, WIDTHS, **run)
+    names = {m for m in pooled.frame["module"].unique() if ".experts." in m}
+    assert names == {f"blocks.{i}.moe.experts.*.fc{j}" for i in (0, 1) for j in (1, 2)}
+    roles = pooled.verdict.roles.set_index("module")
+    assert roles.loc["blocks.0.moe.experts.*.fc1", "role_from"] == "weight: width → width"
+    each = coord_check(listed, WIDTHS, pool_experts=False, **run).frame
+    assert {m for m in each["module"].unique() if ".experts." in m} == {
+        f"blocks.{i}.moe.experts.{e}.fc{j}" for i in (0, 1) for e in range(8) for j in (1, 2)}
+    # the pooled statistics are the members' moments pooled exactly: the mean of the members' means at step 0
+    mean = lambda f, m: f[(f["module"].str.match(m)) & (f["tensor"] == "out") & (f["stat"] == "mean")  # noqa: E731
+                          & (f["step"] == 0) & (f["width"] == 64)]["value"]
+    assert mean(pooled.frame, r"blocks\.0\.moe\.experts\.\*\.fc1$").iloc[0] == pytest.approx(
+        mean(each, r"blocks\.0\.moe\.experts\.\d+\.fc1$").mean(), rel=1e-6)
+
+
+@pytest.mark.slow
+def test_a_planted_fault_in_a_list_of_experts_is_named_per_layer():
+    v = coord_check(builder(experts_as="list"), WIDTHS, parametrization="mup",
+                    optimizer=functools.partial(planted_moe_optimizer, unscaled_lr=("blocks.1.moe.experts",)),
+                    **QUICK).verdict
+    assert v.status == "fail"
+    first = v.causes.sort_values("order").iloc[0]
+    assert first["kind"] == "lr" and all(m.startswith("blocks.1.moe.experts.") for m in first["modules"])
+    named = {m for ms in v.causes["modules"] for m in ms}
+    assert named and all(m.startswith("blocks.1.moe.experts.") for m in named), named  # nothing in layer 0

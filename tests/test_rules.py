@@ -376,9 +376,9 @@ def experts_judge(series):
     facts that say which parameters have the number of experts as a dimension."""
     f = make_frame(series, widths=EXPERTS)
     f = f.assign(experts=f["width"], width=128, config_id="c" + f["width"].astype(str), family_id="fam")
-    facts = [{"config_id": f"c{n}", "width": 128, "shapes": {"moe.router.weight": [n, 128], "emb.weight": [256, 128],
-                                                             "moe.experts.up": [n, 128, 128], "head.weight": [256, 128]}}
-             for n in EXPERTS]
+    shapes = lambda n: {"moe.router.weight": [n, 128], "emb.weight": [256, 128],  # noqa: E731
+                        "moe.experts.up": [n, 128, 128], "head.weight": [256, 128]}
+    facts = [{"config_id": f"c{n}", "width": 128, "shapes": shapes(n)} for n in EXPERTS]
     return judge(f, facts=facts)
 
 

@@ -163,6 +163,7 @@ def coord_check(
     experts: Sequence[int] | None = None,
     experts_key: str = "auto",
     granularity: bool = False,
+    pool_experts: bool = True,
     parametrization: str | Parametrization = "mup",
     optimizer: str | OptimizerFactory = "adam",
     lr: float = 1e-2,
@@ -225,7 +226,8 @@ def coord_check(
     count at one width, judged by the experts verdict (``verdict.experts``: :mod:`coordcheck.judge.experts`). The
     builder gets it by ``experts_key`` (``"auto"``: the first of ``n_experts``, ``num_experts``,
     ``num_local_experts``, ``n_routed_experts`` it takes); ``granularity=True`` keeps the total expert width fixed
-    (the built-in MoE's ``expert_ratio`` times its own count over each count).
+    (the built-in MoE's ``expert_ratio`` times its own count over each count). ``pool_experts``: experts kept as a list
+    of modules are one module per layer in the frame (``experts.*.fc1``; False: each expert its own).
     """
     device = resolve_device(device)
     precision = check_precision(precision)
@@ -264,6 +266,8 @@ def coord_check(
         key += [output, loss if loss == "model" else qualified_name(loss) if loss else None, forward_targets, grad_clip]
     if precision != "fp32":
         key += [precision]
+    if not pool_experts:  # keeps earlier ids unchanged
+        key += ["pool_experts", False]
     init_fn = resolve_init(init)
     if init_fn is not None:
         key += ["init", init if isinstance(init, str) else qualified_name(init)]
@@ -288,7 +292,7 @@ def coord_check(
             loss_fn=loss or cross_entropy, tensors=tensors, stats=stats, progress=bar,
             output=output, forward_targets=forward_targets, grad_clip=grad_clip, device=device,
             precision=precision, init=init_fn,
-            depth=Depth(depth=depth, base_depth=base_depth, scaling=scaling, key=depth_key),
+            depth=Depth(depth=depth, base_depth=base_depth, scaling=scaling, key=depth_key), pool_experts=pool_experts,
         )
 
     bar = tqdm(total=len(jobs) * len(seeds) * (steps + 1), desc="coord check", disable=not progress)

@@ -133,6 +133,7 @@ JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job r
     "depth": one_value(lambda v: check_depth(v, optional=True), "depth"),
     "experts": one_value(lambda v: _check_experts(v), "experts"),
     "granularity": lambda v: _check_bool(v, "granularity"),
+    "pool_experts": lambda v: _check_bool(v, "pool_experts"),
     "base_depth": one_value(lambda v: None if v is None else check_depth(v, "base_depth"), "base_depth"),  # None:
     # a config without it (transfer's)
     "lr": one_value(lambda v: positive_number(v, "lr"), "lr"),

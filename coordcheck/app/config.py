@@ -49,7 +49,7 @@ NOT_IN_FAMILY = ("depth", "experts", *NOT_IN_ID)  # (the number of experts is an
 RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False,
                 "init": {"_target_": "coordcheck.setup.init.as_built", "_partial_": True},
                 "depth": None, "base_depth": 2, "depth_key": "auto", "experts": None, "experts_key": "auto",
-                "granularity": False,
+                "granularity": False, "pool_experts": True,
                 "depth_scaling": {"_target_": "coordcheck.setup.depth.DepthScaling", "name": "none",
                                   "alpha": 0.0}}  # at these values a key is left
 # out of the hashes, so that sweeps made before the keys existed keep their config_id and resume (init: conf/init/none)

@@ -152,6 +152,7 @@ def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None)
         progress=bool(cfg.progress) and not cause_pass,
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
         grad_clip=cfg.get("grad_clip"), device=device, precision=precision, init=init, depth=depth,
+        pool_experts=bool(cfg.get("pool_experts", True)),
     )
     if cause_pass:
         frame = cause_rows(frame)

@@ -83,7 +83,9 @@ def _own_growth(module: str, shapes_by_width: Mapping[int, Mapping[str, Sequence
 
 
 def _weight(module: str, shapes: Mapping[str, Sequence[int]]) -> str | None:
-    """The module's own weight: ``<module>.weight``, else its own parameter with the most dimensions."""
+    """The module's own weight: ``<module>.weight``, else its own parameter with the most dimensions (an expert list
+    pooled per layer, ``experts.*.fc1``: its first member's)."""
+    module = f"{module}.".replace(".*.", ".0.")[:-1]  # (a pooled member's index: the first member's)
     own = [n for n in shapes if n.rpartition(".")[0] == module]
     if f"{module}.weight" in own:
         return f"{module}.weight"

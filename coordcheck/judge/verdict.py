@@ -79,6 +79,7 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -302,7 +303,8 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
     for _, c in pd.concat(extra, ignore_index=True).iterrows():
         mine = causes[causes["config_id"] == c["config_id"]]
         named = {m for ms in mine["modules"] for m in ms}
-        if set(c["modules"]) <= named:
+        pooled = [re.compile(re.escape(m).replace(r"\*", r"\d+")) for m in named if "*" in m]  # expert lists
+        if all(m in named or any(p.fullmatch(m) for p in pooled) for m in c["modules"]):
             continue
         c = c.copy()
         c["order"] = (int(mine["order"].max()) + 1 if len(mine) else 0) + sum(

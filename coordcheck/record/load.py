@@ -13,21 +13,30 @@ step (every call of that module in the forward, pooled). Output: two numbers per
 A router that **collapses** sends more and more of the tokens to a few experts: ``max_load`` rises and ``entropy``
 falls. Under muP a router's logits stay Θ(1) at every width, so its load does not depend on the width
 (:data:`coordcheck.judge.rules.RULES`, ``routing-no-collapse``).
+
+**Experts kept as a list of modules** (an ``nn.ModuleList`` of ``E`` modules, ``E`` the number of experts a router in
+the same layer chooses from) are recorded as one module per layer, ``<list>.*.<rest>`` (:func:`expert_members`): the
+frame does not grow with the number of experts, and their statistics pool exactly (the moments of every member's
+output, as several calls of one module pool).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import torch
+from torch import nn
 
 from coordcheck.core.frame import LOAD_TENSOR
 
-__all__ = ["LOAD_TENSOR", "LOAD_SUFFIX", "LOAD_OP", "LOAD_STATS", "load_stats"]
+__all__ = ["LOAD_TENSOR", "LOAD_SUFFIX", "LOAD_OP", "LOAD_STATS", "POOLED", "load_stats", "expert_members",
+           "pooled_layout"]
 
 LOAD_SUFFIX = "(load)"
 LOAD_OP = "load"
 LOAD_STATS = ("max_load", "entropy")
+POOLED = "*"  # the index of a pooled expert list's members: blocks.0.moe.experts.*.fc1
 
 
 def load_stats(counts: torch.Tensor) -> torch.Tensor:
@@ -38,3 +47,37 @@ def load_stats(counts: torch.Tensor) -> torch.Tensor:
     share = c / c.sum()
     ent = -torch.special.xlogy(share, share).sum() / math.log(e) if e > 1 else torch.ones((), dtype=c.dtype)
     return torch.stack([share.max() * e, ent])
+
+
+def expert_members(model: nn.Module, experts: Mapping[str, int], captured: Mapping[str, str],
+                   fired: Sequence[str]) -> dict[str, str]:
+    """``{member module: pooled name}`` for the modules inside an expert list: an ``nn.ModuleList`` of as many
+    modules as a router chooses from (``experts``: load name -> E; ``captured``: load name -> the module that ran
+    the top-k), whose parent holds that router. Only recorded names (``fired``) are mapped."""
+    lists = {}
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) >= 2:
+            lists[name] = len(module)
+    out: dict[str, str] = {}
+    for load, e in experts.items():
+        router = captured.get(load, "")
+        for name, n in lists.items():
+            parent = name.rpartition(".")[0]
+            if n == e and (router == parent or router.startswith(parent + ".") if parent else True):
+                prefix = name + "."
+                for f in fired:
+                    if f.startswith(prefix):
+                        index, _, rest = f[len(prefix):].partition(".")
+                        if index.isdigit():
+                            out[f] = f"{name}.{POOLED}" + (f".{rest}" if rest else "")
+    return out
+
+
+def pooled_layout(pooled: Mapping[str, str], layout: dict, modules: dict) -> None:
+    """Give each pooled name the layout (layer index, role, first call) and op of its first member, in place."""
+    for member, name in pooled.items():
+        if member in layout:
+            first = layout.get(name)
+            layout[name] = layout[member] if first is None or layout[member][2] < first[2] else first
+        if member in modules:
+            modules.setdefault(name, modules[member])

@@ -54,7 +54,9 @@ in the built-in GPT, which exposes its logits as a module and so needs no captur
   (masks filled with ``-inf``, ``-1e9`` or ``finfo.min``) are left out; NaN and +inf stay.
 * A **router's choice** (a ``topk`` over the last dimension inside a module: ``k`` of ``E`` experts per token) ->
   ``<module>.(load)``, ``tensor="load"``: how evenly the tokens spread over the experts, ``max_load`` and
-  ``entropy`` (:mod:`coordcheck.record.load`), counted over every call of the module in the forward.
+  ``entropy`` (:mod:`coordcheck.record.load`), counted over every call of the module in the forward. Experts kept
+  as a list of ``E`` modules beside that router are recorded as one module per layer (``experts.*.fc1``: their
+  moments pooled, exactly as several calls of one module are), unless ``pool_experts=False``.
 * A model that **ends in** ``log_softmax``/``softmax``: its output (probabilities) is not
   judged; the logits are — the readout module when the softmax is applied to its output,
   else the softmax's input, recorded as ``(logits)`` with role ``output``.
@@ -95,7 +97,7 @@ from coordcheck.record.capture import MASK_BELOW, FunctionProbe
 from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-exported for old imports)
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout, module_ops,
 )
-from coordcheck.record.load import LOAD_OP, LOAD_SUFFIX, load_stats
+from coordcheck.record.load import LOAD_OP, LOAD_SUFFIX, expert_members, load_stats, pooled_layout
 from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
     pool_calls, pool_moments, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
@@ -138,6 +140,7 @@ class Probes:
     stats: Sequence[str] = STATS
     output: int | str | None = None  # selects the logits in the root's tuple / dict output
     batched: bool | None = None  # reduce a step's tensors together at its end (None: on CUDA, not on the CPU)
+    pool_experts: bool = True  # a list of expert modules recorded as one per layer (record.load.expert_lists)
     recording: bool = False
     step: int = 0
     layout: dict[str, tuple[int, str, int]] = field(default_factory=dict)
@@ -160,6 +163,7 @@ class Probes:
     _attn_parents: set = field(default_factory=set)  # modules that exposed attention logits this step
     _softmax_out: tuple | None = None  # (result tensor, capture name or None) of the latest softmax
     _loads: dict = field(default_factory=dict)  # router load name -> tokens per expert this step (record.load)
+    _pooled: dict = field(default_factory=dict)  # an expert list member's name -> its layer's name (step 0 on)
     _last_out: object = None
     leaves_done: int = 0  # leaf modules that finished this forward (for blaming errors)
 
@@ -397,6 +401,10 @@ class Probes:
             self.layout = infer_layout(self.model, self._fired, self._captured)
             self.modules = module_ops(self.model, self._fired, self._capture_ops, self._mode.ops)
             self._mode.clear()  # the products followed at step 0: their ops are known
+            if self.pool_experts and self._loads:
+                self._pooled = expert_members(self.model, {n: len(c) for n, c in self._loads.items()},
+                                              self._captured, self._fired)
+                pooled_layout(self._pooled, self.layout, self.modules)
         parts = []
         if self.batched:
             done = self._reduced + ([batched_moments(self._vals, self._which)] if self._vals else [])
@@ -419,7 +427,10 @@ class Probes:
         raw = np.concatenate([moment_rows(np.asarray(self._n, dtype=np.float64), host[: r * k], self._which),
                               host[r * k : -1 - nl].reshape(-1, len(MOMENTS))])
         load_values = host[-1 - nl : -1].reshape(-1, 2)
-        keys, raw = pool_calls(self._keys + self._mkeys, raw)
+        keys = self._keys + self._mkeys
+        if self._pooled:  # an expert list's members: one measurement per layer (moments pool exactly)
+            keys = [(self._pooled.get(n, n), t) for n, t in keys]
+        keys, raw = pool_calls(keys, raw)
         self._last_out = self._softmax_out = None  # hold no activation past the step
         self._vals, self._reduced, self._pending, self._loads = [], [], 0, {}
         return StepRecord(self.step, keys, raw, float(host[-1]), dict(self.head_dims), self.modules,

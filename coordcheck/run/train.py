@@ -233,6 +233,7 @@ def train_with_probes(
     precision: str = "fp32",
     skipped_out: list[int] | None = None,
     eps: EpsProbe | None = None,
+    pool_experts: bool = True,
 ) -> tuple[list[StepRecord], dict[str, tuple[int, str, int]]]:
     """Train ``steps`` updates on the fixed batch; return the per-step records and the layout.
 
@@ -242,7 +243,8 @@ def train_with_probes(
     ``grad_clip``: clip the global gradient norm to this before each update; ``precision``:
     ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (autocast and a gradient scaler);
     ``skipped_out`` receives the steps after which the fp16 scaler skipped the update; ``eps``
-    (:class:`coordcheck.record.eps.EpsProbe`) records Adam's ε fraction after each update.
+    (:class:`coordcheck.record.eps.EpsProbe`) records Adam's ε fraction after each update; ``pool_experts``: an expert
+    list's members recorded as one module per layer (:mod:`coordcheck.record.load`).
     """
     check_count(steps, "steps")
     device = next(model.parameters(), torch.empty(0)).device
@@ -251,7 +253,7 @@ def train_with_probes(
     skipped: list[int] = []
     model.train()
     records: list[StepRecord] = []
-    with Probes(model, tensors=tensors, stats=stats, output=output) as probes:
+    with Probes(model, tensors=tensors, stats=stats, output=output, pool_experts=pool_experts) as probes:
         for step in range(steps + 1):
             probes.begin_step(step)
             with autocast(device, precision):
@@ -337,6 +339,7 @@ def run_width(
     precision: str = "fp32",
     init: Init | None = None,
     depth: Depth | None = None,
+    pool_experts: bool = True,
 ) -> tuple[pd.DataFrame, dict]:
     """Train every seed at one width; return the job's tidy frame and facts about the run.
 
@@ -369,7 +372,7 @@ def run_width(
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
                 on_step=lambda rec: bar.update(1), output=output, forward_targets=forward_targets, grad_clip=grad_clip,
-                precision=precision, skipped_out=(skipped := []), eps=eps,
+                precision=precision, skipped_out=(skipped := []), eps=eps, pool_experts=pool_experts,
             )
             facts.setdefault("modules", records[0].modules)  # each recorded module's op (coordcheck.judge.roles)
             if skipped:
