@@ -36,7 +36,8 @@ log = logging.getLogger("coordcheck")
 app.FRAME_FILES["transfer"] = (transfer_frame.FRAME_NAME, transfer_frame.read_frame)  # resume: the frame its jobs write
 
 NOT_IN_ID = ("width", "lr", "device", *NOT_IN_JOB)  # a grid's config_id: the same for every (width, lr) of a depth
-NOT_IN_FAMILY = ("depth", *NOT_IN_ID)  # its family_id: the same for every depth too (the depth axis groups by it)
+NOT_IN_FAMILY = ("depth", "experts", *NOT_IN_ID)  # its family_id: the same for every depth and number of experts
+# too (the depth and experts axes group by it)
 
 
 def rules_of(options: Mapping[str, Any]) -> Any:
@@ -60,6 +61,11 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     precision = check_precision(cfg.get("precision", "fp32"))
     seeds = resolve_seeds(OmegaConf.to_object(cfg.seeds) if OmegaConf.is_config(cfg.seeds) else cfg.seeds)
     build = instantiate_node(cfg.model, "model")
+    experts = cfg.get("experts")
+    if experts is not None:  # the number of experts, an axis (coordcheck.setup.experts)
+        from coordcheck.setup.experts import with_experts
+
+        build = with_experts(build, experts, str(cfg.get("experts_key", "auto")), bool(cfg.get("granularity", False)))
     parametrization = instantiate_node(cfg.parametrization, "parametrization")
     optimizer = instantiate_node(cfg.optimizer, "optimizer")
     init = instantiate_node(cfg.init, "init") if cfg.get("init") is not None else None
@@ -68,15 +74,17 @@ def run_transfer_job(cfg: DictConfig, output_dir: Path) -> dict:
     depth = app.job_depth(cfg)
     cid = digest(resolved_config(cfg, NOT_IN_ID))
     identity = TransferIdentity(
-        config_id=cid, family_id=cid if cfg.get("depth") is None else digest(resolved_config(cfg, NOT_IN_FAMILY)),
-        depth=depth.depth or 0,
+        config_id=cid, family_id=cid if cfg.get("depth") is None and experts is None
+        else digest(resolved_config(cfg, NOT_IN_FAMILY)),
+        depth=depth.depth or 0, experts=experts or 0,
         model=short_name(cfg.model._target_, "coordcheck.setup.models"),
         parametrization=parametrization.name,
         optimizer=short_name(cfg.optimizer._target_, "coordcheck.setup.optim"),
         data=short_name(cfg.data.get("_target_", "custom"), "coordcheck.setup.data").removesuffix("_stream"),
     )
     log.info("width=%d%s lr=%g (2^%.2f) parametrization=%s steps=%s seeds=%s device=%s", width,
-             f" depth={depth.depth} ({depth.scaling.name})" if depth.depth else "", lr, math.log2(lr),
+             (f" depth={depth.depth} ({depth.scaling.name})" if depth.depth else "")
+             + (f" experts={experts}" if experts else ""), lr, math.log2(lr),
              identity.parametrization, cfg.steps, seeds, device)
     frame, facts = run_cell(
         build, width, lr, seeds=seeds, parametrization=parametrization, optimizer=optimizer, data=data,

@@ -17,14 +17,16 @@ import pandas as pd
 
 from coordcheck.core.errors import CoordCheckError
 
-__all__ = ["KEYS", "AXES", "AXIS_KEYS", "axis_keys", "with_depth", "swept", "axes_of"]
+__all__ = ["KEYS", "AXES", "AXIS_KEYS", "AXIS_WORDS", "axis_keys", "with_depth", "swept", "axes_of"]
 
 KEYS = ["config_id", "parametrization"]
-AXES = ("width", "depth")
+AXES = ("width", "depth", "experts")
 # What one shift is fitted over: the width axis groups the jobs of one configuration (config_id includes the depth: a
 # width x depth grid has a width shift per depth); the depth axis groups the depths of one family (family_id: the
 # configuration minus its depth) at one width (a width x depth grid has a depth shift per width).
-AXIS_KEYS: dict[str, list[str]] = {"width": KEYS, "depth": ["family_id", "parametrization", "width"]}
+AXIS_KEYS: dict[str, list[str]] = {"width": KEYS, "depth": ["family_id", "parametrization", "width", "experts"],
+                                   "experts": ["family_id", "parametrization", "width", "depth"]}
+AXIS_WORDS = {"width": "width", "depth": "depth", "experts": "the number of experts"}  # "... across <words>"
 
 
 def axis_keys(axis: str) -> list[str]:
@@ -40,6 +42,8 @@ def with_depth(frame: pd.DataFrame) -> pd.DataFrame:
     fill = {}
     if "depth" not in frame.columns:
         fill["depth"] = 0
+    if "experts" not in frame.columns:
+        fill["experts"] = 0
     if "family_id" not in frame.columns:
         fill["family_id"] = frame["config_id"]
     elif frame["family_id"].isna().any():

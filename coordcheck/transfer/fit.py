@@ -96,7 +96,7 @@ def curves(frame: pd.DataFrame) -> pd.DataFrame:
     if held.empty:
         raise CoordCheckError("the frame has no held-out losses: is it a transfer sweep's frame?")
     held["log2_lr"] = np.log2(held["lr"])
-    grouped = held.groupby([*KEYS, "family_id", "width", "depth", "lr", "log2_lr"], sort=True)
+    grouped = held.groupby([*KEYS, "family_id", "width", "depth", "experts", "lr", "log2_lr"], sort=True)
     out = grouped.agg(loss=("loss", lambda s: s.mean() if s.notna().all() else np.nan),
                       n_seeds=("seed", "nunique"),
                       diverged=("status", lambda s: int((s != "ok").sum()))).reset_index()
@@ -209,7 +209,7 @@ def fit_optima(frame: pd.DataFrame, rules: TransferRules | None = None, axis: st
             opt = best["optimum"]
             finite_lr = c.loc[np.isfinite(c["loss"]), "log2_lr"]
             where = dict(zip(keys, group)) | {axis: int(value)}
-            if axis == "depth":
+            if axis != "width":
                 where["config_id"] = str(c["config_id"].iloc[0])
             rows.append({
                 **where, "optimum": opt,

@@ -61,6 +61,7 @@ COLUMNS: dict[str, str] = {
     "family_id": "str",
     "width": "int64",
     "depth": "int64",
+    "experts": "int64",
     "lr": "float64",
     "seed": "int64",
     "step": "int64",
@@ -73,7 +74,8 @@ COLUMNS: dict[str, str] = {
 @dataclass(frozen=True)
 class TransferIdentity:
     """The identity columns of a loss frame, apart from width and lr. ``depth``: the depth the job set (0: the
-    model's own); ``family_id``: the configuration minus its depth (None: ``config_id``)."""
+    model's own); ``experts``: the number of experts it set (0: the model's own); ``family_id``: the configuration
+    minus its depth and number of experts (None: ``config_id``)."""
 
     config_id: str
     model: str
@@ -82,6 +84,7 @@ class TransferIdentity:
     data: str
     family_id: str | None = None
     depth: int = 0
+    experts: int = 0
 
 
 def empty_frame() -> pd.DataFrame:

@@ -84,7 +84,7 @@ def plot_transfer(curves: pd.DataFrame, optima: pd.DataFrame, path: str | Path |
     several)."""
     if curves.empty:
         raise ValueError("no held-out losses to plot")
-    if axis == "depth":
+    if axis != "width":  # depth, or the number of experts: a panel per family and width
         curves = curves.assign(parametrization=_panels(curves))
         optima = optima.assign(parametrization=_panels(optima))
     elif curves.groupby("parametrization")["config_id"].nunique().max() > 1:
@@ -137,7 +137,7 @@ def plot_optima(optima: pd.DataFrame, path: str | Path | None = None, *, shifts:
     ``axis="depth"``: against depth, a line per parametrization (and family and width), and beside it the best
     held-out loss against depth."""
     sns, plt = seaborn_modules()
-    if axis == "depth":
+    if axis != "width":
         optima = optima.assign(parametrization=_panels(optima))
         if shifts is not None:
             shifts = shifts.assign(parametrization=_panels(shifts))

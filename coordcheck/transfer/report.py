@@ -39,6 +39,10 @@ written atomically. Never imports torch.
                     loss per depth doubling), optima: [{family_id, config_id, parametrization, width,
                     depth, optimum, ... as above, seed_best_losses}], deeper_not_worse: [{family_id,
                     parametrization, width, depth, reference_depth, log2_lr, loss}]}
+    experts         across the number of experts (when it is swept; else absent): {status, label ("transfers
+                    across the number of experts" ...), reason, experts, families: [{family_id, parametrization,
+                    width, depth, status, reason, shift, se, ci_low, ci_high, n_expertss, n_optima}], optima:
+                    [{family_id, config_id, parametrization, width, depth, experts, optimum, ...}]}
 
 NaN is written as ``null``. Exit status with ``--strict``: 0 transfers, 1 does not transfer,
 2 inconclusive (a CI gate); without it, 0 whenever a report was written. Bad input: one line,
@@ -63,7 +67,7 @@ from coordcheck.report.common import REPORT_DIR, ReportCommand, environments, re
 from coordcheck.run.sweep import JobProblem, aggregate, job_facts, no_frame_error, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
 from coordcheck.transfer import frame as transfer_frame
-from coordcheck.transfer.axes import axes_of
+from coordcheck.transfer.axes import AXIS_WORDS, axes_of
 from coordcheck.transfer.fit import curves, fit_optima, fit_shifts, wider_not_worse
 from coordcheck.transfer.verdict import (
     DOES_NOT,
@@ -112,13 +116,15 @@ class TransferReport:
     notes: list[str] = field(default_factory=list)
     environment: list[dict] = field(default_factory=list)  # where the jobs ran (coordcheck.report.environments)
     depth: DepthFit | None = None  # across depth, when depth is swept
+    experts: DepthFit | None = None  # across the number of experts, when it is swept (no deeper-not-worse table)
     axes: list[str] = field(default_factory=lambda: ["width"])  # the axes judged (fit.axes_of)
 
     @property
     def verdicts(self) -> list[TransferVerdict]:
         """The verdict of each axis judged (width's, then depth's)."""
-        return [self.verdict if a == "width" else self.depth.verdict for a in self.axes
-                if a == "width" or self.depth is not None]
+        fits = {"depth": self.depth, "experts": self.experts}
+        return [self.verdict if a == "width" else fits[a].verdict for a in self.axes
+                if a == "width" or fits.get(a) is not None]
 
     @property
     def status(self) -> str:
@@ -133,7 +139,8 @@ class TransferReport:
     def summary(self, path: Path) -> list[str]:
         """What the command line prints: the verdict, jobs that left no frame, where the report is."""
         return [*(f"coordcheck: μTransfer {v.status.upper()} — {v.reason}" if v.axis == "width" else
-                  f"coordcheck: μTransfer across depth: {v.label.upper()} — {v.reason}" for v in self.verdicts),
+                  f"coordcheck: μTransfer across {AXIS_WORDS[v.axis]}: {v.label.upper()} — {v.reason}"
+                  for v in self.verdicts),
                 *(f"coordcheck: job {p.job} {p.status}: {p.error}" for p in self.problems),
                 f"coordcheck: report {path}"]
 
@@ -179,16 +186,59 @@ class TransferReport:
                 "optima": records(d.optima, list(d.optima.columns)),
                 "deeper_not_worse": records(d.deeper, list(d.deeper.columns)),
             }
+        if self.experts is not None:
+            e = self.experts
+            out["experts"] = {
+                "status": e.verdict.status, "label": e.verdict.label, "reason": e.verdict.reason,
+                "experts": sorted(int(x) for x in self.frame["experts"].unique()),
+                "families": records(e.verdict.shifts, [c for c in ("family_id", "parametrization", "width", "depth",
+                                                                   "control", "status", "reason", "shift", "se",
+                                                                   "ci_low", "ci_high", "n_expertss", "n_optima")
+                                                       if c in e.verdict.shifts.columns]),
+                "optima": records(e.optima, list(e.optima.columns)),
+            }
         return out
 
     def markdown(self) -> str:
         if self.axes == ["depth"] and self.depth is not None:
             lines = [*self._depth_lines(title=True), *self._tail_lines()]
             return "\n".join(lines) + "\n"
+        if self.axes == ["experts"] and self.experts is not None:
+            return "\n".join([*self._experts_lines(title=True), *self._tail_lines()]) + "\n"
         lines = self._width_lines()
         if self.depth is not None:
             lines += ["", *self._depth_lines(title=False)]
+        if self.experts is not None:
+            lines += ["", *self._experts_lines(title=False)]
         return "\n".join([*lines, *self._tail_lines()]) + "\n"
+
+    def _experts_lines(self, title: bool) -> list[str]:
+        e, r = self.experts, self.experts.verdict.rules
+        v = e.verdict
+        counts = sorted(int(x) for x in self.frame["experts"].unique())
+        lrs = np.log2(sorted(self.frame["lr"].unique()))
+        lines = ["# Does the learning rate transfer across the number of experts?" if title else
+                 "## Across the number of experts", "",
+                 f"**Verdict across the number of experts: {v.label.upper()}** — {md_escape(v.reason)}", ""]
+        if title:
+            lines += [f"Experts {counts}; widths {sorted(int(w) for w in self.frame['width'].unique())}; learning "
+                      f"rates 2^{lrs.min():g} … 2^{lrs.max():g} ({len(lrs)} values); "
+                      f"{int(self.frame.loc[self.frame['split'] == 'heldout', 'step'].max())} steps on fresh batches; "
+                      f"{int(self.frame['seed'].nunique())} seed(s); held-out loss after training.", ""]
+        lines += [f"Per number of experts the optimum is fitted as per width; the shift is its slope against "
+                  f"log2(experts) (octaves of learning rate per doubling of the count), with a {r.level:.0%} "
+                  f"interval: it transfers when the interval lies within ±{r.tol:g}.", "",
+                  "| parametrization | width | status | shift | interval | reason |", "|---|---|---|---|---|---|"]
+        for s in v.shifts.itertuples():
+            name = f"{s.parametrization} (control)" if s.control else s.parametrization
+            lines.append(f"| {md_escape(name)} | {s.width} | {across(s.status, 'experts')} | {num(s.shift)} | "
+                         f"[{num(s.ci_low)}, {num(s.ci_high)}] | {md_escape(s.reason)} |")
+        lines += ["", "| parametrization | width | experts | optimum lr | interval (log2) | best grid lr | best "
+                  "held-out loss |", "|---|---|---|---|---|---|---|"]
+        for o in e.optima.itertuples():
+            lines.append(f"| {md_escape(o.parametrization)} | {o.width} | {o.experts} | {_lr(o.optimum)} | "
+                         f"[{num(o.ci_low)}, {num(o.ci_high)}] | {o.best_lr:.3g} | {num(o.best_loss, '{:.4f}')} |")
+        return lines
 
     def _depth_lines(self, title: bool) -> list[str]:
         d, r = self.depth, self.depth.verdict.rules
@@ -329,8 +379,14 @@ def build_transfer_report(
         d_verdict = judge_transfer(d_optima, fit_shifts(d_optima, rules, axis="depth"), rules, problems=problems,
                                    axis="depth")
         depth = DepthFit(d_optima, d_verdict, wider_not_worse(frame, d_optima, axis="depth"))
+    experts = None
+    if "experts" in axes:
+        e_optima = fit_optima(frame, rules, axis="experts")
+        e_verdict = judge_transfer(e_optima, fit_shifts(e_optima, rules, axis="experts"), rules, problems=problems,
+                                   axis="experts")
+        experts = DepthFit(e_optima, e_verdict, pd.DataFrame())
     return TransferReport(frame, curves(frame), optima, verdict, wider_not_worse(frame, optima), problems,
-                          list(jobs or []), command, config, depth=depth, axes=axes)
+                          list(jobs or []), command, config, depth=depth, experts=experts, axes=axes)
 
 
 def write_transfer_report(report: TransferReport, out_dir: str | Path, *, figures: bool = True,
@@ -345,6 +401,9 @@ def write_transfer_report(report: TransferReport, out_dir: str | Path, *, figure
     if report.depth is not None:
         atomic_write(out / "depth_optima.csv", lambda p: report.depth.optima.to_csv(p, index=False))
         atomic_write(out / "depth_shifts.csv", lambda p: report.depth.verdict.shifts.to_csv(p, index=False))
+    if report.experts is not None:
+        atomic_write(out / "experts_optima.csv", lambda p: report.experts.optima.to_csv(p, index=False))
+        atomic_write(out / "experts_shifts.csv", lambda p: report.experts.verdict.shifts.to_csv(p, index=False))
     report.figures, report.notes = {}, []  # this directory's own (a cached report may be written twice)
     if figures:
         report.figures = _write_figures(report, out, size)
@@ -370,6 +429,12 @@ def _write_figures(report: TransferReport, out: Path, size: str) -> dict[str, st
                                                        title=d.verdict.title, size=size, axis="depth")
         jobs["optimum_depth"] = lambda: plot_optima(d.optima, out / "optimum_depth", shifts=d.verdict.shifts,
                                                     size=size, axis="depth")
+    if report.experts is not None:
+        e = report.experts
+        jobs["transfer_experts"] = lambda: plot_transfer(report.curves, e.optima, out / "transfer_experts",
+                                                         title=e.verdict.title, size=size, axis="experts")
+        jobs["optimum_experts"] = lambda: plot_optima(e.optima, out / "optimum_experts", shifts=e.verdict.shifts,
+                                                      size=size, axis="experts")
     figures = {}
     for name, draw in jobs.items():
         try:

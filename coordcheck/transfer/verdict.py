@@ -22,7 +22,7 @@ import pandas as pd
 
 from coordcheck.core.errors import CoordCheckError, check_knobs, knob
 from coordcheck.record.shapes import shapes_by_config, width_problem
-from coordcheck.transfer.axes import _select, axis_keys
+from coordcheck.transfer.axes import AXIS_WORDS, _select, axis_keys
 
 __all__ = ["TransferRules", "TransferVerdict", "judge_transfer", "across", "TRANSFERS", "DOES_NOT", "INCONCLUSIVE",
            "STATUSES", "CONTROL", "PAR_ORDER"]
@@ -63,8 +63,11 @@ def _octaves(x: float) -> str:
     return f"{x:+.2f}"
 
 
+NOUNS = {"experts": "expert count"}  # an axis value in words, where its column name is not one
+
+
 def _why_no_optimum(o: pd.Series, axis: str = "width") -> str:
-    who, best = f"{axis} {int(o[axis])}", math.log2(o["best_lr"]) if o["best_lr"] > 0 else math.nan
+    who, best = f"{NOUNS.get(axis, axis)} {int(o[axis])}", math.log2(o["best_lr"]) if o["best_lr"] > 0 else math.nan
     if o["edge"] == "flat":
         return (f"{who}'s losses around its best learning rate 2^{best:g} do not fit a parabola with its "
                 f"vertex among them (flat or irregular): add seeds or steps")
@@ -113,14 +116,15 @@ class TransferVerdict:
                 shift = shift[:-1] + f", best loss {s['loss_slope']:+.3f}/doubling)" if shift else \
                     f" (best loss {s['loss_slope']:+.3f}/doubling)"
             parts.append(f"{s['parametrization']}: {across(s['status'], self.axis)}{shift}")
-        if self.axis == "depth":
-            return f"μTransfer across depth: {self.label.upper()} — " + "; ".join(parts)
+        if self.axis != "width":
+            return f"μTransfer across {AXIS_WORDS[self.axis]}: {self.label.upper()} — " + "; ".join(parts)
         return f"μTransfer {self.status.upper()} — " + "; ".join(parts)
 
 
 def across(status: str, axis: str) -> str:
-    """A status in words for ``axis``: ``transfers across depth``; width's and ``inconclusive`` as they are."""
-    return f"{status} across depth" if axis == "depth" and status != INCONCLUSIVE else status
+    """A status in words for ``axis``: ``transfers across depth``, ``... across the number of experts``; width's and
+    ``inconclusive`` as they are."""
+    return f"{status} across {AXIS_WORDS[axis]}" if axis != "width" and status != INCONCLUSIVE else status
 
 
 def _depth_causes(shift: float) -> str:
@@ -150,16 +154,25 @@ def _judge_shift(s: pd.Series, o: pd.DataFrame, rules: TransferRules, axis: str)
     missing = o[~np.isfinite(o["optimum"])]
     if len(missing):
         return INCONCLUSIVE, "; ".join(_why_no_optimum(r, axis) for _, r in missing.iterrows())
+    noun = NOUNS.get(axis, axis)
     if s["n_optima"] < rules.min_widths:
-        return INCONCLUSIVE, (f"{int(s['n_optima'])} {axis}(s) with an optimum: sweep at least {rules.min_widths} "
-                              f"{axis}s")
+        return INCONCLUSIVE, (f"{int(s['n_optima'])} {noun}(s) with an optimum: sweep at least {rules.min_widths} "
+                              f"{noun}s")
     shift, lo, hi = s["shift"], s["ci_low"], s["ci_high"]
-    interval = f"{_octaves(shift)} [{_octaves(lo)}, {_octaves(hi)}] octaves of lr per {axis} doubling"
+    interval = f"{_octaves(shift)} [{_octaves(lo)}, {_octaves(hi)}] octaves of lr per {noun} doubling"
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return INCONCLUSIVE, (f"optimum shift {_octaves(shift)} per {axis} doubling has no interval (one seed and too "
                               f"few learning rates around an optimum): add seeds or learning rates")
     if -rules.tol <= lo and hi <= rules.tol:
         return TRANSFERS, f"the optimum stays put: shift {interval}, within ±{rules.tol:g}"
+    if axis == "experts":
+        if not (hi < -rules.tol or lo > rules.tol):
+            return INCONCLUSIVE, f"shift {interval} straddles ±{rules.tol:g}: add seeds or steps"
+        way = "smaller" if shift < 0 else "larger"
+        return DOES_NOT, (f"the optimum moves to {way} learning rates as the number of experts grows: shift "
+                          f"{interval} (about experts^{shift:+.1f}): a learning rate or init depends on the count "
+                          f"(an expert's lr or a router's scaled with the number of experts, or experts whose size "
+                          f"shrinks with it: granularity)")
     if axis == "depth":
         if not (hi < -rules.tol or lo > rules.tol):
             return INCONCLUSIVE, f"shift {interval} straddles ±{rules.tol:g}: add seeds or steps"
@@ -209,7 +222,7 @@ def judge_transfer(optima: pd.DataFrame, shifts: pd.DataFrame, rules: TransferRu
     order = {DOES_NOT: 0, INCONCLUSIVE: 1, TRANSFERS: 2}
     worst = tested.iloc[int(np.argmin([order[s] for s in tested["status"]]))]
     status = str(worst["status"])
-    reason = f"{worst['parametrization']}{f', width {worst.width}' if axis == 'depth' else ''}: {worst['reason']}"
+    reason = f"{worst['parametrization']}{f', width {worst.width}' if axis != 'width' else ''}: {worst['reason']}"
     control = shifts[shifts["control"]]
     for _, c in control.iterrows():
         if c["status"] == TRANSFERS:
