@@ -25,6 +25,23 @@ __all__ = ["NOT_JUDGED", "add_depth", "add_experts"]
 NOT_JUDGED = "not judged (one width)"
 
 
+def _join(verdict: Verdict, other: Any, name: str, first: bool) -> None:
+    """Combine the verdict of another axis (``name``: depth, experts) with the width verdict; ``first``: no other
+    axis joined before it (then, at one width, it decides)."""
+    c = verdict.configs
+    if not verdict.width_status:
+        one_width = c.empty or bool((c["n_widths"] <= 1).all())
+        width_fails = not c.empty and bool((c["status"] == "fail").any())
+        verdict.width_status = NOT_JUDGED if one_width and not width_fails else verdict.status
+    if verdict.width_status == NOT_JUDGED and first:
+        verdict.status, verdict.reason = other.status, other.reason
+    elif RANK[other.status] > RANK[verdict.status]:
+        verdict.status, verdict.reason = other.status, f"{name}: {other.reason}"
+    elif verdict.status == "pass":
+        verdict.reason = f"{verdict.reason}; {name}: {other.reason}"
+    verdict.notes = [*verdict.notes, *other.notes]
+
+
 def add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequence[Mapping[str, Any]]) -> None:
     """Rule 12: a frame run at several depths gets the depth verdict too (:mod:`coordcheck.judge.depth`), and the
     overall status combines both. A pure depth sweep (one width per depth) has its width invariance ``not judged (one
@@ -32,20 +49,9 @@ def add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequen
     depth verdict decides. A width x depth grid must pass both (the width verdict per depth, the depth verdict per
     width). A pure width sweep is left as it was."""
     depth = judge_depth(frame, rules, facts)
-    if not depth.judged:
-        return
-    verdict.depth = depth
-    c = verdict.configs
-    one_width = c.empty or bool((c["n_widths"] <= 1).all())
-    width_fails = not c.empty and bool((c["status"] == "fail").any())
-    verdict.width_status = NOT_JUDGED if one_width and not width_fails else verdict.status
-    if verdict.width_status == NOT_JUDGED:
-        verdict.status, verdict.reason = depth.status, depth.reason
-    elif RANK[depth.status] > RANK[verdict.status]:
-        verdict.status, verdict.reason = depth.status, f"depth: {depth.reason}"
-    elif verdict.status == "pass":
-        verdict.reason = f"{verdict.reason}; depth: {depth.reason}"
-    verdict.notes = [*verdict.notes, *depth.notes]
+    if depth.judged:
+        verdict.depth = depth
+        _join(verdict, depth, "depth", first=True)
 
 
 def add_experts(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequence[Mapping[str, Any]]) -> None:
@@ -53,18 +59,6 @@ def add_experts(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequ
     (:mod:`coordcheck.judge.experts`), combined as the depth verdict is (:func:`add_depth`): at one width it decides,
     with several it must pass too."""
     experts = judge_experts(frame, rules, facts)
-    if not experts.judged:
-        return
-    verdict.experts = experts
-    c = verdict.configs
-    one_width = c.empty or bool((c["n_widths"] <= 1).all())
-    if not verdict.width_status:
-        width_fails = not c.empty and bool((c["status"] == "fail").any())
-        verdict.width_status = NOT_JUDGED if one_width and not width_fails else verdict.status
-    if verdict.width_status == NOT_JUDGED and verdict.depth is None:
-        verdict.status, verdict.reason = experts.status, experts.reason
-    elif RANK[experts.status] > RANK[verdict.status]:
-        verdict.status, verdict.reason = experts.status, f"experts: {experts.reason}"
-    elif verdict.status == "pass":
-        verdict.reason = f"{verdict.reason}; experts: {experts.reason}"
-    verdict.notes = [*verdict.notes, *experts.notes]
+    if experts.judged:
+        verdict.experts = experts
+        _join(verdict, experts, "experts", first=verdict.depth is None)

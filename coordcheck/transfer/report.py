@@ -53,6 +53,7 @@ hide an optimum).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from dataclasses import asdict, dataclass, field
@@ -173,29 +174,18 @@ class TransferReport:
             "config": self.config,
             "axes": self.axes,
         }
-        if self.depth is not None:
-            d = self.depth
-            out["depth"] = {
-                "status": d.verdict.status, "label": d.verdict.label, "reason": d.verdict.reason,
-                "depths": sorted(int(x) for x in self.frame["depth"].unique()),
-                "families": records(d.verdict.shifts, [c for c in ("family_id", "parametrization", "width", "control",
-                                                                   "status", "reason", "shift", "se", "ci_low",
-                                                                   "ci_high", "n_depths", "n_optima", "loss_slope",
-                                                                   "loss_slope_low", "loss_slope_high")
-                                                       if c in d.verdict.shifts.columns]),
-                "optima": records(d.optima, list(d.optima.columns)),
-                "deeper_not_worse": records(d.deeper, list(d.deeper.columns)),
-            }
-        if self.experts is not None:
-            e = self.experts
-            out["experts"] = {
-                "status": e.verdict.status, "label": e.verdict.label, "reason": e.verdict.reason,
-                "experts": sorted(int(x) for x in self.frame["experts"].unique()),
-                "families": records(e.verdict.shifts, [c for c in ("family_id", "parametrization", "width", "depth",
-                                                                   "control", "status", "reason", "shift", "se",
-                                                                   "ci_low", "ci_high", "n_expertss", "n_optima")
-                                                       if c in e.verdict.shifts.columns]),
-                "optima": records(e.optima, list(e.optima.columns)),
+        for axis, fit, extra in (("depth", self.depth, ("loss_slope", "loss_slope_low", "loss_slope_high")),
+                                 ("experts", self.experts, ())):
+            if fit is None:
+                continue
+            cols = ("family_id", "parametrization", "width", "depth" if axis == "experts" else "experts", "control",
+                    "status", "reason", "shift", "se", "ci_low", "ci_high", f"n_{axis}s", "n_optima", *extra)
+            out[axis] = {
+                "status": fit.verdict.status, "label": fit.verdict.label, "reason": fit.verdict.reason,
+                {"depth": "depths", "experts": "experts"}[axis]: sorted(int(x) for x in self.frame[axis].unique()),
+                "families": records(fit.verdict.shifts, [c for c in cols if c in fit.verdict.shifts.columns]),
+                "optima": records(fit.optima, list(fit.optima.columns)),
+                **({"deeper_not_worse": records(fit.deeper, list(fit.deeper.columns))} if axis == "depth" else {}),
             }
         return out
 
@@ -423,18 +413,13 @@ def _write_figures(report: TransferReport, out: Path, size: str) -> dict[str, st
         "transfer": lambda: plot_transfer(report.curves, report.optima, out / "transfer", title=title, size=size),
         "optimum": lambda: plot_optima(report.optima, out / "optimum", shifts=report.shifts, size=size),
     }
-    if report.depth is not None:
-        d = report.depth
-        jobs["transfer_depth"] = lambda: plot_transfer(report.curves, d.optima, out / "transfer_depth",
-                                                       title=d.verdict.title, size=size, axis="depth")
-        jobs["optimum_depth"] = lambda: plot_optima(d.optima, out / "optimum_depth", shifts=d.verdict.shifts,
-                                                    size=size, axis="depth")
-    if report.experts is not None:
-        e = report.experts
-        jobs["transfer_experts"] = lambda: plot_transfer(report.curves, e.optima, out / "transfer_experts",
-                                                         title=e.verdict.title, size=size, axis="experts")
-        jobs["optimum_experts"] = lambda: plot_optima(e.optima, out / "optimum_experts", shifts=e.verdict.shifts,
-                                                      size=size, axis="experts")
+    for axis, fit in (("depth", report.depth), ("experts", report.experts)):
+        if fit is not None:  # (bound per axis: the lambdas run after the loop)
+            jobs[f"transfer_{axis}"] = functools.partial(plot_transfer, report.curves, fit.optima,
+                                                         out / f"transfer_{axis}", title=fit.verdict.title, size=size,
+                                                         axis=axis)
+            jobs[f"optimum_{axis}"] = functools.partial(plot_optima, fit.optima, out / f"optimum_{axis}",
+                                                        shifts=fit.verdict.shifts, size=size, axis=axis)
     figures = {}
     for name, draw in jobs.items():
         try:
