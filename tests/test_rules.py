@@ -403,7 +403,7 @@ def test_experts_rules_routers_experts_gates_and_load():
     assert small.status == "fail" and "each expert's update shrinks" in small.reason
     router = experts_judge({**MOE_FLAT, ("moe.router", "output", "out"): 0.6})
     assert router.status == "fail" and "the router's logits depend on the number of experts" in router.reason
-    load = experts_judge({**MOE_FLAT, ("moe.router.(load)", "routing", "load"): lambda t: 0.5 if t == 0 else 1.0})
+    load = experts_judge({**MOE_FLAT, ("moe.router.(load)", "routing", "load"): lambda t: 0.5 if t == 0 else 0.0})
     assert load.status == "fail" and "collapses faster with more experts" in load.reason
     few = make_frame(MOE_FLAT, widths=(4, 8))
     few = few.assign(experts=few["width"], width=128, config_id="c" + few["width"].astype(str), family_id="fam")

@@ -15,8 +15,9 @@ every count — not off names, and not off width growth (there is one width):
 * a module owning an **expert stack** owns a parameter of three or more dimensions whose leading one is the number of
   experts (the built-in MoE's ``experts.up``, GraniteMoe's ``input_linear.weight``, Mixtral's ``gate_up_proj``);
 * the **layer** is the router's nearest recorded ancestor that holds an expert stack (else its nearest recorded one);
-* a router's **load** (``tensor="load"``, :mod:`coordcheck.record.load`) is judged against its own step-0 value: the
-  load itself grows with the count at any step (the busiest of more experts over the same tokens).
+* a router's **load** (``tensor="load"``, :mod:`coordcheck.record.load`) is judged by its entropy against its own
+  step-0 value: the busiest expert's share grows with the count at any step (the busiest of more experts over the
+  same tokens), and is too noisy across counts even against step 0.
 
 What must stay flat, and why, is the table :data:`coordcheck.judge.rules_experts.EXPERTS_RULES`; everything else is
 shown. Significance, zeros, divergence, persistence and the stability window are the width verdict's. Fewer than
@@ -33,9 +34,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.core.frame import LOAD_JUDGED, LOAD_TENSOR, LOSS_MODULE
+from coordcheck.core.frame import LOAD_TENSOR, LOSS_MODULE
 from coordcheck.judge.rules import RANK, Rules
-from coordcheck.judge.rules_experts import EXPERTS_RULES
+from coordcheck.judge.rules_experts import EXPERTS_RULES, LOAD_STAT
 from coordcheck.judge.series import judge_by_table
 from coordcheck.judge.slopes import fit_slopes
 from coordcheck.judge.stability import find_instability, mark_transients
@@ -113,8 +114,9 @@ def expert_places(frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]]) -> pd
 
 
 def _relative_load(df: pd.DataFrame) -> pd.DataFrame:
-    """The load rows (the judged statistic) divided by their own step-0 value (same job, seed and router)."""
-    load = df[(df["tensor"] == LOAD_TENSOR) & (df["stat"] == LOAD_JUDGED)]
+    """The load rows (the judged statistic: its entropy) divided by their own step-0 value (same job, seed and
+    router)."""
+    load = df[(df["tensor"] == LOAD_TENSOR) & (df["stat"] == LOAD_STAT)]
     if load.empty:
         return load
     at0 = load[load["step"] == 0].set_index(["config_id", "seed", "module"])["value"]

@@ -69,6 +69,7 @@ BANDS = {
                    "multiplier)",
     "noisy_update": "[-1/2 - tol, +tol]: an update that may still be noise in its input's direction (Adam's signs at "
                     "lr ∝ 1/fan_in move a fan_in-sum like width^-1/2 until the gradient carries signal)",
+    "no_shrink": "[-tol, +inf)",
     "shown": "(-inf, +inf)",
     "as_width": "the width verdict's band for the role, tensor and step (the width rules)",
 }

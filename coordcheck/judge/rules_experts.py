@@ -13,20 +13,21 @@ from __future__ import annotations
 
 from coordcheck.judge.rules import ANY, MOE, Rule, rules_markdown, rules_table
 
-__all__ = ["EXPERTS_PLACES", "EXPERTS_RULES", "EXPERTS_MEASURED", "experts_rules_markdown", "all_rules_markdown"]
+__all__ = ["EXPERTS_PLACES", "EXPERTS_RULES", "EXPERTS_MEASURED", "LOAD_STAT", "experts_rules_markdown",
+           "all_rules_markdown"]
 
 # Where a series sits, as coordcheck.judge.experts finds it from the jobs' facts and the decided roles
 EXPERTS_PLACES = {
     "router": "a router (an output-like matrix inside the model: width → experts)",
     "experts": "a module owning an expert stack (a parameter whose leading dimension is the number of experts)",
     "layer": "the mixture-of-experts layer (the router's nearest recorded ancestor)",
-    "load": "a router's load over its experts, relative to its step-0 value",
+    "load": "a router's load over its experts (its entropy), relative to its step-0 value",
     "other": "any other module",
 }
 EXPERTS_MEASURED = ("measured on the built-in MoE (width 128, 4-32 experts, top-2, 3 seeds, 10 steps, lr 1e-2): router "
-                    "logits -0.07..+0.02, their change -0.06..+0.10; each expert's output, change and own update "
-                    "-0.24..+0.06; the layer's output at init -0.03; the load against its step-0 value -0.10..+0.09 "
-                    "(experiments/moe_known_answers.py experts)")
+                    "logits -0.05..+0.02, their change -0.14..+0.10; each expert's output, change and own update "
+                    "-0.24..+0.06; the layer's output at init -0.03..-0.02; the load's entropy against its step-0 "
+                    "value -0.08..+0.04 (experiments/moe_known_answers.py experts)")
 ROUTER_COUNT = {ANY: "the router's logits depend on the number of experts: its init or multiplier is scaled by its "
                      "fan_out (the count) — an output weight's scale follows the width alone: std ∝ 1/fan_in, or a "
                      "MuReadout"}
@@ -41,8 +42,9 @@ GATES_SHRINK = {ANY: "the mixture-of-experts layer's output shrinks with the num
                      "them over the top k (Mixtral; norm_topk_prob=true)"}
 LAYER_GROWS = {ANY: "the mixture-of-experts layer's output grows with the number of experts at initialisation: the "
                     "experts' outputs are summed, not weighted by gates that sum to one"}
-LOAD_COUNT = {ANY: "the routing collapses faster with more experts: the busiest expert's share (relative to step 0) "
-                   "grows with the count — see the router's logits"}
+LOAD_COUNT = {ANY: "the routing collapses faster with more experts: the entropy of the load over the experts (relative "
+                   "to step 0) falls with the count — see the router's logits"}
+LOAD_STAT = "entropy"  # the load's statistic this verdict judges: the busiest expert's share is too noisy across counts
 CAPACITY = ("shown, not judged: with more experts of the same size the layer holds more parameters and fits the fixed "
             "batch faster (the layer's change +0.33..+0.42 at step 10 on the correct built-in MoE)")
 
@@ -59,10 +61,12 @@ EXPERTS_RULES: tuple[Rule, ...] = (
          shrinks=GATES_SHRINK,
          source=f"{EXPERTS_MEASURED}; gates not renormalised over the top k: -0.52 (model.renormalize=false)",
          test="tests/test_rules.py::test_experts_rules_routers_experts_gates_and_load"),
-    Rule("experts-load-flat", roles=(), tensors=("load",), places=("load",), steps="updates", expect="no_growth",
-         grows=LOAD_COUNT,
-         source=f"{EXPERTS_MEASURED}; the load itself grows with the count at any step (+0.3..+0.7: the busiest of "
-                "more experts over a fixed batch), so it is judged against its step-0 value",
+    Rule("experts-load-flat", roles=(), tensors=("load",), places=("load",), steps="updates", expect="no_shrink",
+         shrinks=LOAD_COUNT,
+         source=f"{EXPERTS_MEASURED}; the busiest expert's share grows with the count at any step (+0.3..+0.7: the "
+                "busiest of more experts over a fixed batch) and against its step-0 value it is still noisy (-0.18.."
+                "+0.38, one interval +0.24..+0.52 in a correct model), so the load's entropy against its step-0 value "
+                "is judged",
          test="tests/test_rules.py::test_experts_rules_routers_experts_gates_and_load"),
     Rule("experts-shown", roles=(), tensors=("out", "delta", "own", "in", "load"), places=("layer", "other", "experts",
                                                                                           "router", "load"),

@@ -130,6 +130,8 @@ def _band(expect: str, rules: Rules, a: float, role: str, tensor: str, step: int
         return -np.inf, -0.5 + rules.tol
     if expect == "shown":
         return -np.inf, np.inf
+    if expect == "no_shrink":
+        return -rules.tol, np.inf
     return -np.inf, rules.tol
 
 

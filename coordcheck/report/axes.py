@@ -93,7 +93,7 @@ def experts_lines(v: Verdict) -> list[str]:
     bad = s[s["status"].isin(["fail", "inconclusive"])] if len(s) else s
     shown = bad if len(bad) else s[s["place_kind"] == "router"]
     if len(shown):
-        lines += ["", "Judged series (slope of log2 std vs log2 experts; a router's load: its max_load over its step-0 "
+        lines += ["", "Judged series (slope of log2 std vs log2 experts; a router's load: its entropy over its step-0 "
                   "value)" + (", failing or undecided:" if len(bad) else ", the routers':"), "",
                   "| width | module | place | tensor | step | slope | 95% interval | band | status | diagnosis |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
