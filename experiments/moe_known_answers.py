@@ -25,6 +25,14 @@ correct MoE passes; each planted fault fails, its causes naming exactly the plan
 scaled like a hidden matrix: both routers, own update -1.28 [-1.54, -1.02] at step 3, "scaled down too much"; one
 layer's experts at the full lr: blocks.1.moe.experts, own update +1.14 [+1.02, +1.25], "not scaled by width"; the
 router built like a hidden layer: both routers, "not a mup.MuReadout".
+
+load (2026-12-05, 64 s): the busiest expert's share against width, steps 0-40 — muP -0.08..+0.12 at every step (layer
+1 at step 40: 1.97, 1.45, 1.90, 1.91 over widths 64-512); standard parametrization +0.25..+0.55 from step 2 (1.30,
+1.68, 3.04, 3.67 of a possible 4: the routing collapses at larger width); the router alone built like a hidden layer
+-0.09..+0.17 (its delta names it instead). experts (52 s, width 128, 4-32 experts, 10 steps) — muP PASS (router
+logits -0.05..+0.02, each expert -0.24..+0.06, the layer at init -0.03); gates not renormalised FAIL, the layer at
+init -0.52 [-0.55, -0.49]; granularity FAIL, each expert's own update -0.81 [-0.91, -0.72] at step 2; granularity with
+each expert's down projection at lr * E / 8 PASS (each expert -0.33..+0.10): the fix the verdict names holds.
 """
 
 from __future__ import annotations

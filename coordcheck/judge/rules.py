@@ -196,8 +196,8 @@ ROUTING_COLLAPSES = {ANY: "the routing collapses with width: the busiest expert'
                           "(a MuReadout) with the base lr, or lr * base_width / width without it"}
 LOAD_MEASURED = ("measured on the built-in MoE (model=moe, widths 64-512, 3 seeds, 40 steps, lr 1e-2): muP's busiest "
                  "expert's share -0.08..+0.14 at every step; standard parametrization +0.25..+0.55 from step 2 (layer "
-                 "1: 1.3 at width 64 to 3.6 at width 512, of a possible 4); a router alone built as a hidden layer "
-                 "+0.02..+0.17, caught by its change since step 0 instead (experiments/moe_known_answers.py)")
+                 "1: 1.3 at width 64 to 3.7 at width 512, of a possible 4); a router alone built as a hidden layer "
+                 "-0.09..+0.17, caught by its change since step 0 instead (experiments/moe_known_answers.py load)")
 ROUTER_MEASURED = ("measured on the built-in MoE (model=moe, widths 64-512, 40 steps): router logits -0.51 and -0.48 "
                    "at step 0, change since step 0 -0.38 .. -0.12 after it (experiments/moe_known_answers.py)")
 OWN_MEASURED = ("measured: experiments/own_update.py (muP in the mup package's form: own after updates flat for every "
