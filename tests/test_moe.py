@@ -401,3 +401,22 @@ def test_a_planted_fault_in_a_list_of_experts_is_named_per_layer():
     assert first["kind"] == "lr" and all(m.startswith("blocks.1.moe.experts.") for m in first["modules"])
     named = {m for ms in v.causes["modules"] for m in ms}
     assert named and all(m.startswith("blocks.1.moe.experts.") for m in named), named  # nothing in layer 0
+
+
+@pytest.mark.slow
+def test_granitemoe_across_the_number_of_experts_judges_its_fused_experts_as_the_layer(monkeypatch, capsys, tmp_path):
+    pytest.importorskip("transformers")
+    from conftest import run_in_process
+
+    code = run_in_process(monkeypatch, "+experiment=granite_mup", "model.config=granitemoe", "width=128",
+                          "experts=4,8,16", "seeds=2", "steps=6", "threads=1", "progress=false",
+                          "report.figures=false", f"hydra.sweep.dir={tmp_path}", "--multirun")
+    capsys.readouterr()
+    assert code == 0
+    e = json.loads((tmp_path / "report" / "report.json").read_text())["experts"]
+    # its experts module returns the gated sum (no expert dimension): its change grows by capacity (+0.7), which
+    # says nothing about one expert's update, so it is the layer, judged at init
+    places = {s["module"]: s["place_kind"] for s in e["series"]}
+    assert places["model.layers.0.block_sparse_moe.experts"] == "layer"
+    assert places["model.layers.0.block_sparse_moe.router"] == "router"
+    assert e["status"] == "pass", e["reason"]

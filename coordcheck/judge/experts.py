@@ -13,7 +13,11 @@ every count — not off names, and not off width growth (there is one width):
 
 * a **router** owns a 2-D weight one of whose dimensions is the job's number of experts;
 * a module owning an **expert stack** owns a parameter of three or more dimensions whose leading one is the number of
-  experts (the built-in MoE's ``experts.up``, GraniteMoe's ``input_linear.weight``, Mixtral's ``gate_up_proj``);
+  experts, and its output has an expert dimension too (the built-in MoE's ``experts``: every expert's output); an
+  expert list's members pooled per layer (``experts.*.fc1``, :mod:`coordcheck.record.load`) are experts too. A stack
+  whose output is already the gated sum over the chosen experts (Hugging Face's fused experts modules: GraniteMoe's,
+  Mixtral's ``experts``, whose output shape, recorded at step 0, has no expert dimension) is judged as the layer:
+  its change grows with the count by capacity, which says nothing about one expert's update;
 * the **layer** is the router's nearest recorded ancestor that holds an expert stack (else its nearest recorded one);
 * a router's **load** (``tensor="load"``, :mod:`coordcheck.record.load`) is judged by its entropy against its own
   step-0 value: the busiest expert's share grows with the count at any step (the busiest of more experts over the
@@ -48,6 +52,8 @@ GROUP = ["family_id", "width", "depth"]
 KEYS = ["family_id", "parametrization", "width", "depth", "module", "place_kind", "layer_index", "role", "tensor",
         "stat", "step"]
 JUDGED = ("router", "experts", "layer", "load")
+PASS_WORDS = {"router": "router logits", "experts": "each expert's updates", "layer": "the layer at init",
+              "load": "the load"}  # what a pass says it judged, by place
 
 
 @dataclass
@@ -84,31 +90,36 @@ def expert_places(frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]]) -> pd
         ["config_id", "module"])
     routers: dict[str, set[str]] = {}
     stacks: dict[str, set[str]] = {}
+    mixed: dict[str, set[str]] = {}  # stacks whose output is already the gated sum (no expert dimension in it)
     for f in facts:
         cid, shapes = str(f.get("config_id")), f.get("shapes") or {}
         n = int(count.get(cid, 0) or 0)
         if n < 2:
             continue
+        outputs = {m: info.get("shape") for m, info in (f.get("modules") or {}).items()}
         for name, shape in shapes.items():
             module = name.rpartition(".")[0]
             if len(shape) >= 3 and shape[0] == n:
-                stacks.setdefault(cid, set()).add(module)
+                out = outputs.get(module)
+                (stacks if out is None or n in out else mixed).setdefault(cid, set()).add(module)
             elif len(shape) == 2 and n in shape:
                 routers.setdefault(cid, set()).add(module)
     out = []
     for cid, g in recorded.groupby("config_id", sort=False):
         mods = set(g["module"])
         mine_r, mine_s = routers.get(cid, set()), stacks.get(cid, set())
+        mine_m = mixed.get(cid, set())
         layers = set()
         for r in mine_r:
             ancestors = [r.rsplit(".", k)[0] for k in range(1, r.count(".") + 1)]
             recorded_up = [a for a in ancestors if a in mods]
-            holding = [a for a in recorded_up if any(s.startswith(a + ".") for s in mine_s)]
+            holding = [a for a in recorded_up if any(s.startswith(a + ".") for s in mine_s | mine_m)]
             if holding or recorded_up:
                 layers.add((holding or recorded_up)[0])
         for module, tensor in zip(g["module"], g["tensor"]):
             kind = ("load" if module.endswith(f".({LOAD_TENSOR})") else "router" if module in mine_r
-                    else "experts" if module in mine_s else "layer" if module in layers else "other")
+                    else "experts" if module in mine_s or ".*." in f"{module}." else "layer"
+                    if module in layers or module in mine_m else "other")
             out.append((cid, module, kind))
     return pd.DataFrame(out, columns=["config_id", "module", "place_kind"])
 
@@ -192,7 +203,9 @@ def judge_experts(frame: pd.DataFrame, rules: Rules = Rules(), facts: Sequence[M
                       f"{k['diagnosis'] or 'interval overlaps the band'}) — add seeds or numbers of experts")
         else:
             status = "pass"
-            reason = f"router logits, each expert's updates, the layer at init and the load are flat over {span}"
+            said = [w for k, w in PASS_WORDS.items() if (judged["place_kind"] == k).any()]
+            reason = f"{', '.join(said[:-1])} and {said[-1]}" if len(said) > 1 else said[0]
+            reason += f" {'are' if len(said) > 1 else 'is'} flat over {span}"
         rows.append({"family_id": fam, "width": int(width), "depth": int(depth),
                      "parametrization": g["parametrization"].iloc[0], "status": status, "reason": reason,
                      "n_experts": len(counts), "min_experts": int(counts[0]), "max_experts": int(counts[-1]),

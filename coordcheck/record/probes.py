@@ -164,6 +164,7 @@ class Probes:
     _softmax_out: tuple | None = None  # (result tensor, capture name or None) of the latest softmax
     _loads: dict = field(default_factory=dict)  # router load name -> tokens per expert this step (record.load)
     _pooled: dict = field(default_factory=dict)  # an expert list member's name -> its layer's name (step 0 on)
+    _shapes: dict = field(default_factory=dict)  # recorded name -> its output's shape at step 0 (first call)
     _last_out: object = None
     leaves_done: int = 0  # leaf modules that finished this forward (for blaming errors)
 
@@ -327,6 +328,7 @@ class Probes:
         self._calls[name] = call + 1
         if self.step == 0 and call == 0:
             self._fired.append(name)
+            self._shapes[name] = list(x.shape)  # (a fact: which dimensions a module's output has, judge.experts)
         self._push(name, "out", x, keep)
         if self._delta:
             if self.step == 0:  # float32, so that a bf16 / fp16 run's delta is taken in float32
@@ -400,6 +402,9 @@ class Probes:
         if self.step == 0:
             self.layout = infer_layout(self.model, self._fired, self._captured)
             self.modules = module_ops(self.model, self._fired, self._capture_ops, self._mode.ops)
+            for n, info in self.modules.items():
+                if n in self._shapes:
+                    info["shape"] = self._shapes[n]
             self._mode.clear()  # the products followed at step 0: their ops are known
             if self.pool_experts and self._loads:
                 self._pooled = expert_members(self.model, {n: len(c) for n, c in self._loads.items()},
