@@ -3,13 +3,14 @@
 Stage: judge (after the width verdict, :func:`coordcheck.judge.verdict.judge`). Input: the width verdict, the frame,
 the rules and the jobs' facts. Output: the same verdict with ``depth`` / ``experts`` set where the frame sweeps that
 axis, its overall status the worse of them, and ``width_status`` ``not judged (one width)`` (:data:`NOT_JUDGED`) where
-only the other axis was swept. Never imports torch.
+only the other axis was swept (the verdict is passed in: this module is below the width verdict's, which calls it).
+Never imports torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -17,15 +18,12 @@ from coordcheck.judge.depth import judge_depth
 from coordcheck.judge.experts import judge_experts
 from coordcheck.judge.rules import RANK, Rules
 
-if TYPE_CHECKING:
-    from coordcheck.judge.verdict import Verdict
-
 __all__ = ["NOT_JUDGED", "add_depth", "add_experts"]
 
 NOT_JUDGED = "not judged (one width)"
 
 
-def _join(verdict: Verdict, other: Any, name: str, first: bool) -> None:
+def _join(verdict: Any, other: Any, name: str, first: bool) -> None:
     """Combine the verdict of another axis (``name``: depth, experts) with the width verdict; ``first``: no other
     axis joined before it (then, at one width, it decides)."""
     c = verdict.configs
@@ -42,7 +40,7 @@ def _join(verdict: Verdict, other: Any, name: str, first: bool) -> None:
     verdict.notes = [*verdict.notes, *other.notes]
 
 
-def add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequence[Mapping[str, Any]]) -> None:
+def add_depth(verdict: Any, frame: pd.DataFrame, rules: Rules, facts: Sequence[Mapping[str, Any]]) -> None:
     """Rule 12: a frame run at several depths gets the depth verdict too (:mod:`coordcheck.judge.depth`), and the
     overall status combines both. A pure depth sweep (one width per depth) has its width invariance ``not judged (one
     width)`` — not "inconclusive: only 1 width" — unless a depth failed there (divergence, the model's audit): the
@@ -54,7 +52,7 @@ def add_depth(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequen
         _join(verdict, depth, "depth", first=True)
 
 
-def add_experts(verdict: Verdict, frame: pd.DataFrame, rules: Rules, facts: Sequence[Mapping[str, Any]]) -> None:
+def add_experts(verdict: Any, frame: pd.DataFrame, rules: Rules, facts: Sequence[Mapping[str, Any]]) -> None:
     """Rule 13: a frame run at several numbers of experts gets the experts verdict too
     (:mod:`coordcheck.judge.experts`), combined as the depth verdict is (:func:`add_depth`): at one width it decides,
     with several it must pass too."""
