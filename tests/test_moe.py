@@ -369,6 +369,12 @@ def test_the_python_api_sweeps_the_number_of_experts_too():
     v = result.verdict
     assert v.experts is not None and v.width_status == "not judged (one width)"
     assert "renormalise them over the top k" in v.experts.reason  # the gates shrink like k/E at init
+    from coordcheck.plot import plot_experts
+
+    fig = plot_experts(result.frame, v.experts.series)
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["router logits", "expert change", "MoE layer",
+                                                                     "load entropy ÷ step 0"]
+    assert all(ax.get_xscale() == "log" for ax in fig.axes if ax.get_title())
 
 
 # -- experts kept as a list of modules: one module per layer in the frame ---------------------------------------------

@@ -24,6 +24,7 @@ from coordcheck.plot.coords import (
     MAX_COLUMNS, MAX_GUIDE_STEPS, MAX_LAYER_LEGEND, MAX_MODULE_LEGEND, NOT_JUDGED_FACE, ROLE_STYLE, STEP_PALETTE,
     Layout, activation_kind, guide_kinds, highlight_style, plot_coords,
 )
+from coordcheck.plot.experts import PANELS as EXPERTS_PANELS, has_experts, plot_experts
 from coordcheck.plot.depth import (
     DEPTH_KINDS, GRID_SERIES, MAX_DEPTH_COLUMNS, depth_kinds, family_labels, has_depths, has_grid, plot_depth,
     plot_grid_slopes,
@@ -43,6 +44,7 @@ __all__ = [
     # the figures
     "plot_coords", "plot_slopes", "plot_loss", "plot_causes", "plot_depth", "plot_grid_slopes", "activation_kind",
     "guide_kinds", "highlight_style",
+    "plot_experts", "has_experts", "EXPERTS_PANELS",
     # depth
     "DEPTH_KINDS", "GRID_SERIES", "MAX_DEPTH_COLUMNS", "depth_kinds", "family_labels", "has_depths", "has_grid",
     # coords

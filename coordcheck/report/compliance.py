@@ -414,6 +414,10 @@ def _write_figures(
         if plot.has_grid(frame):
             jobs["slopes_grid"] = lambda: plot.plot_grid_slopes(frame, out / "slopes_grid", size=size, title=v.title,
                                                                 labels=labels)
+    if v.experts is not None and plot.has_experts(frame):  # the check against the number of experts; at one width
+        jobs = {k: draw for k, draw in jobs.items() if k == "causes" or v.width_status != NOT_JUDGED}
+        jobs["coord_check_experts"] = lambda: plot.plot_experts(frame, v.experts.series, out / "coord_check_experts",
+                                                                stat=stat, size=size, title=v.experts.summary)
     figures = {}
     for name, draw in jobs.items():
         try:
