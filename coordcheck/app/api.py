@@ -26,6 +26,7 @@ from coordcheck.setup.data import Batch, as_batch
 from coordcheck.setup.depth import Depth, DepthScaling, sweep_axes
 from coordcheck.setup.device import check_compile, check_precision, resolve_device
 from coordcheck.setup.experts import check_experts, with_experts
+from coordcheck.setup.parallel import as_parallel
 from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import DEFAULT_TENSORS, STATS, concat_frames, digest
 from coordcheck.setup.init import resolve_init
@@ -164,6 +165,7 @@ def coord_check(
     experts_key: str = "auto",
     granularity: bool = False,
     pool_experts: bool = True,
+    parallel: str | Callable[[nn.Module], nn.Module] | None = None,
     parametrization: str | Parametrization = "mup",
     optimizer: str | OptimizerFactory = "adam",
     lr: float = 1e-2,
@@ -228,8 +230,13 @@ def coord_check(
     ``num_local_experts``, ``n_routed_experts`` it takes); ``granularity=True`` keeps the total expert width fixed
     (the built-in MoE's ``expert_ratio`` times its own count over each count). ``pool_experts``: experts kept as a list
     of modules are one module per layer in the frame (``experts.*.fc1``; False: each expert its own).
+
+    ``parallel`` (:mod:`coordcheck.setup.parallel`): ``"ddp"`` or a function ``wrap(model) -> module`` trains the model
+    wrapped, each ``torchrun`` process on its equal share of the batch, the statistics reduced across the processes
+    exactly (every process gets the same result); ``None``: one process.
     """
     device = resolve_device(device)
+    par = as_parallel(parallel)
     precision = check_precision(precision)
     check_compile(compile)
     widths, depth_list, scaling = sweep_axes(widths, width, depths, depth_scaling)
@@ -293,6 +300,7 @@ def coord_check(
             output=output, forward_targets=forward_targets, grad_clip=grad_clip, device=device,
             precision=precision, init=init_fn,
             depth=Depth(depth=depth, base_depth=base_depth, scaling=scaling, key=depth_key), pool_experts=pool_experts,
+            parallel=par,
         )
 
     bar = tqdm(total=len(jobs) * len(seeds) * (steps + 1), desc="coord check", disable=not progress)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import torch
+import numpy as np
 from torch import nn
 
 from coordcheck.core.frame import LOAD_TENSOR
@@ -39,14 +39,15 @@ LOAD_STATS = ("max_load", "entropy")
 POOLED = "*"  # the index of a pooled expert list's members: blocks.0.moe.experts.*.fc1
 
 
-def load_stats(counts: torch.Tensor) -> torch.Tensor:
-    """``(max_load, entropy)`` of the tokens each expert got (``counts``: (E,), any dtype), on its device; NaN when
-    nothing was routed."""
-    c = counts.to(torch.float64)
-    e = c.numel()
-    share = c / c.sum()
-    ent = -torch.special.xlogy(share, share).sum() / math.log(e) if e > 1 else torch.ones((), dtype=c.dtype)
-    return torch.stack([share.max() * e, ent])
+def load_stats(counts: np.ndarray) -> tuple[float, float]:
+    """``(max_load, entropy)`` of the tokens each expert got (``counts``: (E,)); NaN when nothing was routed."""
+    c = np.asarray(counts, dtype=np.float64)
+    e = c.size
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = c / c.sum()
+        ent = -np.sum(np.where(share > 0, share * np.log(np.where(share > 0, share, 1.0)), 0.0)) / math.log(e) \
+            if e > 1 else 1.0
+    return float(share.max() * e), float(ent)
 
 
 def expert_members(model: nn.Module, experts: Mapping[str, int], captured: Mapping[str, str],

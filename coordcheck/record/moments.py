@@ -20,7 +20,7 @@ from coordcheck.core.errors import CoordCheckError
 
 __all__ = ["N", "MEAN", "VAR", "ABSSUM", "ABSMAX", "MOMENTS", "NEEDS", "STAT_FUNCS", "needed_moments", "moments",
            "moment_terms", "batched_moments", "moment_rows", "masked_moments", "pool_moments", "pool_calls",
-           "stats_from_moments"]
+           "pool_ranks", "stats_from_moments"]
 
 # Moments kept per (module, tensor), on the host: n, mean, population variance, sum |x|, max |x|.
 N, MEAN, VAR, ABSSUM, ABSMAX = range(5)
@@ -177,6 +177,24 @@ def pool_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out[ABSSUM] = a[ABSSUM] + b[ABSSUM]
     hi = (a[ABSMAX], b[ABSMAX])
     out[ABSMAX] = np.nan if np.isnan(hi).any() else max(hi)
+    return out
+
+
+def pool_ranks(rows: np.ndarray) -> np.ndarray:
+    """(W, R, 5) moments of the same R series over W disjoint samples (one per process) -> (R, 5) moments of their
+    union, exactly (the parallel form of :func:`pool_moments`: counts and sums add, the variance takes each sample's
+    mean offset, the max is the max; a NaN max stays NaN)."""
+    n = rows[:, :, N].sum(axis=0)
+    out = np.empty(rows.shape[1:], dtype=np.float64)
+    out[:, N] = n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = (rows[:, :, N] * rows[:, :, MEAN]).sum(axis=0) / n
+        spread = rows[:, :, N] * (rows[:, :, VAR] + (rows[:, :, MEAN] - mean) ** 2)
+        out[:, VAR] = np.where(n > 0, spread.sum(axis=0) / n, np.nan)
+    out[:, MEAN] = np.where(n > 0, mean, np.nan)
+    out[:, ABSSUM] = rows[:, :, ABSSUM].sum(axis=0)
+    hi = rows[:, :, ABSMAX]
+    out[:, ABSMAX] = np.where(np.isnan(hi).any(axis=0), np.nan, np.nanmax(np.where(np.isnan(hi), -np.inf, hi), axis=0))
     return out
 
 

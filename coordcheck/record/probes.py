@@ -98,9 +98,10 @@ from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-expo
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout, module_ops,
 )
 from coordcheck.record.load import LOAD_OP, LOAD_SUFFIX, expert_members, load_stats, pooled_layout
+from coordcheck.record.ranks import gather_ranks
 from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
-    pool_calls, pool_moments, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
+    pool_calls, pool_moments, pool_ranks, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
 )
 from coordcheck.record.outputs import first_tensor, select_output  # noqa: F401  (re-exported)
 from coordcheck.record.own import OwnUpdate
@@ -407,7 +408,7 @@ class Probes:
                     info["shape"] = self._shapes[n]
             self._mode.clear()  # the products followed at step 0: their ops are known
             if self.pool_experts and self._loads:
-                self._pooled = expert_members(self.model, {n: len(c) for n, c in self._loads.items()},
+                self._pooled = expert_members(self.model, {n: c.numel() for n, c in self._loads.items()},
                                               self._captured, self._fired)
                 pooled_layout(self._pooled, self.layout, self.modules)
         parts = []
@@ -424,22 +425,26 @@ class Probes:
         if self._mvals:
             parts.append(torch.stack(self._mvals).reshape(-1))
         loads = list(self._loads)
-        if loads:
-            parts.append(torch.stack([load_stats(self._loads[n]) for n in loads]).reshape(-1).float())
+        sizes = [self._loads[n].numel() for n in loads]
+        if loads:  # the tokens each expert got (the statistics follow on the host, from every process's counts)
+            parts.append(torch.cat([self._loads[n] for n in loads]).float())
         parts.append(loss.detach().float().reshape(1))
-        host = torch.cat(parts).cpu().double().numpy()  # the one device-to-host transfer of the step
-        r, k, nl = len(self._n), len(self._which), 2 * len(loads)
-        raw = np.concatenate([moment_rows(np.asarray(self._n, dtype=np.float64), host[: r * k], self._which),
-                              host[r * k : -1 - nl].reshape(-1, len(MOMENTS))])
-        load_values = host[-1 - nl : -1].reshape(-1, 2)
+        host = gather_ranks(torch.cat(parts))  # the one device-to-host transfer of the step: (processes, length)
+        r, k, nc = len(self._n), len(self._which), sum(sizes)
+        n = np.asarray(self._n, dtype=np.float64)
+        per_rank = [np.concatenate([moment_rows(n, h[: r * k], self._which),
+                                    h[r * k : h.size - 1 - nc].reshape(-1, len(MOMENTS))]) for h in host]
+        raw = per_rank[0] if len(per_rank) == 1 else pool_ranks(np.stack(per_rank))  # exact over the processes
+        counts = np.split(host[:, host.shape[1] - 1 - nc : -1].sum(axis=0), np.cumsum(sizes)[:-1]) if loads else []
+        loss_value = float(host[:, -1].mean())  # each process's mean over an equal share of the batch
         keys = self._keys + self._mkeys
         if self._pooled:  # an expert list's members: one measurement per layer (moments pool exactly)
             keys = [(self._pooled.get(n, n), t) for n, t in keys]
         keys, raw = pool_calls(keys, raw)
         self._last_out = self._softmax_out = None  # hold no activation past the step
         self._vals, self._reduced, self._pending, self._loads = [], [], 0, {}
-        return StepRecord(self.step, keys, raw, float(host[-1]), dict(self.head_dims), self.modules,
-                          {n: (float(v[0]), float(v[1])) for n, v in zip(loads, load_values)})
+        return StepRecord(self.step, keys, raw, loss_value, dict(self.head_dims), self.modules,
+                          {name: load_stats(c) for name, c in zip(loads, counts)})
 
     def remove(self) -> None:
         self._root_done(self.model, (), None)

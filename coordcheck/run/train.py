@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from coordcheck.setup.data import Batch
 from coordcheck.setup.depth import Depth
+from coordcheck.setup.parallel import Parallel, ensure_group
 from coordcheck.setup.device import autocast, environment, grad_scaler
 from coordcheck.core.errors import CoordCheckError, check_count
 from coordcheck.core.frame import COLUMNS, DEFAULT_TENSORS, LOSS_MODULE, ROOT_MODULE, STATS, conform
@@ -36,6 +37,7 @@ from coordcheck.setup.parametrization import Builder, Parametrization, build_mod
 from coordcheck.record import capture as capture_module
 from coordcheck.record import probes as probes_module
 from coordcheck.record.load import LOAD_STATS, LOAD_TENSOR
+from coordcheck.record.ranks import world
 from coordcheck.record.moments import stats_from_moments
 from coordcheck.core.errors import resolve_seeds  # noqa: F401  (re-exported: its home was here)
 from coordcheck.record.probes import Probes, StepRecord, first_tensor, select_output
@@ -234,6 +236,7 @@ def train_with_probes(
     skipped_out: list[int] | None = None,
     eps: EpsProbe | None = None,
     pool_experts: bool = True,
+    trained: nn.Module | None = None,
 ) -> tuple[list[StepRecord], dict[str, tuple[int, str, int]]]:
     """Train ``steps`` updates on the fixed batch; return the per-step records and the layout.
 
@@ -244,20 +247,23 @@ def train_with_probes(
     ``fp32``, ``bf16`` (autocast around the forward) or ``fp16`` (autocast and a gradient scaler);
     ``skipped_out`` receives the steps after which the fp16 scaler skipped the update; ``eps``
     (:class:`coordcheck.record.eps.EpsProbe`) records Adam's ε fraction after each update; ``pool_experts``: an expert
-    list's members recorded as one module per layer (:mod:`coordcheck.record.load`).
+    list's members recorded as one module per layer (:mod:`coordcheck.record.load`); ``trained``: the module the
+    forward runs through when it is not ``model`` itself (a DDP wrapper around it: the probes hook ``model``, whose
+    names are the model's own).
     """
     check_count(steps, "steps")
     device = next(model.parameters(), torch.empty(0)).device
     inputs, targets = batch.inputs.to(device), batch.targets.to(device)  # moved once
     scaler = grad_scaler(device, precision)
     skipped: list[int] = []
-    model.train()
+    trained = model if trained is None else trained
+    trained.train()
     records: list[StepRecord] = []
     with Probes(model, tensors=tensors, stats=stats, output=output, pool_experts=pool_experts) as probes:
         for step in range(steps + 1):
             probes.begin_step(step)
             with autocast(device, precision):
-                loss = forward_loss(model, inputs, targets, loss_fn, output=output,
+                loss = forward_loss(trained, inputs, targets, loss_fn, output=output,
                                     forward_targets=forward_targets, probes=probes)
             rec = probes.end_step(loss)
             records.append(rec)
@@ -340,6 +346,7 @@ def run_width(
     init: Init | None = None,
     depth: Depth | None = None,
     pool_experts: bool = True,
+    parallel: Parallel | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """Train every seed at one width; return the job's tidy frame and facts about the run.
 
@@ -356,9 +363,14 @@ def run_width(
     bar = progress if isinstance(progress, tqdm) else tqdm(
         total=len(seeds) * (steps + 1), desc=f"width {width}", disable=not progress, leave=False
     )
-    device = torch.device(device)
+    parallel = parallel or Parallel()
+    device = parallel.device(torch.device(device))
+    ensure_group(parallel, device)
+    batch = parallel.shard(batch)  # this process's share (all of it in one process)
     frames, facts = [], {"config_id": identity.config_id, "width": width, "seeds": list(seeds), "diverged": [],
                          **depth.facts(), **environment(device, precision)}
+    if parallel.active:
+        facts["parallel"] = {"name": parallel.name, "processes": world()[1]}
     try:
         for seed in seeds:
             model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init, depth)
@@ -373,6 +385,7 @@ def run_width(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
                 on_step=lambda rec: bar.update(1), output=output, forward_targets=forward_targets, grad_clip=grad_clip,
                 precision=precision, skipped_out=(skipped := []), eps=eps, pool_experts=pool_experts,
+                trained=parallel.wrap(model),
             )
             facts.setdefault("modules", records[0].modules)  # each recorded module's op (coordcheck.judge.roles)
             if skipped:

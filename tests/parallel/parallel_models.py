@@ -1,0 +1,30 @@
+"""The model, batch and settings the DDP test and its torchrun job share."""
+
+import torch
+from torch import nn
+
+from coordcheck.setup.data import Batch
+
+SETTINGS = dict(widths=[64, 128, 256], steps=3, seeds=1, progress=False, cause_pass=False, optimizer="adam", lr=1e-2)
+
+
+class MLP(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        from mup import MuReadout
+
+        self.fc1 = nn.Linear(16, width)
+        self.fc2 = nn.Linear(width, width)
+        self.readout = MuReadout(width, 4)
+
+    def forward(self, x):
+        return self.readout(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def build(width: int) -> nn.Module:
+    return MLP(width)
+
+
+def BATCH() -> Batch:
+    g = torch.Generator().manual_seed(0)
+    return Batch(torch.randn(16, 16, generator=g), torch.randint(0, 4, (16,), generator=g), "gaussian")

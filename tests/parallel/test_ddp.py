@@ -1,0 +1,53 @@
+"""Issue 30: a model trained with DistributedDataParallel under torchrun (2 processes, gloo on the CPU; NCCL where
+CUDA is present) gives the frame of one process on the whole batch, up to float summation order."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from coordcheck import coord_check
+from coordcheck.core.errors import CoordCheckError
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from parallel_models import BATCH, SETTINGS, build  # noqa: E402
+
+
+def _torchrun(tmp_path: Path, n: int = 2) -> subprocess.CompletedProcess:
+    out = tmp_path / "frame.parquet"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent),
+                                                        os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+           str(HERE / "ddp_job.py"), str(out)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_a_ddp_frame_equals_the_one_process_frame(tmp_path):
+    r = _torchrun(tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ddp = pd.read_parquet(tmp_path / "frame.parquet")
+    one = coord_check(build, data=BATCH(), **SETTINGS)
+    key = ["width", "seed", "step", "module", "tensor", "stat"]
+    a = one.frame.sort_values(key).reset_index(drop=True)
+    b = ddp.sort_values(key).reset_index(drop=True)
+    assert a[key].equals(b[key])  # the same series, the model's own names (not DDP's module.*)
+    keep = a["tensor"].isin(["out", "delta", "loss"]).to_numpy()
+    # float32 reductions summed in another order on each process, then pooled in float64: 1e-4 relative
+    np.testing.assert_allclose(b["value"].to_numpy()[keep], a["value"].to_numpy()[keep], rtol=1e-4, atol=1e-6)
+    assert f"verdict: {one.verdict.status}" in r.stdout
+
+
+def test_parallel_outside_torchrun_is_one_line(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(CoordCheckError, match="runs under torchrun"):
+        coord_check(build, data=BATCH(), parallel="ddp", **SETTINGS)
+    with pytest.raises(CoordCheckError, match="parallel must be one of"):
+        coord_check(build, data=BATCH(), parallel="fsdp3", **SETTINGS)
