@@ -40,7 +40,7 @@ __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "NOT_IN_ID", "NOT_IN_FAMILY", "RU
 REPO_CONF = Path(__file__).resolve().parents[2] / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
 NOT_IN_JOB = ("progress", "report", "threads", "logger", "cause_pass")  # keys that do not change a job's frame
-NOT_IN_ID = ("width", "device", *NOT_IN_JOB)  # ... nor what a configuration is (a width on another device is
+NOT_IN_ID = ("width", "device", "parallel", *NOT_IN_JOB)  # ... nor what a configuration is (a width on another device is
 # the same configuration; its precision is not). A depth is part of a configuration: each depth of a depth sweep is one
 # configuration of the width verdict, and the depths of one configuration share its family_id (NOT_IN_FAMILY).
 NOT_IN_FAMILY = ("depth", "experts", *NOT_IN_ID)  # (the number of experts is an axis too: coordcheck.judge.experts)
@@ -50,6 +50,7 @@ RUN_DEFAULTS = {"device": "auto", "precision": "fp32", "compile": False,
                 "init": {"_target_": "coordcheck.setup.init.as_built", "_partial_": True},
                 "depth": None, "base_depth": 2, "depth_key": "auto", "experts": None, "experts_key": "auto",
                 "granularity": False, "pool_experts": True,
+                "parallel": {"_target_": "coordcheck.setup.parallel.Parallel", "name": "none", "timeout_s": 300},
                 "depth_scaling": {"_target_": "coordcheck.setup.depth.DepthScaling", "name": "none",
                                   "alpha": 0.0}}  # at these values a key is left
 # out of the hashes, so that sweeps made before the keys existed keep their config_id and resume (init: conf/init/none)
@@ -168,7 +169,7 @@ for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_
         OmegaConf.register_new_resolver(_name, _resolver)
 
 
-GROUPS = ("model", "data", "parametrization", "optimizer", "init", "depth_scaling", "logger")
+GROUPS = ("model", "data", "parametrization", "optimizer", "init", "depth_scaling", "logger", "parallel")
 
 
 def options(group: str) -> list[str]:

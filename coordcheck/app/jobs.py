@@ -31,8 +31,10 @@ import functools
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -112,6 +114,7 @@ def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None)
     precision = check_precision(cfg.get("precision", "fp32"))
     check_compile(cfg.get("compile", False))
     build = instantiate_node(cfg.model, "model")
+    parallel = instantiate_node(cfg.parallel, "parallel") if cfg.get("parallel") is not None else None
     experts = cfg.get("experts")
     if experts is not None:  # the number of experts, an axis (coordcheck.setup.experts, judge.experts)
         from coordcheck.setup.experts import with_experts
@@ -152,7 +155,7 @@ def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None)
         progress=bool(cfg.progress) and not cause_pass,
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
         grad_clip=cfg.get("grad_clip"), device=device, precision=precision, init=init, depth=depth,
-        pool_experts=bool(cfg.get("pool_experts", True)),
+        pool_experts=bool(cfg.get("pool_experts", True)), parallel=parallel,
     )
     if cause_pass:
         frame = cause_rows(frame)
@@ -231,7 +234,9 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
     hc = HydraConfig.get()
     output_dir = Path(hc.runtime.output_dir)
     key = job_hash(cfg)
-    if hc.mode == RunMode.MULTIRUN and (done := finished(output_dir, key)) is not None:
+    done = finished(output_dir, key) if hc.mode == RunMode.MULTIRUN else None
+    done = _rank0_decides(cfg, done)  # under parallel: every process resumes (or runs) the job as rank 0 does
+    if done is not None:
         log.info("%s already done with the same configuration (%d rows): skipped", label(cfg), done["rows"])
         return
     job = {"width": cfg.get("width"), "overrides": list(hc.overrides.task), "job_hash": key, "started": time.time()}
@@ -269,6 +274,23 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
     finally:
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
+
+
+def _rank0_decides(cfg: DictConfig, done: dict | None) -> dict | None:
+    """Under ``parallel`` (several processes, one job at a time in lockstep), rank 0's resume decision, given to
+    every process (the others keep no record of their own); ``done`` as it is otherwise."""
+    node = cfg.get("parallel")
+    if node is None or node.get("name", "none") == "none":
+        return done
+    from coordcheck.setup.device import resolve_device
+    from coordcheck.setup.parallel import ensure_group, instantiate_parallel
+
+    ensure_group(instantiate_parallel(node), resolve_device(cfg.get("device", "auto")))
+    import torch.distributed as dist
+
+    box = [done]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def log_job(cfg: DictConfig, hc: Any, output_dir: Path, kind: str, record: dict) -> None:
@@ -348,7 +370,13 @@ def run_command(task: Callable[[DictConfig], None], *, config_name: str = "confi
         sys.exit(USER_ERROR)
     import hydra
 
-    hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)(task)()
+    scratch = _other_rank_dirs()  # under torchrun, a process other than rank 0 writes into a scratch directory
+    try:
+        hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)(task)()
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        _end_group()
     if outcome.failed:
         print(f"coordcheck: {len(outcome.failed)} job(s) failed (see job.json in their directories)", file=sys.stderr)
     elif outcome.trackers:
@@ -357,6 +385,33 @@ def run_command(task: Callable[[DictConfig], None], *, config_name: str = "confi
     elif outcome.strict and outcome.exit_code and outcome.error is None:
         print(f"coordcheck: report.strict=true: {outcome.status.upper()} exits {outcome.exit_code}", file=sys.stderr)
     sys.exit(outcome.exit_code)
+
+
+PARALLEL_RUN_KEYS = ("hydra.sweep.dir=", "hydra.run.dir=", "hydra.output_subdir=", "hydra/job_logging=",
+                     "hydra/hydra_logging=")
+
+
+def _other_rank_dirs() -> str | None:
+    """Under ``torchrun`` with ``parallel`` set, a process other than rank 0 keeps Hydra's files (its sweep and job
+    directories, logs, multirun.yaml) in a scratch directory, so that only rank 0 writes the user's sweep; its path,
+    removed at the end, or None."""
+    rank = int(os.environ.get("RANK", "0") or 0)
+    parallel = [a for a in sys.argv[1:] if a.startswith("parallel=") and a != "parallel=none"]
+    if rank == 0 or not parallel or "WORLD_SIZE" not in os.environ:
+        return None
+    scratch = tempfile.mkdtemp(prefix=f"coordcheck-rank{rank}-")
+    sys.argv[1:] = [f"hydra.sweep.dir={scratch}", f"hydra.run.dir={scratch}", "hydra.output_subdir=null",
+                    "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",  # (before --multirun: positional)
+                    *(a for a in sys.argv[1:] if not a.startswith(PARALLEL_RUN_KEYS))]
+    return scratch
+
+
+def _end_group() -> None:
+    """Leave the process group a parallel run created (coordcheck.setup.parallel), if any."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def no_report(sweep_dir: Path | None, e: BaseException, *, user: bool = False) -> None:
@@ -402,6 +457,11 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.started = time.time()  # the trackers' errors of this sweep's jobs, not of a resumed one's (log_sweep)
         self.cause_pass = bool(config.get("cause_pass", True))  # a failing sweep records its causes afterwards
+        self.parallel = (config.get("parallel") or {}).get("name", "none") != "none"
+        if self.parallel and self.cause_pass:  # (it would train on rank 0 alone): the causes' tensors in the sweep
+            self.cause_pass = False
+            log.info("parallel=%s: no cause pass after the sweep; tensors=[out,delta,in,own] records the causes in "
+                     "it", config.parallel.name)
         try:
             self.knobs.values(config.get("report"))
         except CoordCheckError as e:  # an exception would only be a warning here: stop before any job runs
@@ -412,6 +472,8 @@ class SweepCallback(Callback):
         """Write ``SWEEP_DIR/report/``. Any exception is recorded and fails the command (Hydra would make it a
         warning and exit 0)."""
         sweep_dir = None
+        if getattr(self, "parallel", False) and int(os.environ.get("RANK", "0") or 0) != 0:
+            return  # rank 0 reports (every process holds the same frames)
         try:
             sweep_dir = Path(config.hydra.sweep.dir)
             opts = self.knobs.values(config.get("report"))

@@ -28,7 +28,7 @@ from torch import nn
 from coordcheck.core.errors import CoordCheckError
 from coordcheck.setup.data import Batch
 
-__all__ = ["Parallel", "PARALLEL", "TIMEOUT_S", "as_parallel", "ensure_group"]
+__all__ = ["Parallel", "PARALLEL", "TIMEOUT_S", "as_parallel", "ensure_group", "instantiate_parallel"]
 
 PARALLEL = ("none", "ddp")
 TIMEOUT_S = 300  # a collective that waits longer than this (a dead or hung process) raises on the others
@@ -108,3 +108,11 @@ def as_parallel(value: str | Callable | Parallel | None) -> Parallel:
         raise CoordCheckError(f"parallel must be one of {', '.join(PARALLEL)} or a function wrap(model) -> module, "
                               f"got {value!r}")
     return Parallel(value)
+
+
+def instantiate_parallel(node) -> Parallel:
+    """The ``parallel`` config node (``conf/parallel/``) as a :class:`Parallel`; a one-line error for another name."""
+    name = str(node.get("name", "none"))
+    if name not in PARALLEL:
+        raise CoordCheckError(f"parallel.name must be one of {', '.join(PARALLEL)}, got {name!r}")
+    return Parallel(name, timeout_s=float(node.get("timeout_s", TIMEOUT_S)))

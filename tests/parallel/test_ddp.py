@@ -3,9 +3,11 @@ CUDA is present) gives the frame of one process on the whole batch, up to float 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -51,3 +53,33 @@ def test_parallel_outside_torchrun_is_one_line(monkeypatch):
         coord_check(build, data=BATCH(), parallel="ddp", **SETTINGS)
     with pytest.raises(CoordCheckError, match="parallel must be one of"):
         coord_check(build, data=BATCH(), parallel="fsdp3", **SETTINGS)
+
+
+CLI = ["model=mlp", "width=64,128,256", "steps=3", "seeds=1", "device=cpu", "threads=1", "progress=false",
+       "report.figures=false"]
+
+
+def _frames(sweep: Path) -> pd.DataFrame:
+    key = ["width", "seed", "step", "module", "tensor", "stat"]
+    return pd.concat(pd.read_parquet(p) for p in sweep.glob("*/frame.parquet")).sort_values(key).reset_index(drop=True)
+
+
+@pytest.mark.slow
+def test_torchrun_ddp_from_the_command_line_gives_the_one_process_frame_and_only_rank_0_writes(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ddp, one = tmp_path / "ddp", tmp_path / "one"
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
+                        "coordcheck", "parallel=ddp", *CLI, f"hydra.sweep.dir={ddp}", "--multirun"],
+                       capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("coordcheck: PASS") == 1  # one report, rank 0's
+    r1 = subprocess.run([sys.executable, "-m", "coordcheck", *CLI, f"hydra.sweep.dir={one}", "--multirun"],
+                        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    a, b = _frames(one), _frames(ddp)
+    assert len(list(ddp.glob("*/frame.parquet"))) == 3 and a["config_id"].equals(b["config_id"])
+    keep = a["tensor"].isin(["out", "delta", "loss"]).to_numpy()
+    np.testing.assert_allclose(b["value"].to_numpy()[keep], a["value"].to_numpy()[keep], rtol=1e-4, atol=1e-6)
+    meta = json.loads(next(ddp.glob("*width=64*/job.json")).read_text())
+    assert meta["parallel"] == {"name": "ddp", "processes": 2}
+    assert not list(Path(tempfile.gettempdir()).glob("coordcheck-rank1-*"))  # rank 1's scratch is gone
