@@ -183,7 +183,11 @@ def pool_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def pool_ranks(rows: np.ndarray) -> np.ndarray:
     """(W, R, 5) moments of the same R series over W disjoint samples (one per process) -> (R, 5) moments of their
     union, exactly (the parallel form of :func:`pool_moments`: counts and sums add, the variance takes each sample's
-    mean offset, the max is the max; a NaN max stays NaN)."""
+    mean offset, the max is the max; a NaN max stays NaN). A series with the same moments on every process is one
+    tensor replicated on each (it does not depend on the batch: a position embedding's output), counted once: its
+    count is not multiplied, so its unbiased std is the one-process std."""
+    same = (rows == rows[:1]).all(axis=(0, 2))  # (a NaN compares unequal: such a series is pooled as any other)
+    rows = np.where(same[None, :, None] & (np.arange(rows.shape[0]) > 0)[:, None, None], 0.0, rows)  # one copy
     n = rows[:, :, N].sum(axis=0)
     out = np.empty(rows.shape[1:], dtype=np.float64)
     out[:, N] = n

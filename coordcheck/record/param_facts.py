@@ -108,9 +108,10 @@ def param_facts(model: nn.Module, optimizer: torch.optim.Optimizer, parametrizat
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     mults = _readout_mults(model)
     owners = _owners(model)
-    moments = [torch.stack([p.detach().double().mean(), p.detach().double().square().mean()])
-               if p.numel() else torch.full((2,), float("nan"), dtype=torch.float64, device=p.device)
-               for _, p in named]  # mean and mean square of each parameter, on its device
+    whole = [(getattr(p, "full_tensor", None) or p.detach)().detach() for _, p in named]  # a sharded one's whole
+    moments = [torch.stack([w.double().mean(), w.double().square().mean()])
+               if w.numel() else torch.full((2,), float("nan"), dtype=torch.float64, device=w.device)
+               for w in whole]  # mean and mean square of each parameter, on its device
     sums = torch.stack(moments).cpu().tolist() if named else []  # moved to the host once
     params = {}
     for (name, p), (mean, sq) in zip(named, sums):

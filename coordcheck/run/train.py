@@ -197,7 +197,8 @@ def update(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tenso
 
 def build_on(device: torch.device | str, build: Builder, width: int, seed: int, parametrization: Parametrization,
              base_width: int, optimizer: OptimizerFactory, lr: float,
-             init: Init | None = None, depth: Depth | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
+             init: Init | None = None, depth: Depth | None = None,
+             shard: Callable[[nn.Module], nn.Module] | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The seeded, parametrized model built directly on ``device``, re-initialised by ``init``
     (:mod:`coordcheck.setup.init`), and its optimizer (checked). ``init`` and the optimizer factory also get those of
     ``build``, ``width``, ``base_width`` (and, for ``init``, ``seed``, ``parametrization``; for the factory
@@ -211,6 +212,8 @@ def build_on(device: torch.device | str, build: Builder, width: int, seed: int, 
         model = build_model(build, width, seed, parametrization, base_width)
         if init is not None:
             init(model, **named_keywords(init, **context, seed=seed, parametrization=parametrization))
+    if shard is not None:  # FSDP2: the optimizer over the sharded parameters (coordcheck.setup.parallel)
+        model = shard(model)
     opt = optimizer(model, lr, **named_keywords(optimizer, **context, **depth.factory_keywords(model)))
     if not isinstance(opt, torch.optim.Optimizer):
         raise CoordCheckError(f"the optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
@@ -373,7 +376,8 @@ def run_width(
         facts["parallel"] = {"name": parallel.name, "processes": world()[1]}
     try:
         for seed in seeds:
-            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init, depth)
+            model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init, depth,
+                                  shard=parallel.shard_model if parallel.shards else None)
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.record.shapes)
             facts["n_params"] = n_params(facts["shapes"])
             if "audit" not in facts:  # judge.audit, from the first seed (setdefault would build it every seed)

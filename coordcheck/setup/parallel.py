@@ -30,7 +30,7 @@ from coordcheck.setup.data import Batch
 
 __all__ = ["Parallel", "PARALLEL", "TIMEOUT_S", "as_parallel", "ensure_group", "instantiate_parallel"]
 
-PARALLEL = ("none", "ddp")
+PARALLEL = ("none", "ddp", "fsdp")
 TIMEOUT_S = 300  # a collective that waits longer than this (a dead or hung process) raises on the others
 
 
@@ -68,9 +68,37 @@ class Parallel:
         return Batch(batch.inputs[rank * b:(rank + 1) * b], batch.targets[rank * b:(rank + 1) * b], batch.name,
                      batch.policy)
 
+    @property
+    def shards(self) -> bool:
+        """Whether wrapping replaces the parameters (FSDP2): then the optimizer is built after :meth:`shard_model`."""
+        return self.name == "fsdp"
+
+    def shard_model(self, model: nn.Module) -> nn.Module:
+        """FSDP2: ``fully_shard`` each residual block (:func:`coordcheck.setup.blocks.find_blocks`), then the root, in
+        place. mup's width information goes with each parameter: its ``infshape`` (what MuAdam / MuSGD read) is set on
+        the sharded parameter of the same name (whose ``shape`` is the global one), and each ``MuReadout``'s
+        width multiplier is kept as it was (its weight is replaced by an unsharded copy in the forward)."""
+        from mup import MuReadout
+        from torch.distributed.fsdp import fully_shard
+
+        from coordcheck.setup.blocks import find_blocks
+
+        infshapes = {n: p.infshape for n, p in model.named_parameters() if hasattr(p, "infshape")}
+        for m in model.modules():
+            if isinstance(m, MuReadout) and hasattr(m.weight, "infshape"):
+                m.width_mult = (lambda w=m.width_mult(): w)  # noqa: E731
+        modules = dict(model.named_modules())
+        for name in find_blocks(model):
+            fully_shard(modules[name])
+        fully_shard(model)
+        for n, p in model.named_parameters():
+            if n in infshapes:
+                p.infshape = infshapes[n]
+        return model
+
     def wrap(self, model: nn.Module) -> nn.Module:
-        """The module to train (the model itself when not parallel)."""
-        if not self.active:
+        """The module to train (the model itself when not parallel, or sharded in place: :meth:`shard_model`)."""
+        if not self.active or self.shards:
             return model
         if self.wrap_fn is not None:
             return self.wrap_fn(model)

@@ -1,6 +1,8 @@
-"""Run under torchrun by tests/parallel/test_ddp.py: the coordinate check of a small model with parallel=ddp; rank 0
-writes the frame to argv[1] (every rank checks it got the same one)."""
+"""Run under torchrun by tests/parallel/test_ddp.py: the coordinate check of a small model with parallel=argv[2]
+(ddp, fsdp); rank 0 writes the frame to argv[1] and the parameter audit's learning rates and stds beside it (every
+rank checks it got the same frame)."""
 
+import json
 import sys
 
 import torch
@@ -10,7 +12,7 @@ from parallel_models import BATCH, SETTINGS, build
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    result = coord_check(build, data=BATCH(), parallel="ddp", **SETTINGS)
+    result = coord_check(build, data=BATCH(), parallel=sys.argv[2], **SETTINGS)
     import torch.distributed as dist
 
     frames = [None] * dist.get_world_size()
@@ -18,5 +20,9 @@ if __name__ == "__main__":
     assert all(f.equals(frames[0]) for f in frames), "every process reduces to the same frame"
     if dist.get_rank() == 0:
         result.frame.to_parquet(sys.argv[1])
+        audit = {f"{f['width']}/{n}": [p["lr"], p["std"], p["dims"]] for f in result.facts
+                 for n, p in f["audit"]["params"].items()}
+        with open(sys.argv[1] + ".audit.json", "w") as out:
+            json.dump(audit, out)
         print(f"verdict: {result.verdict.status}")
     dist.destroy_process_group()
