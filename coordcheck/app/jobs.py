@@ -268,12 +268,24 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
             print(f"coordcheck: error: {error}", file=sys.stderr)
             sys.exit(USER_ERROR)
         log.error("%s %s: %s", label(cfg), status, error)
+        if _parallel_rank(cfg) is not None:  # the others wait in a collective: end this process, torchrun stops them
+            print(f"coordcheck: rank {_parallel_rank(cfg)}: {label(cfg)} {status}: {error}", file=sys.stderr,
+                  flush=True)
+            raise SystemExit(1) from None
         if isinstance(e, KeyboardInterrupt) or hc.mode == RunMode.RUN:
             raise
         OUTCOME.failed.append(error)
     finally:
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
+
+
+def _parallel_rank(cfg: DictConfig) -> int | None:
+    """This process's rank under ``parallel`` (several processes in lockstep), else None."""
+    node = cfg.get("parallel")
+    if node is None or node.get("name", "none") == "none":
+        return None
+    return int(os.environ.get("RANK", "0") or 0)
 
 
 def _rank0_decides(cfg: DictConfig, done: dict | None) -> dict | None:

@@ -28,3 +28,13 @@ def build(width: int) -> nn.Module:
 def BATCH() -> Batch:
     g = torch.Generator().manual_seed(0)
     return Batch(torch.randn(16, 16, generator=g), torch.randint(0, 4, (16,), generator=g), "gaussian")
+
+
+def dying_build(width: int) -> nn.Module:
+    """``build``, but the process of rank 1 dies (``os._exit``: no handler runs) when it builds width 512 while
+    ``COORDCHECK_TEST_DIE`` is set: a process lost mid-sweep (muP's base shapes build widths 128 and 256)."""
+    import os
+
+    if width == 512 and os.environ.get("RANK") == "1" and os.environ.get("COORDCHECK_TEST_DIE"):
+        os._exit(3)
+    return MLP(width)

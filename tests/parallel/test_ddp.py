@@ -94,3 +94,25 @@ def test_torchrun_from_the_command_line_gives_the_one_process_frame_and_only_ran
     meta = json.loads(next(ddp.glob("*width=64*/job.json")).read_text())
     assert meta["parallel"] == {"name": parallel, "processes": 2}
     assert not list(Path(tempfile.gettempdir()).glob("coordcheck-rank1-*"))  # rank 1's scratch is gone
+
+
+@pytest.mark.slow
+def test_a_dead_process_stops_the_sweep_without_a_partial_frame_and_resume_finishes_it(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "coordcheck",
+            "parallel=ddp", "parallel.timeout_s=60", "model=custom", "model._target_=parallel_models.dying_build",
+            "data=gaussian", "data.batch_size=16", "data.dim=16", "data.n_classes=4", *CLI[1:], "width=64,128,512",
+            f"hydra.sweep.dir={sweep}", "--multirun"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)])}
+    r = subprocess.run(args, capture_output=True, text=True, env={**env, "COORDCHECK_TEST_DIE": "1"}, timeout=300,
+                       cwd=tmp_path)
+    assert r.returncode != 0 and "coordcheck: PASS" not in r.stdout
+    dead = next(sweep.glob("*width=512*"))
+    meta = json.loads((dead / "job.json").read_text())
+    assert meta["status"] in ("interrupted", "failed") and not (dead / "frame.parquet").exists(), meta
+    assert "rank 0: width=512 interrupted" in r.stderr or "rank 0: width=512 failed" in r.stderr
+    assert all(json.loads(next(sweep.glob(f"*width={w}/job.json")).read_text())["status"] == "ok" for w in (64, 128))
+    again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (again.stdout + again.stderr).count("already done") == 2  # widths 64 and 128 resumed, not retrained
+    assert len(list(sweep.glob("*/frame.parquet"))) == 3 and (sweep / "report" / "report.json").exists()
