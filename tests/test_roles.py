@@ -154,7 +154,7 @@ def test_a_declared_role_is_recorded_as_such(declared):
     with Probes(model) as p:
         p.begin_step(0)
         rec = p.end_step(model(torch.randn(3, 4)).sum())
-    assert rec.modules["0"] == {"op": "linear", "declared": declared}
+    assert rec.modules["0"] == {"op": "linear", "declared": declared, "shape": [3, 4]}  # its output's, at step 0
 
 
 def test_the_report_role_column_says_what_decided_it(tmp_path):

@@ -107,7 +107,8 @@ SWEEP_TAIL = ["+experiment (an overlay, added with +)", "hydra/launcher"]
 @pytest.mark.parametrize("module, groups, usage", [
     ("coordcheck.transfer", ["depth_scaling", "init", "logger", "model", "optimizer", "parametrization", *SWEEP_TAIL],
      "[key=value ...] [--multirun]"),
-    ("coordcheck", ["data", "depth_scaling", "init", "logger", "model", "optimizer", "parametrization", *SWEEP_TAIL],
+    ("coordcheck", ["data", "depth_scaling", "init", "logger", "model", "optimizer", "parallel", "parametrization",
+                    *SWEEP_TAIL],
      "[key=value ...] [--multirun]"),
     ("coordcheck.gradflow", ["data", "depth_scaling", "init", "model", "optimizer", "parametrization",
                              SWEEP_TAIL[0]], "[key=value ...]\n"),
