@@ -158,6 +158,8 @@ def kind(argv: list[str]) -> tuple[str, str, list[str]]:
         return "pip", "", argv[1:]
     if argv[0] == "ruff":
         return "ruff", "", argv[1:]
+    if argv[0] == "torchrun" and "-m" in argv and argv[argv.index("-m") + 1] in HYDRA_CLIS:
+        return "torchrun", argv[argv.index("-m") + 1], argv[argv.index("-m") + 2:]  # (run with 2 processes, gloo)
     if argv[0] == "python" and len(argv) > 1 and argv[1].startswith("experiments/"):
         return "experiment", argv[1].removeprefix("experiments/"), argv[2:]
     if argv[0] == "python" and len(argv) > 2 and argv[1] == "-m":
@@ -299,6 +301,14 @@ def run_page(page: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
             if what == "hydra":
                 args, made = tiny_hydra(module, args, n, as_written=expected(cmd, args) == {2})
                 code = run_in_process(monkeypatch, *args, module=module)
+            elif what == "torchrun":  # two processes on the CPU (gloo), as the page's command asks
+                args, made = tiny_hydra(module, args, n)
+                r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                    "--nproc-per-node=2", "-m", module, *args], capture_output=True, text=True,
+                                   timeout=600, cwd=tmp)
+                code = r.returncode
+                print(r.stdout, end="")
+                print(r.stderr[-3000:], end="", file=sys.stderr)
             elif what == "report":
                 args = with_sweep(args, tmp, sweep)
                 if not asks_for_figures(args):
@@ -333,7 +343,7 @@ def run_page(page: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
 
 
 def _has_runs(page: Path) -> bool:
-    return any(kind(c.argv)[0] in ("hydra", "report", "experiment") for c in page_commands(page))
+    return any(kind(c.argv)[0] in ("hydra", "torchrun", "report", "experiment") for c in page_commands(page))
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, id=str(p.relative_to(ROOT)),
@@ -341,7 +351,8 @@ def _has_runs(page: Path) -> bool:
                                   for p in pages()])
 def test_every_shown_command_runs(page, tmp_path, monkeypatch, capsys):
     ran = run_page(page, tmp_path, monkeypatch, capsys)
-    assert len(ran) == sum(kind(c.argv)[0] in ("hydra", "report", "experiment") for c in page_commands(page))
+    assert len(ran) == sum(kind(c.argv)[0] in ("hydra", "torchrun", "report", "experiment")
+                           for c in page_commands(page))
 
 
 @pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))

@@ -12,7 +12,8 @@ from parallel_models import BATCH, SETTINGS, build
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    result = coord_check(build, data=BATCH(), parallel=sys.argv[2], **SETTINGS)
+    device = sys.argv[3] if len(sys.argv) > 3 else "cpu"  # cuda: NCCL, one GPU a process
+    result = coord_check(build, data=BATCH(), parallel=sys.argv[2], **{**SETTINGS, "device": device})
     import torch.distributed as dist
 
     frames = [None] * dist.get_world_size()

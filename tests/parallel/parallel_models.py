@@ -5,7 +5,8 @@ from torch import nn
 
 from coordcheck.setup.data import Batch
 
-SETTINGS = dict(widths=[64, 128, 256], steps=3, seeds=1, progress=False, cause_pass=False, optimizer="adam", lr=1e-2)
+SETTINGS = dict(widths=[64, 128, 256], steps=3, seeds=1, progress=False, cause_pass=False, optimizer="adam", lr=1e-2,
+                device="cpu")
 
 
 class MLP(nn.Module):

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from coordcheck import coord_check
 from coordcheck.core.errors import CoordCheckError
@@ -22,12 +23,12 @@ sys.path.insert(0, str(HERE))
 from parallel_models import BATCH, SETTINGS, build  # noqa: E402
 
 
-def _torchrun(tmp_path: Path, parallel: str, n: int = 2) -> subprocess.CompletedProcess:
+def _torchrun(tmp_path: Path, parallel: str, n: int = 2, device: str = "cpu") -> subprocess.CompletedProcess:
     out = tmp_path / "frame.parquet"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent),
                                                         os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-           str(HERE / "ddp_job.py"), str(out), parallel]
+           str(HERE / "ddp_job.py"), str(out), parallel, device]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
 
 
@@ -53,6 +54,18 @@ def test_a_ddp_or_fsdp_frame_equals_the_one_process_frame(tmp_path, parallel):
     assert audit.keys() == ref.keys()
     for k, (lr, std, dims) in ref.items():
         assert audit[k][0] == pytest.approx(lr) and audit[k][1] == pytest.approx(std, rel=1e-6) and audit[k][2] == dims
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL)")
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_nccl_on_two_gpus_gives_the_one_process_frame(tmp_path, parallel):
+    r = _torchrun(tmp_path, parallel, device="cuda")
+    assert r.returncode == 0, r.stderr[-3000:]
+    one = coord_check(build, data=BATCH(), **{**SETTINGS, "device": "cuda"}).frame
+    key = ["width", "seed", "step", "module", "tensor", "stat"]
+    a, b = one.sort_values(key).reset_index(drop=True), pd.read_parquet(tmp_path / "frame.parquet").sort_values(
+        key).reset_index(drop=True)
+    np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-3, atol=1e-5)
 
 
 def test_parallel_outside_torchrun_is_one_line(monkeypatch):
