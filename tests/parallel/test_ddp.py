@@ -129,3 +129,21 @@ def test_a_dead_process_stops_the_sweep_without_a_partial_frame_and_resume_finis
     assert again.returncode == 0, again.stderr[-3000:]
     assert (again.stdout + again.stderr).count("already done") == 2  # widths 64 and 128 resumed, not retrained
     assert len(list(sweep.glob("*/frame.parquet"))) == 3 and (sweep / "report" / "report.json").exists()
+
+
+@pytest.mark.slow
+def test_under_ddp_the_causes_are_still_named(tmp_path):
+    """Standard parametrization (the known answer: every hidden matrix at the full learning rate, the readout without
+    its multiplier) under DDP, the causes' tensors recorded in the sweep (no cause pass runs after a parallel one)."""
+    sweep = tmp_path / "sweep"
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
+                        "coordcheck", "parallel=ddp", "parametrization=sp", "tensors=[out,delta,in,own]",
+                        "width=64,128,256", "seeds=2", "device=cpu", "threads=1", "progress=false",
+                        "report.figures=false", f"hydra.sweep.dir={sweep}", "--multirun"],
+                       capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    assert report["status"] == "fail"
+    causes = {c["what"]: c["kind"] for c in report["causes"]}
+    assert causes.get("all 12 hidden matrices") == "lr" and any(w.startswith("lm_head") for w in causes), causes
