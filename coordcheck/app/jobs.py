@@ -34,7 +34,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -49,6 +48,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck.app.cause_pass import run_cause_pass
+from coordcheck.app.ranks import end_group, other_rank_dirs, parallel_rank, rank0_decides
 from coordcheck.app.checks import (  # noqa: F401  (check_*: re-exported, users' scripts import them from here)
     check_choices, check_command_line, check_jobs, check_run,
 )
@@ -235,7 +235,7 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
     output_dir = Path(hc.runtime.output_dir)
     key = job_hash(cfg)
     done = finished(output_dir, key) if hc.mode == RunMode.MULTIRUN else None
-    done = _rank0_decides(cfg, done)  # under parallel: every process resumes (or runs) the job as rank 0 does
+    done = rank0_decides(cfg, done)  # under parallel: every process resumes (or runs) the job as rank 0 does
     if done is not None:
         log.info("%s already done with the same configuration (%d rows): skipped", label(cfg), done["rows"])
         return
@@ -268,8 +268,8 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
             print(f"coordcheck: error: {error}", file=sys.stderr)
             sys.exit(USER_ERROR)
         log.error("%s %s: %s", label(cfg), status, error)
-        if _parallel_rank(cfg) is not None:  # the others wait in a collective: end this process, torchrun stops them
-            print(f"coordcheck: rank {_parallel_rank(cfg)}: {label(cfg)} {status}: {error}", file=sys.stderr,
+        if parallel_rank(cfg) is not None:  # the others wait in a collective: end this process, torchrun stops them
+            print(f"coordcheck: rank {parallel_rank(cfg)}: {label(cfg)} {status}: {error}", file=sys.stderr,
                   flush=True)
             raise SystemExit(1) from None
         if isinstance(e, KeyboardInterrupt) or hc.mode == RunMode.RUN:
@@ -278,31 +278,6 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
     finally:
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
-
-
-def _parallel_rank(cfg: DictConfig) -> int | None:
-    """This process's rank under ``parallel`` (several processes in lockstep), else None."""
-    node = cfg.get("parallel")
-    if node is None or node.get("name", "none") == "none":
-        return None
-    return int(os.environ.get("RANK", "0") or 0)
-
-
-def _rank0_decides(cfg: DictConfig, done: dict | None) -> dict | None:
-    """Under ``parallel`` (several processes, one job at a time in lockstep), rank 0's resume decision, given to
-    every process (the others keep no record of their own); ``done`` as it is otherwise."""
-    node = cfg.get("parallel")
-    if node is None or node.get("name", "none") == "none":
-        return done
-    from coordcheck.setup.device import resolve_device
-    from coordcheck.setup.parallel import ensure_group, instantiate_parallel
-
-    ensure_group(instantiate_parallel(node), resolve_device(cfg.get("device", "auto")))
-    import torch.distributed as dist
-
-    box = [done]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def log_job(cfg: DictConfig, hc: Any, output_dir: Path, kind: str, record: dict) -> None:
@@ -382,13 +357,13 @@ def run_command(task: Callable[[DictConfig], None], *, config_name: str = "confi
         sys.exit(USER_ERROR)
     import hydra
 
-    scratch = _other_rank_dirs()  # under torchrun, a process other than rank 0 writes into a scratch directory
+    scratch = other_rank_dirs()  # under torchrun, a process other than rank 0 writes into a scratch directory
     try:
         hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)(task)()
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-        _end_group()
+        end_group()
     if outcome.failed:
         print(f"coordcheck: {len(outcome.failed)} job(s) failed (see job.json in their directories)", file=sys.stderr)
     elif outcome.trackers:
@@ -397,33 +372,6 @@ def run_command(task: Callable[[DictConfig], None], *, config_name: str = "confi
     elif outcome.strict and outcome.exit_code and outcome.error is None:
         print(f"coordcheck: report.strict=true: {outcome.status.upper()} exits {outcome.exit_code}", file=sys.stderr)
     sys.exit(outcome.exit_code)
-
-
-PARALLEL_RUN_KEYS = ("hydra.sweep.dir=", "hydra.run.dir=", "hydra.output_subdir=", "hydra/job_logging=",
-                     "hydra/hydra_logging=")
-
-
-def _other_rank_dirs() -> str | None:
-    """Under ``torchrun`` with ``parallel`` set, a process other than rank 0 keeps Hydra's files (its sweep and job
-    directories, logs, multirun.yaml) in a scratch directory, so that only rank 0 writes the user's sweep; its path,
-    removed at the end, or None."""
-    rank = int(os.environ.get("RANK", "0") or 0)
-    parallel = [a for a in sys.argv[1:] if a.startswith("parallel=") and a != "parallel=none"]
-    if rank == 0 or not parallel or "WORLD_SIZE" not in os.environ:
-        return None
-    scratch = tempfile.mkdtemp(prefix=f"coordcheck-rank{rank}-")
-    sys.argv[1:] = [f"hydra.sweep.dir={scratch}", f"hydra.run.dir={scratch}", "hydra.output_subdir=null",
-                    "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",  # (before --multirun: positional)
-                    *(a for a in sys.argv[1:] if not a.startswith(PARALLEL_RUN_KEYS))]
-    return scratch
-
-
-def _end_group() -> None:
-    """Leave the process group a parallel run created (coordcheck.setup.parallel), if any."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def no_report(sweep_dir: Path | None, e: BaseException, *, user: bool = False) -> None:

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -87,7 +86,9 @@ def _frames(sweep: Path) -> pd.DataFrame:
 @pytest.mark.slow
 @pytest.mark.parametrize("parallel, model", [("ddp", "mlp"), ("fsdp", "gpt")])
 def test_torchrun_from_the_command_line_gives_the_one_process_frame_and_only_rank_0_writes(tmp_path, parallel, model):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    scratch = tmp_path / "tmp"  # the processes' temporary directories: rank 1's scratch must be gone from it
+    scratch.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch)}
     ddp, one = tmp_path / "ddp", tmp_path / "one"
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
                         "coordcheck", f"parallel={parallel}", f"model={model}", *CLI, f"hydra.sweep.dir={ddp}",
@@ -106,7 +107,7 @@ def test_torchrun_from_the_command_line_gives_the_one_process_frame_and_only_ran
     np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-4, atol=1e-5)
     meta = json.loads(next(ddp.glob("*width=64*/job.json")).read_text())
     assert meta["parallel"] == {"name": parallel, "processes": 2}
-    assert not list(Path(tempfile.gettempdir()).glob("coordcheck-rank1-*"))  # rank 1's scratch is gone
+    assert not list(scratch.glob("coordcheck-rank1-*"))  # rank 1's scratch is gone
 
 
 @pytest.mark.slow
@@ -116,7 +117,9 @@ def test_a_dead_process_stops_the_sweep_without_a_partial_frame_and_resume_finis
             "parallel=ddp", "parallel.timeout_s=60", "model=custom", "model._target_=parallel_models.dying_build",
             "data=gaussian", "data.batch_size=16", "data.dim=16", "data.n_classes=4", *CLI[1:], "width=64,128,512",
             f"hydra.sweep.dir={sweep}", "--multirun"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)])}
+    (tmp_path / "tmp").mkdir()  # (a killed process leaves its scratch: here, not in the machine's /tmp)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)]),
+           "TMPDIR": str(tmp_path / "tmp")}
     r = subprocess.run(args, capture_output=True, text=True, env={**env, "COORDCHECK_TEST_DIE": "1"}, timeout=300,
                        cwd=tmp_path)
     assert r.returncode != 0 and "coordcheck: PASS" not in r.stdout
