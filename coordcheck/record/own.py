@@ -21,6 +21,15 @@ are the same at every width, seed and step):
   time: the rows are then the first time steps of every sequence — as good a sample for a gain, and a causal module
   sees exactly its own prefix.
 
+Several processes (``torchrun``, :mod:`coordcheck.record.ranks`): the sampled rows are the whole batch's, as one
+process takes them. A leading dimension that the batch's split divides holds each process's contiguous share, so the
+whole batch's first rows lie on rank 0 (and, with more than 4 processes of few rows each, on the next ranks): only
+those processes' samples count (:func:`coordcheck.record.ranks.share_rows`; one that holds none still samples one
+row, with no weight, so that every process's record has the same layout). Any other leading dimension (time, in a
+sequence-first model) is sampled on every process. ``own`` is then divided by the rms of its input pooled over the
+processes, after the gather (:meth:`OwnUpdate.settle`): the ``in`` and ``own`` rows equal one process's up to float
+summation order.
+
 How. The extra forwards run inside the module's forward hook, under ``no_grad``, with the probes not recording (so
 neither their hooks nor the function probe see them) and with torch functions not dispatched to the function
 probe at all. For modules whose output is linear in their own parameters (``Linear``, ``Embedding`` without
@@ -55,17 +64,19 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from functools import partial
 
+import numpy as np
 import torch
 from mup import MuReadout
 from torch import nn
 
 from coordcheck.core.frame import ROOT_MODULE
 from coordcheck.record.layout import is_norm
-from coordcheck.record.moments import batched_moments, moment_terms
+from coordcheck.record.moments import ABSMAX, ABSSUM, MEAN, VAR, batched_moments, moment_terms
 from coordcheck.record.outputs import first_tensor, select_output
+from coordcheck.record.ranks import share_rows, world
 
 __all__ = ["SAMPLED_ROWS", "SAMPLED_SHARE", "LINEAR_FORWARDS", "OwnUpdate", "sampled_rows", "sample_rows",
-           "owns_parameters"]
+           "leading_size", "owns_parameters"]
 
 log = logging.getLogger(__name__)
 
@@ -90,14 +101,20 @@ def sampled_rows(n: int) -> int:
     return max(1, min(SAMPLED_ROWS, n // SAMPLED_SHARE))
 
 
-def sample_rows(args: tuple, kwargs: Mapping) -> tuple[tuple, dict] | None:
-    """``args`` and ``kwargs`` with every tensor whose leading size equals the first tensor argument's cut to the
-    sampled rows; None when no argument is a tensor with a leading dimension."""
+def leading_size(args: tuple, kwargs: Mapping) -> int | None:
+    """The leading size of the first tensor argument with a leading dimension, or None."""
     first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.ndim), None)
-    if first is None:
+    return None if first is None else first.shape[0]
+
+
+def sample_rows(args: tuple, kwargs: Mapping, r: int | None = None) -> tuple[tuple, dict] | None:
+    """``args`` and ``kwargs`` with every tensor whose leading size equals the first tensor argument's cut to the
+    sampled rows (``r``, or :func:`sampled_rows` of that size); None when no argument is a tensor with a leading
+    dimension."""
+    n = leading_size(args, kwargs)
+    if n is None:
         return None
-    n = first.shape[0]
-    r = sampled_rows(n)
+    r = sampled_rows(n) if r is None else r
     cut = lambda a: a[:r] if isinstance(a, torch.Tensor) and a.ndim and a.shape[0] == n else a  # noqa: E731
     return tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()}
 
@@ -171,6 +188,14 @@ class OwnUpdate:
         self._in_terms: list[torch.Tensor] = []
         self._own_rows: list[tuple[str, int]] = []
         self._own_terms: list[torch.Tensor] = []
+        # several processes (record.ranks): the rows are the whole batch's first ones, each process holding its share;
+        # ``own`` is divided by its input's rms after the processes' moments are pooled (settle), not here
+        rank, procs = world()
+        self._defer = procs > 1
+        self._share = (tuple(probes.batch_shape), rank, procs) if procs > 1 and probes.batch_shape else None
+        self._in_meta: list[tuple[int, list[int] | None, bool]] = []  # per in row: rows here, per process, hidden
+        self._own_meta: list[tuple[int, list[int] | None, int | None]] = []  # per own row: ..., its input's in row
+        self.meta: tuple[list, list] = ([], [])  # the last flush's (in_meta, own_meta)
         for name, module in probes.model.named_modules():
             if owns_parameters(module):
                 probes._handles.append(module.register_forward_hook(
@@ -179,6 +204,7 @@ class OwnUpdate:
     def begin_step(self) -> None:
         self._calls = Counter()
         self._ins, self._owns = [], []
+        self._in_meta, self._own_meta = [], []
         self._in_rows, self._in_terms, self._own_rows, self._own_terms = [], [], [], []  # the CPU path (_reduce)
 
     def clear(self) -> None:
@@ -196,27 +222,34 @@ class OwnUpdate:
         self._calls[name] += 1
         if p._calls.get(name, 0) <= call:
             return  # the probes recorded no output for this call (an alias, an identity, no floating output)
-        sampled = sample_rows(args, kwargs)
-        if sampled is None:
+        n = leading_size(args, kwargs)
+        if n is None:
             return
-        args, kwargs = sampled
+        r, takes = (sampled_rows(n), None) if self._share is None else share_rows(n, *self._share, sampled_rows)
+        args, kwargs = sample_rows(args, kwargs, r)
         x = _first_float(args, kwargs)
         change = self._measure(name, module, args, kwargs) if "own" in p.tensors else None
         if change is False:
             return  # the extra call failed (warned): nothing for this module
         scale = change is not None and x is not None and not _is_norm(module)
+        keep_in = "in" in p.tensors or (scale and self._defer)  # (deferred: the rms comes from the pooled in row)
         with torch.no_grad(), torch._C.DisableTorchFunction():
+            if x is not None and keep_in:
+                self._in_meta.append((r, takes, "in" not in p.tensors))
+            if change is not None:
+                self._own_meta.append((r, takes, len(self._in_meta) - 1 if scale and self._defer else None))
             if not p.batched:  # the CPU: reduced now, in the probes' scratch buffers; nothing kept to the step's end
-                self._reduce(name, x if x is not None and ("in" in p.tensors or scale) else None, change, scale)
+                self._reduce(name, x if x is not None and (keep_in or scale) else None, change, scale, keep_in)
                 return
-            if x is not None and ("in" in p.tensors or scale):  # a float32 copy: the forward may change x in place
+            if x is not None and (keep_in or scale):  # a float32 copy: the forward may change x in place
                 x = x.reshape(-1).to(torch.float32, copy=True)  # (grad is off: no detach needed)
-                if "in" in p.tensors:
+                if keep_in:
                     self._ins.append((name, x))
             if change is not None:
-                self._owns.append((name, change.reshape(-1), x if scale else None))
+                self._owns.append((name, change.reshape(-1), x if scale and not self._defer else None))
 
-    def _reduce(self, name: str, x: torch.Tensor | None, change: torch.Tensor | None, scale: bool) -> None:
+    def _reduce(self, name: str, x: torch.Tensor | None, change: torch.Tensor | None, scale: bool,
+                keep_in: bool) -> None:
         """The CPU path: the moments of ``in`` and ``own`` now (per tensor: the CPU's faster path, and no copy of the
         input is kept until :meth:`flush`), the same numbers as reducing their copies there."""
         p = self.probes
@@ -225,12 +258,12 @@ class OwnUpdate:
             x = x.reshape(-1)  # flat and contiguous, as the copy the batched path keeps
             if x.dtype != torch.float32:
                 x = x.float()
-            if "in" in p.tensors:
+            if keep_in:
                 self._in_terms += moment_terms(x, which, *(buffer(0, x) or ()))
                 self._in_rows.append((name, x.numel()))
         if change is not None:
             f = change
-            if scale:
+            if scale and not self._defer:
                 rms = x.square().mean().sqrt()
                 s = torch.where(rms > 0, rms, self._one(rms))  # all-zero input: no scale, s = 1
                 scaled = buffer(1, f)  # (flat, shaped like f): divided into it, in f's own shape (no flat view)
@@ -274,7 +307,9 @@ class OwnUpdate:
         ``in`` rows before all ``own`` rows. Batched (the GPU): reduced here together in a fixed number of kernels
         (:func:`coordcheck.record.moments.batched_moments`), ``own`` divided by the rms of its input here, also in one
         pass
-        for all modules; on the CPU reduced in the hooks already (:meth:`_reduce`) and only joined here."""
+        for all modules; on the CPU reduced in the hooks already (:meth:`_reduce`) and only joined here. Under several
+        processes ``own`` is not divided here (:meth:`settle` does it after pooling)."""
+        self.meta, self._in_meta, self._own_meta = (self._in_meta, self._own_meta), [], []
         if not self.probes.batched:  # the CPU: reduced in the hooks (_reduce); here only joined, ins before owns
             rows = self._in_rows + self._own_rows
             keys = [(name, "in") for name, _ in self._in_rows] + [(name, "own") for name, _ in self._own_rows]
@@ -306,6 +341,35 @@ class OwnUpdate:
             block = batched_moments(flats, which)
         keys = [(name, "in") for name, _ in ins] + [(name, "own") for name, _, _ in owns]
         return keys, [f.numel() for f in flats], block
+
+    def shares(self, n: np.ndarray, offset: int, procs: int) -> tuple[np.ndarray, np.ndarray]:
+        """Under ``procs`` processes, for the probes' unmasked rows (this process's element counts ``n``; the last
+        flush's rows from ``offset`` on): ``(counts, held)``, both ``(procs, len(n))`` — the elements each process
+        reduced for each row (a process that holds none of a row's sampled rows still reduced one row) and whether
+        its sample counts (:func:`coordcheck.record.ranks.share_rows`). The rows before ``offset`` are the same on
+        every process."""
+        counts = np.tile(np.asarray(n, dtype=np.float64), (procs, 1))
+        held = np.ones_like(counts, dtype=bool)
+        for i, (r, takes, _) in enumerate([*self.meta[0], *self.meta[1]]):
+            if takes is not None:
+                row = n[offset + i] / r  # elements per sampled row
+                counts[:, offset + i] = [row * max(t, 1) for t in takes]
+                held[:, offset + i] = [t > 0 for t in takes]
+        return counts, held
+
+    def settle(self, raw: np.ndarray, offset: int) -> list[int]:
+        """Under several processes, after pooling (``raw``: the probes' (R, 5) rows, the last flush's from ``offset``
+        on): each ``own`` row divided by the rms of its pooled input (1 for an input that is exactly zero), as one
+        process divides it; the indices of the ``in`` rows kept only for that (``in`` not asked for), to drop."""
+        ins, owns = self.meta
+        for i, (_, _, j) in enumerate(owns):
+            if j is not None:
+                x, row = raw[offset + j], raw[offset + len(ins) + i]
+                s = np.sqrt(x[VAR] + x[MEAN] ** 2)
+                s = s if s > 0 else 1.0
+                row[[MEAN, ABSSUM, ABSMAX]] /= s
+                row[VAR] /= s * s
+        return [offset + j for j, (_, _, hidden) in enumerate(ins) if hidden]
 
     def _delta_view(self, name: str, key: str, like: torch.Tensor) -> torch.Tensor:
         """Where ``θ_t - θ_0`` of parameter ``key`` of module ``name`` is written: a view (shaped like ``like``) of one

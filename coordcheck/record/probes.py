@@ -98,7 +98,7 @@ from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-expo
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout, module_ops,
 )
 from coordcheck.record.load import LOAD_OP, LOAD_SUFFIX, expert_members, load_stats, pooled_layout
-from coordcheck.record.ranks import gather_ranks
+from coordcheck.record.ranks import gather_ranks, world
 from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
     pool_calls, pool_moments, pool_ranks, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
@@ -142,6 +142,7 @@ class Probes:
     output: int | str | None = None  # selects the logits in the root's tuple / dict output
     batched: bool | None = None  # reduce a step's tensors together at its end (None: on CUDA, not on the CPU)
     pool_experts: bool = True  # a list of expert modules recorded as one per layer (record.load.expert_lists)
+    batch_shape: tuple | None = None  # this process's batch inputs' shape (several processes: record.ranks.share_rows)
     recording: bool = False
     step: int = 0
     layout: dict[str, tuple[int, str, int]] = field(default_factory=dict)
@@ -170,7 +171,8 @@ class Probes:
     leaves_done: int = 0  # leaf modules that finished this forward (for blaming errors)
 
     def __post_init__(self) -> None:
-        self._which = needed_moments(self.stats)
+        several = world()[1] > 1 and "own" in self.tensors  # own's rms is taken after pooling (record.own.settle)
+        self._which = needed_moments([*self.stats, "rms"] if several else self.stats)
         self._delta = "delta" in self.tensors
         self._reduced, self._pending = [], 0  # batched: moments already reduced this step, elements pending
         self._scratch = [torch.empty(0), torch.empty(0)]  # per hook: |x|, x - c; x - x0 (grown to the largest tensor)
@@ -430,14 +432,24 @@ class Probes:
             parts.append(torch.cat([self._loads[n] for n in loads]).float())
         parts.append(loss.detach().float().reshape(1))
         host = gather_ranks(torch.cat(parts))  # the one device-to-host transfer of the step: (processes, length)
-        r, k, nc = len(self._n), len(self._which), sum(sizes)
+        r, k, nc, procs = len(self._n), len(self._which), sum(sizes), host.shape[0]
         n = np.asarray(self._n, dtype=np.float64)
-        per_rank = [np.concatenate([moment_rows(n, h[: r * k], self._which),
-                                    h[r * k : h.size - 1 - nc].reshape(-1, len(MOMENTS))]) for h in host]
-        raw = per_rank[0] if len(per_rank) == 1 else pool_ranks(np.stack(per_rank))  # exact over the processes
+        at = r - len(own_n)  # the in / own rows: each process's sample of the whole batch's rows (record.own)
+        n, held = self._own.shares(n, at, procs) if procs > 1 and own_n else (np.tile(n, (procs, 1)), None)
+        per_rank = [np.concatenate([moment_rows(n[q], h[: r * k], self._which),
+                                    h[r * k : h.size - 1 - nc].reshape(-1, len(MOMENTS))]) for q, h in enumerate(host)]
+        if held is not None:  # a process that holds none of a row's sample: no weight
+            for q, rows in enumerate(per_rank):
+                rows[:r][~held[q]] = 0.0
+        raw = per_rank[0] if procs == 1 else pool_ranks(np.stack(per_rank))  # exact over the processes
         counts = np.split(host[:, host.shape[1] - 1 - nc : -1].sum(axis=0), np.cumsum(sizes)[:-1]) if loads else []
         loss_value = float(host[:, -1].mean())  # each process's mean over an equal share of the batch
         keys = self._keys + self._mkeys
+        if procs > 1 and own_n:  # own divided by its pooled input's rms; the in rows kept only for that dropped
+            drop = self._own.settle(raw, at)
+            if drop:
+                keep = np.setdiff1d(np.arange(len(keys)), drop)
+                keys, raw = [keys[i] for i in keep], raw[keep]
         if self._pooled:  # an expert list's members: one measurement per layer (moments pool exactly)
             keys = [(self._pooled.get(n, n), t) for n, t in keys]
         keys, raw = pool_calls(keys, raw)

@@ -9,16 +9,22 @@ take each process's mean offset, maxima take the max), add the expert counts, an
 holds an equal share of the batch). Without an initialised process group, or with one process, the buffer is only
 moved to the host.
 
+The ``in`` / ``own`` rows (:mod:`coordcheck.record.own`) are the whole batch's: :func:`share_rows` says which of them
+each process holds, so that the pooled sample is the one a single process takes.
+
 Bytes per step: ``processes x length x 4`` gathered, ``length = R x k + M x 5 + C + 1`` float32 values (``R``
 unmasked series of ``k`` device moments each, ``M`` masked ones of 5, ``C`` expert counts, the loss).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
-__all__ = ["gather_ranks", "world"]
+__all__ = ["gather_ranks", "share_rows", "world"]
 
 
 def world() -> tuple[int, int]:
@@ -41,3 +47,23 @@ def gather_ranks(flat: torch.Tensor) -> np.ndarray:
     out = [torch.empty_like(flat) for _ in range(size)]
     dist.all_gather(out, flat)
     return torch.stack(out).cpu().double().numpy()
+
+
+def share_rows(n: int, batch_shape: tuple[int, ...], rank: int, procs: int,
+               rows: Callable[[int], int]) -> tuple[int, list[int]]:
+    """The sampled rows of a leading dimension of ``n`` entries here, under ``procs`` processes: ``(rows this process
+    samples, rows each process contributes in rank order)``. ``rows(n)``: how many of ``n`` a single process samples.
+
+    A leading dimension that the batch's split divides (``n`` is this process's batch rows ``batch_shape[0]``, or
+    its tokens ``batch_shape[0] x batch_shape[1] x ...`` flattened) holds this process's contiguous share of the
+    whole batch's ``n x procs`` entries: the first ``rows(n x procs)`` of those are sampled, on the first processes
+    (usually rank 0 alone). Any other leading dimension (positions, the time axis of a sequence-first model) is not
+    split: every process samples its own first ``rows(n)``, and their union is the whole batch's. A process that
+    contributes nothing still samples one row (its record keeps the same layout as every other's; the pooling
+    gives that row no weight)."""
+    split = {batch_shape[0] * math.prod(batch_shape[1:j]) for j in range(1, len(batch_shape) + 1)}
+    if procs == 1 or n not in split:
+        return rows(n), [rows(n)] * procs
+    r = rows(n * procs)
+    takes = [min(n, max(0, r - q * n)) for q in range(procs)]
+    return max(takes[rank], 1), takes

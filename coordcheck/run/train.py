@@ -262,7 +262,8 @@ def train_with_probes(
     trained = model if trained is None else trained
     trained.train()
     records: list[StepRecord] = []
-    with Probes(model, tensors=tensors, stats=stats, output=output, pool_experts=pool_experts) as probes:
+    with Probes(model, tensors=tensors, stats=stats, output=output, pool_experts=pool_experts,
+                batch_shape=tuple(inputs.shape)) as probes:
         for step in range(steps + 1):
             probes.begin_step(step)
             with autocast(device, precision):

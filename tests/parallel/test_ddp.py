@@ -19,15 +19,16 @@ from coordcheck.core.errors import CoordCheckError
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from parallel_models import BATCH, SETTINGS, build  # noqa: E402
+from parallel_models import BATCH, MODELS, SETTINGS, build  # noqa: E402
 
 
-def _torchrun(tmp_path: Path, parallel: str, n: int = 2, device: str = "cpu") -> subprocess.CompletedProcess:
+def _torchrun(tmp_path: Path, parallel: str, n: int = 2, device: str = "cpu",
+              model: str = "mlp") -> subprocess.CompletedProcess:
     out = tmp_path / "frame.parquet"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent),
                                                         os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-           str(HERE / "ddp_job.py"), str(out), parallel, device]
+           str(HERE / "ddp_job.py"), str(out), parallel, device, model]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
 
 
@@ -42,9 +43,10 @@ def test_a_ddp_or_fsdp_frame_equals_the_one_process_frame(tmp_path, parallel):
     a = one.frame.sort_values(key).reset_index(drop=True)
     b = ddp.sort_values(key).reset_index(drop=True)
     assert a[key].equals(b[key])  # the same series, the model's own names (not DDP's module.*)
-    keep = a["tensor"].isin(["out", "delta", "loss"]).to_numpy()
-    # float32 reductions summed in another order on each process, then pooled in float64: 1e-4 relative
-    np.testing.assert_allclose(b["value"].to_numpy()[keep], a["value"].to_numpy()[keep], rtol=1e-4, atol=1e-6)
+    assert {"out", "delta", "in", "own", "loss"} <= set(a["tensor"])
+    # every tensor, in / own included (their sampled rows are the whole batch's first ones, on rank 0): float32
+    # reductions summed in another order on each process, then pooled in float64 — 1e-4 relative
+    np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-4, atol=1e-6)
     assert f"verdict: {one.verdict.status}" in r.stdout
     # muP survives sharding: every parameter's lr, init std and (global) shape as in one process
     audit = json.loads((tmp_path / "frame.parquet.audit.json").read_text())
@@ -53,6 +55,22 @@ def test_a_ddp_or_fsdp_frame_equals_the_one_process_frame(tmp_path, parallel):
     assert audit.keys() == ref.keys()
     for k, (lr, std, dims) in ref.items():
         assert audit[k][0] == pytest.approx(lr) and audit[k][1] == pytest.approx(std, rel=1e-6) and audit[k][2] == dims
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, processes", [("sequence_first", 2), ("mlp", 8)])
+def test_in_and_own_are_the_whole_batchs_sample_however_the_rows_fall(tmp_path, model, processes):
+    """``in`` / ``own`` as one process samples them when the sampled rows are not all rank 0's: a sequence-first model
+    (each process samples its own first time steps; ``own`` is divided by the rms of the pooled input, not of each
+    process's) and 8 processes of 2 rows each (the whole batch's first 4 rows lie on ranks 0 and 1)."""
+    r = _torchrun(tmp_path, "ddp", n=processes, model=model)
+    assert r.returncode == 0, r.stderr[-3000:]
+    build, batch = MODELS[model]
+    key = ["width", "seed", "step", "module", "tensor", "stat"]
+    a = coord_check(build, data=batch(), **SETTINGS).frame.sort_values(key).reset_index(drop=True)
+    b = pd.read_parquet(tmp_path / "frame.parquet").sort_values(key).reset_index(drop=True)
+    assert a[key].equals(b[key]) and {"in", "own"} <= set(a["tensor"])
+    np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL)")
