@@ -178,6 +178,26 @@ class Broken(nn.Module):
         return self.head(torch.nn.functional.gelu(h, approximation="tanh"))  # not a keyword gelu takes
 
 
+class OutOfMemory(nn.Module):
+    """Runs out of the device's memory in its first layer (as a CUDA allocation that fails raises it)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.fc = nn.Linear(32, width)
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+def test_out_of_memory_in_the_forward_says_so_not_bad_data_nor_the_models_code():
+    with pytest.raises(CoordCheckError) as e:
+        coord_check(OutOfMemory, [16], parametrization="none", data="gaussian", steps=1, seeds=1, progress=False)
+    msg = str(e.value)
+    assert msg.startswith("out of memory in the forward (OutOfMemoryError: CUDA out of memory") and "\n" not in msg
+    assert "data.batch_size" in msg and "model's own code" not in msg and "does not fit" not in msg
+
+
 def test_error_inside_the_model_is_a_model_error_not_bad_data():
     with pytest.raises(CoordCheckError) as e:
         coord_check(lambda width: Broken(width), [16], parametrization="none", data="gaussian", steps=1, seeds=1,

@@ -48,7 +48,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck.app.cause_pass import run_cause_pass
-from coordcheck.app.ranks import end_group, other_rank_dirs, parallel_rank, rank0_decides
+from coordcheck.app.ranks import end_group, other_rank_dirs, parallel_rank, rank0_decides, rank_job_dir, rank_outcome
+from coordcheck.core.processes import process_rank
 from coordcheck.app.checks import (  # noqa: F401  (check_*: re-exported, users' scripts import them from here)
     check_choices, check_command_line, check_jobs, check_run,
 )
@@ -235,10 +236,15 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
     output_dir = Path(hc.runtime.output_dir)
     key = job_hash(cfg)
     done = finished(output_dir, key) if hc.mode == RunMode.MULTIRUN else None
-    done = rank0_decides(cfg, done)  # under parallel: every process resumes (or runs) the job as rank 0 does
+    try:
+        done = rank0_decides(cfg, done)  # under parallel: every process resumes (or runs) the job as rank 0 does
+    except CoordCheckError as e:  # (outside torchrun / Slurm's tasks: every job would say it) one line, the end
+        print(f"coordcheck: error: {e}", file=sys.stderr)
+        sys.exit(USER_ERROR)
     if done is not None:
         log.info("%s already done with the same configuration (%d rows): skipped", label(cfg), done["rows"])
         return
+    output_dir, drop = rank_job_dir(cfg, output_dir)  # under parallel only rank 0 writes the job's files (app.ranks)
     job = {"width": cfg.get("width"), "overrides": list(hc.overrides.task), "job_hash": key, "started": time.time()}
     write_json(output_dir / JOB_NAME, {**job, "status": "running"})
     for stale in [*(name for name, _ in FRAME_FILES.values()), CAUSE_FRAME_NAME]:  # from another config: gone
@@ -254,9 +260,13 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
         if hc.mode == RunMode.RUN and hint:
             log.info(hint)
     except (Exception, KeyboardInterrupt) as e:
+        if restore is not None:  # a second SIGTERM (torchrun stops every process) must not cut the record short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         user = isinstance(e, CoordCheckError)
         error = str(e) if user else f"{type(e).__name__}: {e}"
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        if parallel_rank(cfg) is not None:  # what broke it, if another process did (or said why it failed)
+            status, error = rank_outcome(cfg, label(cfg), status, error)
         write_json(output_dir / JOB_NAME, record := {
             **job, "status": status, "error": error,
             **({} if user or status == "interrupted" else {"traceback": traceback.format_exc()}),
@@ -278,6 +288,7 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
     finally:
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
+        drop()
 
 
 def log_job(cfg: DictConfig, hc: Any, output_dir: Path, kind: str, record: dict) -> None:
@@ -432,7 +443,7 @@ class SweepCallback(Callback):
         """Write ``SWEEP_DIR/report/``. Any exception is recorded and fails the command (Hydra would make it a
         warning and exit 0)."""
         sweep_dir = None
-        if getattr(self, "parallel", False) and int(os.environ.get("RANK", "0") or 0) != 0:
+        if getattr(self, "parallel", False) and process_rank() != 0:
             return  # rank 0 reports (every process holds the same frames)
         try:
             sweep_dir = Path(config.hydra.sweep.dir)

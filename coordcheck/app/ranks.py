@@ -9,15 +9,23 @@ to every process, this process's rank, and the process group left at the end. Th
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import sys
 import tempfile
+from collections.abc import Callable
+from pathlib import Path
 
 from omegaconf import DictConfig
 
-__all__ = ["PARALLEL_RUN_KEYS", "other_rank_dirs", "end_group", "parallel_rank", "rank0_decides"]
+from coordcheck.core.processes import process_rank, several_processes
+
+__all__ = ["PARALLEL_RUN_KEYS", "SCRATCH_ENV", "other_rank_dirs", "end_group", "parallel_rank", "rank0_decides",
+           "rank_job_dir", "rank_outcome"]
 
 
+SCRATCH_ENV = "COORDCHECK_RANK_SCRATCH"  # set by other_rank_dirs: this process's Hydra files are in scratch already
 PARALLEL_RUN_KEYS = ("hydra.sweep.dir=", "hydra.run.dir=", "hydra.output_subdir=", "hydra/job_logging=",
                      "hydra/hydra_logging=")
 
@@ -26,11 +34,12 @@ def other_rank_dirs() -> str | None:
     """Under ``torchrun`` with ``parallel`` set, a process other than rank 0 keeps Hydra's files (its sweep and job
     directories, logs, multirun.yaml) in a scratch directory, so that only rank 0 writes the user's sweep; its path,
     removed at the end, or None."""
-    rank = int(os.environ.get("RANK", "0") or 0)
+    rank = process_rank()
     parallel = [a for a in sys.argv[1:] if a.startswith("parallel=") and a != "parallel=none"]
-    if rank == 0 or not parallel or "WORLD_SIZE" not in os.environ:
+    if rank == 0 or not parallel or not several_processes():
         return None
     scratch = tempfile.mkdtemp(prefix=f"coordcheck-rank{rank}-")
+    os.environ[SCRATCH_ENV] = scratch  # (its jobs' directories are in it already: rank_job_dir)
     sys.argv[1:] = [f"hydra.sweep.dir={scratch}", f"hydra.run.dir={scratch}", "hydra.output_subdir=null",
                     "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",  # (before --multirun: positional)
                     *(a for a in sys.argv[1:] if not a.startswith(PARALLEL_RUN_KEYS))]
@@ -50,7 +59,24 @@ def parallel_rank(cfg: DictConfig) -> int | None:
     node = cfg.get("parallel")
     if node is None or node.get("name", "none") == "none":
         return None
-    return int(os.environ.get("RANK", "0") or 0)
+    return process_rank()
+
+
+def rank_job_dir(cfg: DictConfig, output_dir: Path) -> tuple[Path, Callable[[], None]]:
+    """Where this process writes a job's files, and what removes them after: rank 0 (or one process) the job's
+    directory; another process a scratch directory, unless it already runs in one (:func:`other_rank_dirs`). Under
+    Hydra's Slurm launcher (``hydra/launcher=slurm``, ``tasks_per_node`` > 1) every task runs the job in the same
+    directory: only rank 0's frames, ``job.json`` and log lines go there."""
+    rank = parallel_rank(cfg)
+    if not rank or os.environ.get(SCRATCH_ENV):
+        return output_dir, lambda: None
+    scratch = Path(tempfile.mkdtemp(prefix=f"coordcheck-rank{rank}-job-"))
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:  # Hydra's job log: rank 0's
+        if Path(h.baseFilename).parent == output_dir:
+            root.removeHandler(h)
+            h.close()
+    return scratch, lambda: shutil.rmtree(scratch, ignore_errors=True)
 
 
 def rank0_decides(cfg: DictConfig, done: dict | None) -> dict | None:
@@ -68,3 +94,24 @@ def rank0_decides(cfg: DictConfig, done: dict | None) -> dict | None:
     box = [done]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def rank_outcome(cfg: DictConfig, label: str, status: str, error: str) -> tuple[str, str]:
+    """Under ``parallel``, the job's ``(status, error)`` on this process when it did not end well: its own error
+    (said to the others), or what another process said of its failure (``rank R: ...``) when this one's collective
+    broke or torchrun stopped it, or the collective's failure in words (a timeout); ``interrupted`` stays so when
+    nothing is known (stopped from outside: Ctrl-C, scancel)."""
+    from coordcheck.setup.parallel import TIMEOUT_S, collective_error, failure_elsewhere, say_failed
+
+    mine = collective_error(error, float(cfg.parallel.get("timeout_s", TIMEOUT_S)))
+    if mine is None and status != "interrupted":
+        say_failed(f"{label} {status}: {error}")
+        return status, error
+    other = failure_elsewhere()
+    if other is not None:
+        return "failed", other
+    if mine is not None:
+        say_failed(f"{label} failed: {mine}")
+        return "failed", mine
+    say_failed(label, stopped=True)
+    return status, error

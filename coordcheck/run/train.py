@@ -151,6 +151,9 @@ def forward_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, 
         out = call_model(model, inputs, targets, forward_targets)
     except CoordCheckError:
         raise
+    except torch.OutOfMemoryError as e:  # the device's memory, not the model's code
+        raise CoordCheckError(f"out of memory in the forward ({_first_line(e)}): check fewer or smaller widths, a "
+                              f"smaller data.batch_size or precision=bf16") from None
     except Exception as e:
         module, name, in_torch = _blame(model, e)
         if module is None:

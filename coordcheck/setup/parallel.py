@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,9 +28,11 @@ import torch
 from torch import nn
 
 from coordcheck.core.errors import CoordCheckError
+from coordcheck.core.processes import several_processes
 from coordcheck.setup.data import Batch
 
-__all__ = ["Parallel", "PARALLEL", "TIMEOUT_S", "as_parallel", "ensure_group", "instantiate_parallel"]
+__all__ = ["Parallel", "PARALLEL", "TIMEOUT_S", "as_parallel", "collective_error", "ensure_group", "failure_elsewhere",
+           "instantiate_parallel", "say_failed"]
 
 PARALLEL = ("none", "ddp", "fsdp")
 TIMEOUT_S = 300  # a collective that waits longer than this (a dead or hung process) raises on the others
@@ -117,11 +121,135 @@ def ensure_group(parallel: Parallel, device: torch.device) -> None:
 
     if dist.is_initialized():
         return
+    if "WORLD_SIZE" not in os.environ and several_processes():
+        _from_slurm(parallel)
     if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
-        raise CoordCheckError(f"parallel={parallel.name} runs under torchrun (WORLD_SIZE and RANK are unset): "
-                              f"torchrun --nproc-per-node N your_script.py, or parallel=none")
+        raise CoordCheckError(f"parallel={parallel.name} runs under torchrun or as a Slurm job's tasks (WORLD_SIZE and "
+                              f"RANK are unset, SLURM_NTASKS is not above 1): torchrun --nproc-per-node N "
+                              f"your_script.py, or parallel=none")
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=parallel.timeout_s))
+    _say(_PROCESS, f"{socket.gethostname()} {os.getpid()}")  # who runs each rank: a killed one is named (below)
+
+
+def _from_slurm(parallel: Parallel) -> None:
+    """A Slurm job's tasks as torch's processes (``srun``, or Hydra's Slurm launcher with ``tasks_per_node``), read
+    by submitit (which parses Slurm's node lists): ``RANK`` = ``SLURM_PROCID``, ``WORLD_SIZE`` = ``SLURM_NTASKS``,
+    ``LOCAL_RANK`` = ``SLURM_LOCALID``, ``MASTER_ADDR`` = the job's first node, ``MASTER_PORT`` as set, else one
+    drawn from the job id (as submitit's ``TorchDistributedEnvironment`` does; the same on every task)."""
+    try:
+        from submitit.slurm.slurm import SlurmJobEnvironment
+    except ImportError:
+        raise CoordCheckError(f"parallel={parallel.name} in a Slurm job of several tasks needs submitit to map them "
+                              f"onto torch's processes: pip install -e '.[launchers]', or run torchrun in each "
+                              f"node's task") from None
+    try:
+        slurm = SlurmJobEnvironment()
+        port = os.environ.get("MASTER_PORT") or str(random.Random(slurm.job_id).randint(20000, 60000))
+        env = {"MASTER_ADDR": slurm.hostnames[0], "MASTER_PORT": port, "RANK": str(slurm.global_rank),
+               "WORLD_SIZE": str(slurm.num_tasks), "LOCAL_RANK": str(slurm.local_rank)}
+    except Exception as e:
+        raise CoordCheckError(f"parallel={parallel.name}: Slurm's environment could not be read as torch's processes "
+                              f"({type(e).__name__}: {e}): run torchrun in each node's task instead") from None
+    os.environ.update(env)
+
+
+# -- faults: what went wrong on another process -------------------------------------------------------------------
+# Every process's job ends when one fails: the failing one says its error in the process group's key-value store
+# (torchrun's, which outlives the workers) before it exits; the others, whose collective then fails (a closed
+# connection, a timeout) or whom torchrun stops (SIGTERM), read it there and record it as their job's error. A process
+# killed outright (SIGKILL, the out-of-memory killer) says nothing: a process on the same host finds it gone by its
+# pid. Best effort: the store's own failure never hides the job's.
+_FAILED, _STOPPED, _PROCESS = "coordcheck/failed/", "coordcheck/stopped/", "coordcheck/process/"
+
+
+def _store():
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set_timeout(datetime.timedelta(seconds=5))  # (a store that is gone fails fast here)
+        return store
+    except Exception:
+        return None
+
+
+def _say(key: str, text: str) -> None:
+    import torch.distributed as dist
+
+    store = _store()
+    if store is not None:
+        try:
+            store.set(f"{key}{dist.get_rank()}", text)
+        except Exception:
+            pass
+
+
+def collective_error(error: str, timeout_s: float) -> str | None:
+    """The error of a collective that another process broke (a timeout, a closed connection), in words; None for
+    any other error (this process's own)."""
+    low = error.lower()
+    if "timed out" in low or "collective operation timeout" in low:  # (gloo; NCCL's watchdog)
+        return (f"a collective timed out after {timeout_s:g} s (parallel.timeout_s): another process hung or is far "
+                f"slower")
+    if "connection closed" in low or "connection reset" in low or "broken pipe" in low:
+        return "another process stopped (its connection closed)"
+    return None
+
+
+def say_failed(text: str, stopped: bool = False) -> None:
+    """This process's error (or, ``stopped``, that it was stopped from outside), for the others to report."""
+    _say(_STOPPED if stopped else _FAILED, text)
+
+
+def failure_elsewhere(wait_s: float = 2.0) -> str | None:
+    """What another process said of its failure (``rank R: ...``), else the rank of one on this host that is gone
+    without a word (killed); None when nothing is known. Waits up to ``wait_s`` for a word."""
+    import time
+
+    import torch.distributed as dist
+
+    store = _store()
+    if store is None:
+        return None
+    me, procs = dist.get_rank(), dist.get_world_size()
+    others = [q for q in range(procs) if q != me]
+    end, host = time.monotonic() + wait_s, socket.gethostname()
+    try:
+        while True:
+            for q in others:  # (a process says its error before it exits: a gone one without a word said none)
+                if store.check([f"{_FAILED}{q}"]):
+                    return f"rank {q}: {store.get(f'{_FAILED}{q}').decode()}"
+            for q in others:
+                if store.check([f"{_PROCESS}{q}"]) and not store.check([f"{_STOPPED}{q}"]):
+                    where, pid = store.get(f"{_PROCESS}{q}").decode().rsplit(" ", 1)
+                    if where == host and _gone(int(pid)):
+                        return (f"rank {q} stopped without an error (killed: by a signal, or by the host's "
+                                f"out-of-memory killer)")
+            if time.monotonic() >= end:
+                return None
+            time.sleep(0.1)
+    except Exception:
+        return None
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie not yet reaped has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            return False
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
 
 
 def as_parallel(value: str | Callable | Parallel | None) -> Parallel:

@@ -1,5 +1,6 @@
 """Run under torchrun by tests/parallel/test_ddp.py: the coordinate check of a small model (argv[4] of
-parallel_models.MODELS, default mlp) with parallel=argv[2] (ddp, fsdp) on argv[3] (cpu, cuda); rank 0 writes the
+parallel_models.MODELS, default mlp; argv[5] of its VARIANTS, default mup) with parallel=argv[2] (ddp, fsdp) on
+argv[3] (cpu, cuda); rank 0 writes the
 frame to argv[1] and the parameter audit's learning rates and stds beside it (every rank checks it got the same
 frame)."""
 
@@ -9,13 +10,14 @@ import sys
 import torch
 
 from coordcheck import coord_check
-from parallel_models import MODELS, SETTINGS
+from parallel_models import MODELS, SETTINGS, VARIANTS
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
     device = sys.argv[3] if len(sys.argv) > 3 else "cpu"  # cuda: NCCL, one GPU a process
     build, batch = MODELS[sys.argv[4] if len(sys.argv) > 4 else "mlp"]
-    result = coord_check(build, data=batch(), parallel=sys.argv[2], **{**SETTINGS, "device": device})
+    variant = VARIANTS[sys.argv[5] if len(sys.argv) > 5 else "mup"]
+    result = coord_check(build, data=batch(), parallel=sys.argv[2], **{**SETTINGS, **variant, "device": device})
     import torch.distributed as dist
 
     frames = [None] * dist.get_world_size()

@@ -32,14 +32,33 @@ def BATCH() -> Batch:
     return Batch(torch.randn(16, 16, generator=g), torch.randint(0, 4, (16,), generator=g), "gaussian")
 
 
-def dying_build(width: int) -> nn.Module:
-    """``build``, but the process of rank 1 dies (``os._exit``: no handler runs) when it builds width 512 while
-    ``COORDCHECK_TEST_DIE`` is set: a process lost mid-sweep (muP's base shapes build widths 128 and 256)."""
-    import os
+class Faulty(MLP):
+    """The MLP, but on rank 1 its third forward fails as ``COORDCHECK_TEST_FAULT`` says: ``exit`` (the process ends
+    at once, ``os._exit``: no handler runs, as under SIGKILL or the out-of-memory killer), ``oom`` (CUDA's
+    out-of-memory error, as PyTorch raises it) or ``hang`` (it sleeps far past the process group's timeout)."""
 
-    if width == 512 and os.environ.get("RANK") == "1" and os.environ.get("COORDCHECK_TEST_DIE"):
-        os._exit(3)
-    return MLP(width)
+    calls = 0
+
+    def forward(self, x):
+        import os
+        import time
+
+        self.calls += 1
+        fault = os.environ.get("COORDCHECK_TEST_FAULT")
+        if self.calls == 3 and os.environ.get("RANK") == "1" and fault:
+            if fault == "exit":
+                os._exit(3)
+            if fault == "oom":
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 1; 79.15 GiB total "
+                                             "capacity)")
+            if fault == "hang":
+                time.sleep(600)
+        return super().forward(x)
+
+
+def dying_build(width: int) -> nn.Module:
+    """``build``, with a fault on rank 1 at width 512 (:class:`Faulty`; muP's base shapes build widths 128 and 256)."""
+    return Faulty(width) if width == 512 else MLP(width)
 
 
 class SequenceFirst(nn.Module):
@@ -69,3 +88,7 @@ def SEQUENCE_BATCH() -> Batch:
 
 
 MODELS = {"mlp": (build, BATCH), "sequence_first": (sequence_first, SEQUENCE_BATCH)}
+
+# muP by hand (no Mu* optimizer, no mup init): muP's learning rates as plain AdamW groups, hidden matrices at
+# std ∝ fan_in^-1/2 (coordcheck.setup.optim.mup_groups, coordcheck.setup.init.mup_init)
+VARIANTS = {"mup": {}, "by_hand": {"optimizer": "mup_groups", "init": "mup"}}

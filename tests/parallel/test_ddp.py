@@ -19,26 +19,29 @@ from coordcheck.core.errors import CoordCheckError
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from parallel_models import BATCH, MODELS, SETTINGS, build  # noqa: E402
+from parallel_models import BATCH, MODELS, SETTINGS, VARIANTS, build  # noqa: E402
 
 
 def _torchrun(tmp_path: Path, parallel: str, n: int = 2, device: str = "cpu",
-              model: str = "mlp") -> subprocess.CompletedProcess:
+              model: str = "mlp", variant: str = "mup") -> subprocess.CompletedProcess:
     out = tmp_path / "frame.parquet"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent),
                                                         os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-           str(HERE / "ddp_job.py"), str(out), parallel, device, model]
+           str(HERE / "ddp_job.py"), str(out), parallel, device, model, variant]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_a_ddp_or_fsdp_frame_equals_the_one_process_frame(tmp_path, parallel):
-    r = _torchrun(tmp_path, parallel)
+@pytest.mark.parametrize("parallel, variant", [("ddp", "mup"), ("fsdp", "mup"), ("fsdp", "by_hand")])
+def test_a_ddp_or_fsdp_frame_equals_the_one_process_frame(tmp_path, parallel, variant):
+    """mup's base shapes, MuReadout and MuAdam (``mup``), or muP by hand (``by_hand``: plain AdamW groups from
+    ``mup_groups``, ``init=mup``): under DDP and FSDP2 the frame, the verdict and every parameter's lr and init are
+    one process's."""
+    r = _torchrun(tmp_path, parallel, variant=variant)
     assert r.returncode == 0, r.stderr[-3000:]
     ddp = pd.read_parquet(tmp_path / "frame.parquet")
-    one = coord_check(build, data=BATCH(), **SETTINGS)
+    one = coord_check(build, data=BATCH(), **{**SETTINGS, **VARIANTS[variant]})
     key = ["width", "seed", "step", "module", "tensor", "stat"]
     a = one.frame.sort_values(key).reset_index(drop=True)
     b = ddp.sort_values(key).reset_index(drop=True)
@@ -128,25 +131,49 @@ def test_torchrun_from_the_command_line_gives_the_one_process_frame_and_only_ran
     assert not list(scratch.glob("coordcheck-rank1-*"))  # rank 1's scratch is gone
 
 
-@pytest.mark.slow
-def test_a_dead_process_stops_the_sweep_without_a_partial_frame_and_resume_finishes_it(tmp_path):
+def _faulty_sweep(tmp_path: Path, fault: str | None, timeout_s: int = 60) -> tuple[subprocess.CompletedProcess, Path,
+                                                                                   list[str]]:
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "coordcheck",
-            "parallel=ddp", "parallel.timeout_s=60", "model=custom", "model._target_=parallel_models.dying_build",
-            "data=gaussian", "data.batch_size=16", "data.dim=16", "data.n_classes=4", *CLI[1:], "width=64,128,512",
-            f"hydra.sweep.dir={sweep}", "--multirun"]
-    (tmp_path / "tmp").mkdir()  # (a killed process leaves its scratch: here, not in the machine's /tmp)
+            "parallel=ddp", f"parallel.timeout_s={timeout_s}", "model=custom",
+            "model._target_=parallel_models.dying_build", "data=gaussian", "data.batch_size=16", "data.dim=16",
+            "data.n_classes=4", *CLI[1:], "width=64,128,512", f"hydra.sweep.dir={sweep}", "--multirun"]
+    (tmp_path / "tmp").mkdir(exist_ok=True)  # (a killed process leaves its scratch: here, not in the machine's /tmp)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)]),
            "TMPDIR": str(tmp_path / "tmp")}
-    r = subprocess.run(args, capture_output=True, text=True, env={**env, "COORDCHECK_TEST_DIE": "1"}, timeout=300,
-                       cwd=tmp_path)
+    if fault:
+        env["COORDCHECK_TEST_FAULT"] = fault
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path), sweep, args
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault, says", [
+    ("exit", "rank 1 stopped without an error (killed"),
+    ("oom", "rank 1: width=512 failed: out of memory in the forward (OutOfMemoryError: CUDA out of memory"),
+    ("hang", "a collective timed out after 5 s (parallel.timeout_s)"),
+])
+def test_a_failing_process_fails_the_job_on_every_process_naming_it_and_resume_finishes_it(tmp_path, fault, says):
+    """A process killed outright, one that runs out of memory, one that hangs: the job fails on every process with
+    one line that names the rank and its error (rank 0's job.json holds it), no partial frame, no hang past
+    ``parallel.timeout_s``; resume trains what is left."""
+    import time
+
+    t = time.monotonic()
+    r, sweep, args = _faulty_sweep(tmp_path, fault, timeout_s=5 if fault == "hang" else 60)
+    took = time.monotonic() - t
     assert r.returncode != 0 and "coordcheck: PASS" not in r.stdout
     dead = next(sweep.glob("*width=512*"))
     meta = json.loads((dead / "job.json").read_text())
-    assert meta["status"] in ("interrupted", "failed") and not (dead / "frame.parquet").exists(), meta
-    assert "rank 0: width=512 interrupted" in r.stderr or "rank 0: width=512 failed" in r.stderr
+    assert meta["status"] == "failed" and says in meta["error"], meta
+    assert not (dead / "frame.parquet").exists()
+    assert f"coordcheck: rank 0: width=512 failed: {says}" in r.stderr, r.stderr[-3000:]
+    if fault == "oom":  # the failing process says it too, in one line
+        assert "coordcheck: rank 1: width=512 failed: out of memory in the forward (OutOfMemoryError" in r.stderr
+    assert took < 120, took  # (the hang: its collective gave up after 5 s; the whole sweep took `took`)
     assert all(json.loads(next(sweep.glob(f"*width={w}/job.json")).read_text())["status"] == "ok" for w in (64, 128))
-    again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    again = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={
+        **os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path / "tmp"),
+        "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent)])})
     assert again.returncode == 0, again.stderr[-3000:]
     assert (again.stdout + again.stderr).count("already done") == 2  # widths 64 and 128 resumed, not retrained
     assert len(list(sweep.glob("*/frame.parquet"))) == 3 and (sweep / "report" / "report.json").exists()
