@@ -342,20 +342,15 @@ class OwnUpdate:
         keys = [(name, "in") for name, _ in ins] + [(name, "own") for name, _, _ in owns]
         return keys, [f.numel() for f in flats], block
 
-    def shares(self, n: np.ndarray, offset: int, procs: int) -> tuple[np.ndarray, np.ndarray]:
-        """Under ``procs`` processes, for the probes' unmasked rows (this process's element counts ``n``; the last
-        flush's rows from ``offset`` on): ``(counts, held)``, both ``(procs, len(n))`` — the elements each process
-        reduced for each row (a process that holds none of a row's sampled rows still reduced one row) and whether
-        its sample counts (:func:`coordcheck.record.ranks.share_rows`). The rows before ``offset`` are the same on
-        every process."""
-        counts = np.tile(np.asarray(n, dtype=np.float64), (procs, 1))
-        held = np.ones_like(counts, dtype=bool)
-        for i, (r, takes, _) in enumerate([*self.meta[0], *self.meta[1]]):
+    def held(self, offset: int, rows: int, procs: int) -> np.ndarray:
+        """Under ``procs`` processes, for the probes' ``rows`` unmasked rows (the last flush's from ``offset`` on): a
+        ``(procs, rows)`` mask of the rows whose sample each process holds (:func:`coordcheck.record.ranks.share_rows`;
+        one that holds none of a row's sampled rows still reduced one row, which must not count)."""
+        held = np.ones((procs, rows), dtype=bool)
+        for i, (_, takes, _) in enumerate([*self.meta[0], *self.meta[1]]):
             if takes is not None:
-                row = n[offset + i] / r  # elements per sampled row
-                counts[:, offset + i] = [row * max(t, 1) for t in takes]
                 held[:, offset + i] = [t > 0 for t in takes]
-        return counts, held
+        return held
 
     def settle(self, raw: np.ndarray, offset: int) -> list[int]:
         """Under several processes, after pooling (``raw``: the probes' (R, 5) rows, the last flush's from ``offset``

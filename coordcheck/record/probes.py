@@ -98,7 +98,7 @@ from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-expo
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout, module_ops,
 )
 from coordcheck.record.load import LOAD_OP, LOAD_SUFFIX, expert_members, load_stats, pooled_layout
-from coordcheck.record.ranks import gather_ranks, world
+from coordcheck.record.ranks import merge_first_seen, pool_step, world
 from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
     pool_calls, pool_moments, pool_ranks, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
@@ -171,7 +171,8 @@ class Probes:
     leaves_done: int = 0  # leaf modules that finished this forward (for blaming errors)
 
     def __post_init__(self) -> None:
-        several = world()[1] > 1 and "own" in self.tensors  # own's rms is taken after pooling (record.own.settle)
+        self._procs = world()[1]  # several: each row's count is gathered too (a routed expert's differs by process)
+        several = self._procs > 1 and "own" in self.tensors  # own's rms is taken after pooling (record.own.settle)
         self._which = needed_moments([*self.stats, "rms"] if several else self.stats)
         self._delta = "delta" in self.tensors
         self._reduced, self._pending = [], 0  # batched: moments already reduced this step, elements pending
@@ -403,6 +404,8 @@ class Probes:
         self.recording = self._tracking = False
         self._root_done(self.model, (), None)
         if self.step == 0:
+            if self._procs > 1:  # what any process recorded (a routed expert may run on some only)
+                self._fired, self._shapes = merge_first_seen(self._fired, self._shapes)
             self.layout = infer_layout(self.model, self._fired, self._captured)
             self.modules = module_ops(self.model, self._fired, self._capture_ops, self._mode.ops)
             for n, info in self.modules.items():
@@ -430,26 +433,9 @@ class Probes:
         sizes = [self._loads[n].numel() for n in loads]
         if loads:  # the tokens each expert got (the statistics follow on the host, from every process's counts)
             parts.append(torch.cat([self._loads[n] for n in loads]).float())
-        parts.append(loss.detach().float().reshape(1))
-        host = gather_ranks(torch.cat(parts))  # the one device-to-host transfer of the step: (processes, length)
-        r, k, nc, procs = len(self._n), len(self._which), sum(sizes), host.shape[0]
-        n = np.asarray(self._n, dtype=np.float64)
-        at = r - len(own_n)  # the in / own rows: each process's sample of the whole batch's rows (record.own)
-        n, held = self._own.shares(n, at, procs) if procs > 1 and own_n else (np.tile(n, (procs, 1)), None)
-        per_rank = [np.concatenate([moment_rows(n[q], h[: r * k], self._which),
-                                    h[r * k : h.size - 1 - nc].reshape(-1, len(MOMENTS))]) for q, h in enumerate(host)]
-        if held is not None:  # a process that holds none of a row's sample: no weight
-            for q, rows in enumerate(per_rank):
-                rows[:r][~held[q]] = 0.0
-        raw = per_rank[0] if procs == 1 else pool_ranks(np.stack(per_rank))  # exact over the processes
-        counts = np.split(host[:, host.shape[1] - 1 - nc : -1].sum(axis=0), np.cumsum(sizes)[:-1]) if loads else []
-        loss_value = float(host[:, -1].mean())  # each process's mean over an equal share of the batch
-        keys = self._keys + self._mkeys
-        if procs > 1 and own_n:  # own divided by its pooled input's rms; the in rows kept only for that dropped
-            drop = self._own.settle(raw, at)
-            if drop:
-                keep = np.setdiff1d(np.arange(len(keys)), drop)
-                keys, raw = [keys[i] for i in keep], raw[keep]
+        own_at = len(self._n) - len(own_n)  # the in / own rows: the whole batch's sample (record.own, record.ranks)
+        keys, raw, counts, loss_value = pool_step(parts, loss, self._keys + self._mkeys, self._n, self._which, loads,
+                                                  sizes, self._own if own_n else None, own_at)
         if self._pooled:  # an expert list's members: one measurement per layer (moments pool exactly)
             keys = [(self._pooled.get(n, n), t) for n, t in keys]
         keys, raw = pool_calls(keys, raw)
@@ -475,3 +461,4 @@ class Probes:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+

@@ -12,19 +12,24 @@ moved to the host.
 The ``in`` / ``own`` rows (:mod:`coordcheck.record.own`) are the whole batch's: :func:`share_rows` says which of them
 each process holds, so that the pooled sample is the one a single process takes.
 
-Bytes per step: ``processes x length x 4`` gathered, ``length = R x k + M x 5 + C + 1`` float32 values (``R``
-unmasked series of ``k`` device moments each, ``M`` masked ones of 5, ``C`` expert counts, the loss).
+Bytes per step: ``processes x length x 4`` gathered, ``length = R x (k + 1) + M x 5 + C + 1`` float32 values (``R``
+unmasked series of ``k`` device moments and a count each — a count can differ by process: a routed expert's tokens —,
+``M`` masked ones of 5, ``C`` expert counts, the loss).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["gather_ranks", "share_rows", "world"]
+from coordcheck.record.moments import MOMENTS, moment_rows, pool_ranks
+
+__all__ = ["gather_objects", "gather_ranks", "layout_key", "merge_first_seen", "pool_by_key", "pool_step", "share_rows",
+           "world"]
 
 
 def world() -> tuple[int, int]:
@@ -36,14 +41,28 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def gather_ranks(flat: torch.Tensor) -> np.ndarray:
-    """Every process's ``flat`` (the same length on each), as a ``(processes, length)`` float64 host array."""
+def layout_key(*names: Sequence[Hashable]) -> int:
+    """A checksum of a step's series (the same on every process when they recorded the same ones; Python's ``hash``
+    of a string differs between processes)."""
+    return zlib.crc32(repr(names).encode())
+
+
+def gather_ranks(flat: torch.Tensor, layout: int = 0) -> np.ndarray | None:
+    """Every process's ``flat``, as a ``(processes, length)`` float64 host array; None when the processes' buffers
+    differ in length or ``layout`` (:func:`layout_key`): they recorded different series this step (a routed expert
+    that got no tokens on some process is not called there) — then :func:`gather_objects` and :func:`pool_by_key`.
+    Under several processes a 16-byte header is gathered first (the check), then the buffer."""
     _, size = world()
     if size == 1:
         return flat.detach().cpu().double().numpy()[None]
     import torch.distributed as dist
 
     flat = flat.detach().contiguous()
+    head = torch.tensor([flat.numel(), layout], dtype=torch.int64, device=flat.device)
+    heads = [torch.empty_like(head) for _ in range(size)]
+    dist.all_gather(heads, head)
+    if any(not torch.equal(h, heads[0]) for h in heads):
+        return None
     out = [torch.empty_like(flat) for _ in range(size)]
     dist.all_gather(out, flat)
     return torch.stack(out).cpu().double().numpy()
@@ -67,3 +86,104 @@ def share_rows(n: int, batch_shape: tuple[int, ...], rank: int, procs: int,
     r = rows(n * procs)
     takes = [min(n, max(0, r - q * n)) for q in range(procs)]
     return max(takes[rank], 1), takes
+
+
+def gather_objects(obj: object) -> list:
+    """Every process's ``obj`` (picklable), in rank order: the slow path, for a step whose series differ."""
+    import torch.distributed as dist
+
+    out = [None] * world()[1]
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def pool_by_key(records: Sequence[tuple[Sequence[Hashable], np.ndarray]]) -> tuple[list, np.ndarray]:
+    """Each process's ``(keys, (R, 5) moments)`` pooled by key (keys in first-seen order, rank 0's first): a series
+    that some process did not record is pooled over those that did, exactly as :func:`pool_ranks` pools (a series
+    recorded the same on every process is counted once)."""
+    order: dict[Hashable, list[np.ndarray]] = {}
+    for keys, rows in records:
+        for key, row in zip(keys, rows):
+            order.setdefault(key, []).append(row)
+    keys = list(order)
+    if not keys:
+        return [], np.empty((0, 5))
+    procs = len(records)
+    out = [pool_ranks(np.stack(rows)[:, None, :])[0] if len(rows) == procs
+           else pool_ranks(np.concatenate([np.stack(rows), np.zeros((procs - len(rows), 5))])[:, None, :])[0]
+           for rows in order.values()]
+    return keys, np.stack(out)
+
+
+def pool_step(parts: list[torch.Tensor], loss: torch.Tensor, keys: list, n: Sequence[int], which: Sequence[str],
+              loads: list[str], sizes: list[int], own=None, own_at: int = 0) -> tuple[list, np.ndarray, list, float]:
+    """A step's record, pooled over the processes: ``(keys, (R + M, 5) moments, each router's expert counts, the
+    loss)``. ``parts``: the step's device tensors (``R`` unmasked rows of ``len(which)`` device moments, ``M`` masked
+    rows of 5, the expert counts of ``loads`` — ``sizes`` each); ``keys``: the unmasked then the masked rows' keys;
+    ``n``: the unmasked rows' element counts here; ``own``: the probes' :class:`coordcheck.record.own.OwnUpdate` when
+    its ``in`` / ``own`` rows are the rows from ``own_at`` on. One process: the buffer moved to the host. Several: the
+    counts join the buffer, one gather, pooled exactly (a process that holds none of an ``in`` / ``own`` row's
+    sample gives it no weight; ``own`` divided by its pooled input's rms) — or, when the processes recorded different
+    series this step, gathered as objects and pooled by key."""
+    rank, procs = world()
+    r, nc, rc = len(n), sum(sizes), len(n) if procs > 1 else 0
+    if rc:  # each unmasked row's count (float32: exact to 2^24 elements, within 6e-8 above)
+        parts = [*parts, torch.tensor(n, dtype=torch.float32).to(loss.device, non_blocking=True)]
+    flat = torch.cat([*parts, loss.detach().float().reshape(1)])
+    host = gather_ranks(flat, layout_key(keys, loads, sizes) if rc else 0)  # the step's one transfer to the host
+    if host is None:  # different series (a routed expert not called on some process): by key, each finishing its own
+        h = flat.cpu().double().numpy()
+        keys, rows, counts = _rows(h[None], keys, np.asarray(n, dtype=np.float64)[None], which, r, rc, nc, sizes)
+        if own is not None:
+            rows[0][:r][~own.held(own_at, r, procs)[rank]] = 0.0
+            keys, rows[0] = _drop(keys, rows[0], own.settle(rows[0], own_at))  # (its own input's rms: one process's)
+        every = gather_objects((keys, rows[0], dict(zip(loads, counts[0])), float(h[-1])))
+        keys, raw = pool_by_key([(ks, rs) for ks, rs, _, _ in every])
+        return keys, raw, [sum(m[name] for _, _, m, _ in every if name in m) for name in loads], \
+            float(np.mean([loss for *_, loss in every]))
+    counts_n = host[:, host.shape[1] - 1 - rc : -1] if rc else np.asarray(n, dtype=np.float64)[None]
+    keys, rows, counts = _rows(host, keys, counts_n, which, r, rc, nc, sizes)
+    if own is not None and procs > 1:  # a process that holds none of a row's sample: no weight
+        held = own.held(own_at, r, procs)
+        for q in range(procs):
+            rows[q][:r][~held[q]] = 0.0
+    raw = rows[0] if procs == 1 else pool_ranks(np.stack(rows))  # exact over the processes
+    if own is not None and procs > 1:  # own divided by its pooled input's rms; in rows kept only for that dropped
+        keys, raw = _drop(keys, raw, own.settle(raw, own_at))
+    counts = [np.sum([c[i] for c in counts], axis=0) for i in range(len(loads))]
+    return keys, raw, counts, float(host[:, -1].mean())  # (each process's loss: the mean over an equal share)
+
+
+def _rows(host: np.ndarray, keys: list, n: np.ndarray, which: Sequence[str], r: int, rc: int, nc: int,
+          sizes: list[int]) -> tuple[list, list[np.ndarray], list[list[np.ndarray]]]:
+    """Each process's buffer (a row of ``host``) as its (R + M, 5) moments and its expert counts."""
+    k, end = len(which), host.shape[1] - 1
+    rows = [np.concatenate([moment_rows(n[q if len(n) > 1 else 0], h[: r * k], which),
+                            h[r * k : end - rc - nc].reshape(-1, len(MOMENTS))]) for q, h in enumerate(host)]
+    counts = [np.split(h[end - rc - nc : end - rc], np.cumsum(sizes)[:-1]) if sizes else [] for h in host]
+    return keys, rows, counts
+
+
+def _drop(keys: list, raw: np.ndarray, drop: list[int]) -> tuple[list, np.ndarray]:
+    """``keys`` and ``raw`` without the rows ``drop``."""
+    if not drop:
+        return keys, raw
+    keep = np.setdiff1d(np.arange(len(keys)), drop)
+    return [keys[i] for i in keep], raw[keep]
+
+
+def merge_first_seen(fired: list[str], shapes: dict[str, list[int]]) -> tuple[list[str], dict[str, list[int]]]:
+    """Step 0's recorded names in first-record order and their output shapes, as every process saw them: rank 0's
+    order, each name only another process recorded (a routed expert that got tokens there only) placed after the
+    name it followed there — the order one process on the whole batch records them in."""
+    every = gather_objects((fired, shapes))
+    order = list(every[0][0])
+    for names, _ in every[1:]:
+        for i, name in enumerate(names):
+            if name not in order:
+                at = order.index(names[i - 1]) + 1 if i and names[i - 1] in order else 0
+                order.insert(at, name)
+    merged: dict[str, list[int]] = {}
+    for _, seen in reversed(every):
+        merged.update(seen)  # (rank 0's shape last: it wins)
+    return order, merged

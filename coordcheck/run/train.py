@@ -155,6 +155,11 @@ def forward_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, 
         raise CoordCheckError(f"out of memory in the forward ({_first_line(e)}): check fewer or smaller widths, a "
                               f"smaller data.batch_size or precision=bf16") from None
     except Exception as e:
+        if "find_unused_parameters" in str(e):  # DDP's reducer, not the model's code
+            raise CoordCheckError("DDP: some parameters took no part in the last step's loss (a routed expert that "
+                                  "got no tokens on some process?): parallel.find_unused_parameters=true (Python: "
+                                  "parallel=lambda m: DistributedDataParallel(m, find_unused_parameters=True))"
+                                  ) from None
         module, name, in_torch = _blame(model, e)
         if module is None:
             how = "model(inputs, targets)" if forward_targets else "model(inputs)"

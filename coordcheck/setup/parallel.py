@@ -40,12 +40,14 @@ TIMEOUT_S = 300  # a collective that waits longer than this (a dead or hung proc
 
 @dataclass(frozen=True)
 class Parallel:
-    """``name``: ``none``, ``ddp`` or ``custom`` (``wrap``: the user's wrapping function); ``timeout_s``: the process
-    group's timeout."""
+    """``name``: ``none``, ``ddp``, ``fsdp`` or ``custom`` (``wrap``: the user's wrapping function); ``timeout_s``: the
+    process group's timeout; ``find_unused_parameters``: DDP's (a model whose step leaves some parameters out of the
+    loss — a routed expert that got no tokens on some process — needs it)."""
 
     name: str = "none"
     wrap_fn: Callable[[nn.Module], nn.Module] | None = None
     timeout_s: float = TIMEOUT_S
+    find_unused_parameters: bool = False
 
     @property
     def active(self) -> bool:
@@ -110,7 +112,7 @@ class Parallel:
 
         p = next(model.parameters(), None)
         ids = [p.device.index] if p is not None and p.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
+        return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=self.find_unused_parameters)
 
 
 def ensure_group(parallel: Parallel, device: torch.device) -> None:
@@ -128,6 +130,8 @@ def ensure_group(parallel: Parallel, device: torch.device) -> None:
                               f"RANK are unset, SLURM_NTASKS is not above 1): torchrun --nproc-per-node N "
                               f"your_script.py, or parallel=none")
     backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":  # one GPU a process: NCCL's object collectives use the current device
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0) or 0))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=parallel.timeout_s))
     _say(_PROCESS, f"{socket.gethostname()} {os.getpid()}")  # who runs each rank: a killed one is named (below)
 
@@ -271,4 +275,5 @@ def instantiate_parallel(node) -> Parallel:
     name = str(node.get("name", "none"))
     if name not in PARALLEL:
         raise CoordCheckError(f"parallel.name must be one of {', '.join(PARALLEL)}, got {name!r}")
-    return Parallel(name, timeout_s=float(node.get("timeout_s", TIMEOUT_S)))
+    return Parallel(name, timeout_s=float(node.get("timeout_s", TIMEOUT_S)),
+                    find_unused_parameters=bool(node.get("find_unused_parameters", False)))

@@ -1,5 +1,5 @@
 """Run under torchrun by tests/parallel/test_ddp.py: the coordinate check of a small model (argv[4] of
-parallel_models.MODELS, default mlp; argv[5] of its VARIANTS, default mup) with parallel=argv[2] (ddp, fsdp) on
+parallel_models.MODELS, default mlp; argv[5] of its VARIANTS, default mup) with parallel=argv[2] (ddp, fsdp, ddp_unused) on
 argv[3] (cpu, cuda); rank 0 writes the
 frame to argv[1] and the parameter audit's learning rates and stds beside it (every rank checks it got the same
 frame)."""
@@ -17,7 +17,12 @@ if __name__ == "__main__":
     device = sys.argv[3] if len(sys.argv) > 3 else "cpu"  # cuda: NCCL, one GPU a process
     build, batch = MODELS[sys.argv[4] if len(sys.argv) > 4 else "mlp"]
     variant = VARIANTS[sys.argv[5] if len(sys.argv) > 5 else "mup"]
-    result = coord_check(build, data=batch(), parallel=sys.argv[2], **{**SETTINGS, **variant, "device": device})
+    parallel = sys.argv[2]
+    if parallel == "ddp_unused":  # the user's own wrapping: DDP that lets a step leave parameters out (routed experts)
+        from torch.nn.parallel import DistributedDataParallel
+
+        parallel = lambda m: DistributedDataParallel(m, find_unused_parameters=True)  # noqa: E731
+    result = coord_check(build, data=batch(), parallel=parallel, **{**SETTINGS, **variant, "device": device})
     import torch.distributed as dist
 
     frames = [None] * dist.get_world_size()

@@ -87,7 +87,40 @@ def SEQUENCE_BATCH() -> Batch:
     return Batch(torch.randn(16, 12, 16, generator=g), torch.randint(0, 4, (16,), generator=g), "gaussian")
 
 
-MODELS = {"mlp": (build, BATCH), "sequence_first": (sequence_first, SEQUENCE_BATCH)}
+class Routed(nn.Module):
+    """Top-1 routing to experts that get only their tokens (``x[chosen == e]``) and are not called when none is
+    routed to them, as Hugging Face's Mixtral loops over the experts hit: the number of rows an expert sees, and
+    whether it runs at all, differ between processes. Expert 3's router column is pushed down, so that it gets few
+    tokens: none on some processes at some steps."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        from mup import MuReadout
+
+        self.fc1 = nn.Linear(16, width)
+        self.router = nn.Linear(width, 4, bias=False)
+        with torch.no_grad():
+            self.router.weight[3] -= 0.15
+        self.experts = nn.ModuleList(nn.Linear(width, width) for _ in range(4))
+        self.readout = MuReadout(width, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        gate = torch.softmax(self.router(h), dim=-1)
+        chosen = gate.argmax(dim=-1)
+        out = torch.zeros_like(h)
+        for e, expert in enumerate(self.experts):
+            rows = (chosen == e).nonzero().squeeze(1)
+            if rows.numel():
+                out[rows] = expert(h[rows]) * gate[rows, e : e + 1]
+        return self.readout(torch.relu(out))
+
+
+def routed(width: int) -> nn.Module:
+    return Routed(width)
+
+
+MODELS = {"mlp": (build, BATCH), "sequence_first": (sequence_first, SEQUENCE_BATCH), "routed": (routed, BATCH)}
 
 # muP by hand (no Mu* optimizer, no mup init): muP's learning rates as plain AdamW groups, hidden matrices at
 # std ∝ fan_in^-1/2 (coordcheck.setup.optim.mup_groups, coordcheck.setup.init.mup_init)

@@ -76,6 +76,25 @@ def test_in_and_own_are_the_whole_batchs_sample_however_the_rows_fall(tmp_path, 
     np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
+def test_routed_experts_that_see_different_tokens_on_each_process_give_the_one_process_frame(tmp_path):
+    """Top-1 routing, each expert called on its own tokens only and not at all when it gets none (Mixtral's loop):
+    the experts' row counts differ by process (gathered with the moments), and at some steps the processes record
+    different series (then pooled by key). DDP from the user's own wrapping (``find_unused_parameters=True``)."""
+    r = _torchrun(tmp_path, "ddp_unused", model="routed")
+    assert r.returncode == 0, r.stderr[-3000:]
+    build, batch = MODELS["routed"]
+    key = ["width", "seed", "step", "module", "tensor", "stat"]
+    one = coord_check(build, data=batch(), **SETTINGS).frame
+    # a routed expert's in / own / delta are each process's sample of its tokens (which tokens it gets, and whether
+    # as many as at step 0, differs with the batch's split): everything else is one process's
+    exact = lambda f: f[(f["tensor"].isin(["out", "loss"]) | ~f["module"].str.startswith("experts."))]  # noqa: E731
+    a = exact(one).sort_values(key).reset_index(drop=True)
+    b = exact(pd.read_parquet(tmp_path / "frame.parquet")).sort_values(key).reset_index(drop=True)
+    assert a[key].equals(b[key]) and set(a.loc[a["tensor"] == "out", "module"]) >= {f"experts.{e}" for e in range(3)}
+    np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL)")
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_nccl_on_two_gpus_gives_the_one_process_frame(tmp_path, parallel):
