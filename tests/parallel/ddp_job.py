@@ -1,8 +1,7 @@
 """Run under torchrun by tests/parallel/test_ddp.py: the coordinate check of a small model (argv[4] of
-parallel_models.MODELS, default mlp; argv[5] of its VARIANTS, default mup) with parallel=argv[2] (ddp, fsdp, ddp_unused) on
-argv[3] (cpu, cuda); rank 0 writes the
-frame to argv[1] and the parameter audit's learning rates and stds beside it (every rank checks it got the same
-frame)."""
+parallel_models.MODELS, default mlp; argv[5] of its VARIANTS, default mup) with parallel=argv[2] (ddp, fsdp,
+ddp_unused) on argv[3] (cpu, cuda); rank 0 writes the frame to argv[1] and the parameter audit's learning rates and
+stds beside it (every rank checks it got the same frame)."""
 
 import json
 import sys
