@@ -9,7 +9,8 @@ Variants, on the built-in GPT wrapped in DistributedDataParallel (each process o
 
   a  bare DDP training: forward, backward (DDP's gradient all-reduce), update — no probes
   b  the same with coordcheck's probes (out, delta; the default statistics) and their one gather per step
-  g  the gather alone: one ``all_gather`` of a packed buffer of b's length, per step
+  g  the gather alone: one ``all_gather`` of a buffer as b's (a 3-value header, b's packed buffer, padding to twice
+     its length: coordcheck.record.ranks.StepGather), per step
 
 Prints, from rank 0: the median seconds per step of each, b / a, and what the gather adds per step (g) against b - a,
 with the packed buffer's length and bytes.
@@ -79,7 +80,7 @@ def main() -> None:
         return (time.perf_counter() - t) / (args.steps + 1)
 
     def gather_only(n: int) -> float:
-        flat = torch.zeros(n)
+        flat = torch.zeros(3 + 2 * n + 16)  # the header, the buffer, its padding to the capacity (StepGather)
         dist.barrier()
         t = time.perf_counter()
         for _ in range(args.steps + 1):
@@ -90,7 +91,7 @@ def main() -> None:
         return (time.perf_counter() - t) / (args.steps + 1)
 
     run(False), run(True)  # warm-up
-    n = length["rows"] * 5 + 1  # 5 device moments per series (the default statistics) and the loss
+    n = length["rows"] * 6 + 1  # 5 device moments and a count per series (the default statistics), the loss
     times = {"a": [], "b": [], "g": []}
     for r in range(args.repeats):
         for v in ("ab" if r % 2 == 0 else "ba") + "g":

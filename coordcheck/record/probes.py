@@ -98,7 +98,7 @@ from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-expo
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout, module_ops,
 )
 from coordcheck.record.load import LOAD_OP, LOAD_SUFFIX, expert_members, load_stats, pooled_layout
-from coordcheck.record.ranks import merge_first_seen, pool_step, world
+from coordcheck.record.ranks import StepGather, merge_first_seen, pool_step, world
 from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
     pool_calls, pool_moments, pool_ranks, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
@@ -172,6 +172,7 @@ class Probes:
 
     def __post_init__(self) -> None:
         self._procs = world()[1]  # several: each row's count is gathered too (a routed expert's differs by process)
+        self._gather = StepGather()  # (its capacity: what every process's step buffer fits in)
         several = self._procs > 1 and "own" in self.tensors  # own's rms is taken after pooling (record.own.settle)
         self._which = needed_moments([*self.stats, "rms"] if several else self.stats)
         self._delta = "delta" in self.tensors
@@ -435,7 +436,7 @@ class Probes:
             parts.append(torch.cat([self._loads[n] for n in loads]).float())
         own_at = len(self._n) - len(own_n)  # the in / own rows: the whole batch's sample (record.own, record.ranks)
         keys, raw, counts, loss_value = pool_step(parts, loss, self._keys + self._mkeys, self._n, self._which, loads,
-                                                  sizes, self._own if own_n else None, own_at)
+                                                  sizes, self._gather, self._own if own_n else None, own_at)
         if self._pooled:  # an expert list's members: one measurement per layer (moments pool exactly)
             keys = [(self._pooled.get(n, n), t) for n, t in keys]
         keys, raw = pool_calls(keys, raw)

@@ -28,7 +28,7 @@ import torch
 
 from coordcheck.record.moments import MOMENTS, moment_rows, pool_ranks
 
-__all__ = ["gather_objects", "gather_ranks", "layout_key", "merge_first_seen", "pool_by_key", "pool_step", "share_rows",
+__all__ = ["StepGather", "gather_objects", "layout_key", "merge_first_seen", "pool_by_key", "pool_step", "share_rows",
            "world"]
 
 
@@ -47,25 +47,48 @@ def layout_key(*names: Sequence[Hashable]) -> int:
     return zlib.crc32(repr(names).encode())
 
 
-def gather_ranks(flat: torch.Tensor, layout: int = 0) -> np.ndarray | None:
-    """Every process's ``flat``, as a ``(processes, length)`` float64 host array; None when the processes' buffers
-    differ in length or ``layout`` (:func:`layout_key`): they recorded different series this step (a routed expert
-    that got no tokens on some process is not called there) — then :func:`gather_objects` and :func:`pool_by_key`.
-    Under several processes a 16-byte header is gathered first (the check), then the buffer."""
-    _, size = world()
-    if size == 1:
-        return flat.detach().cpu().double().numpy()[None]
-    import torch.distributed as dist
+class StepGather:
+    """Every process's packed step buffer, in **one** collective per step: each process's buffer padded to a
+    capacity all of them know, behind a header (its length and :func:`layout_key`, in float32-exact 16-bit parts).
+    The headers tell whether every process recorded the same series; when they did not (a routed expert that got no
+    tokens on some process is not called there), or a buffer outgrew the capacity, the call returns None — then
+    :func:`gather_objects` and :func:`pool_by_key` — and the capacity grows. The first step gathers the headers
+    first (the capacity is unknown): twice the longest buffer, padded with zeros (a few kB)."""
 
-    flat = flat.detach().contiguous()
-    head = torch.tensor([flat.numel(), layout], dtype=torch.int64, device=flat.device)
-    heads = [torch.empty_like(head) for _ in range(size)]
-    dist.all_gather(heads, head)
-    if any(not torch.equal(h, heads[0]) for h in heads):
-        return None
-    out = [torch.empty_like(flat) for _ in range(size)]
-    dist.all_gather(out, flat)
-    return torch.stack(out).cpu().double().numpy()
+    HEAD = 3
+
+    def __init__(self) -> None:
+        self.capacity = 0
+
+    def __call__(self, flat: torch.Tensor, layout: int = 0) -> np.ndarray | None:
+        """``(processes, length)`` float64 on the host, or None (see the class)."""
+        _, size = world()
+        if size == 1:
+            return flat.detach().cpu().double().numpy()[None]
+        import torch.distributed as dist
+
+        n = flat.numel()
+        head = torch.tensor([n, layout >> 16, layout & 0xFFFF], dtype=torch.float32).to(flat.device)
+        if not self.capacity:  # the first step: every process's header, then the capacity
+            heads = [torch.empty_like(head) for _ in range(size)]
+            dist.all_gather(heads, head)
+            heads = torch.stack(heads).cpu().numpy()
+            self.capacity = 2 * int(heads[:, 0].max()) + 16
+            if not (heads == heads[:1]).all():
+                return None
+            out = [torch.empty_like(flat) for _ in range(size)]
+            dist.all_gather(out, flat.detach().contiguous())
+            return torch.stack(out).cpu().double().numpy()
+        body = flat.detach() if n <= self.capacity else flat.new_zeros(0)  # too long: the header says so, no data
+        buf = torch.cat([head, body, flat.new_zeros(self.capacity - body.numel())])
+        out = [torch.empty_like(buf) for _ in range(size)]
+        dist.all_gather(out, buf)
+        host = torch.stack(out).cpu().double().numpy()
+        heads = host[:, : self.HEAD]
+        if not (heads == heads[:1]).all() or n > self.capacity:
+            self.capacity = max(self.capacity, 2 * int(heads[:, 0].max()) + 16)
+            return None
+        return host[:, self.HEAD : self.HEAD + n]
 
 
 def share_rows(n: int, batch_shape: tuple[int, ...], rank: int, procs: int,
@@ -116,13 +139,14 @@ def pool_by_key(records: Sequence[tuple[Sequence[Hashable], np.ndarray]]) -> tup
 
 
 def pool_step(parts: list[torch.Tensor], loss: torch.Tensor, keys: list, n: Sequence[int], which: Sequence[str],
-              loads: list[str], sizes: list[int], own=None, own_at: int = 0) -> tuple[list, np.ndarray, list, float]:
+              loads: list[str], sizes: list[int], gather: StepGather, own=None,
+              own_at: int = 0) -> tuple[list, np.ndarray, list, float]:
     """A step's record, pooled over the processes: ``(keys, (R + M, 5) moments, each router's expert counts, the
     loss)``. ``parts``: the step's device tensors (``R`` unmasked rows of ``len(which)`` device moments, ``M`` masked
     rows of 5, the expert counts of ``loads`` — ``sizes`` each); ``keys``: the unmasked then the masked rows' keys;
     ``n``: the unmasked rows' element counts here; ``own``: the probes' :class:`coordcheck.record.own.OwnUpdate` when
-    its ``in`` / ``own`` rows are the rows from ``own_at`` on. One process: the buffer moved to the host. Several: the
-    counts join the buffer, one gather, pooled exactly (a process that holds none of an ``in`` / ``own`` row's
+    its ``in`` / ``own`` rows are the rows from ``own_at`` on; ``gather``: the probes' :class:`StepGather`. One
+    process: the buffer moved to the host. Several: the counts join the buffer, one gather, pooled exactly (a process that holds none of an ``in`` / ``own`` row's
     sample gives it no weight; ``own`` divided by its pooled input's rms) — or, when the processes recorded different
     series this step, gathered as objects and pooled by key."""
     rank, procs = world()
@@ -130,7 +154,7 @@ def pool_step(parts: list[torch.Tensor], loss: torch.Tensor, keys: list, n: Sequ
     if rc:  # each unmasked row's count (float32: exact to 2^24 elements, within 6e-8 above)
         parts = [*parts, torch.tensor(n, dtype=torch.float32).to(loss.device, non_blocking=True)]
     flat = torch.cat([*parts, loss.detach().float().reshape(1)])
-    host = gather_ranks(flat, layout_key(keys, loads, sizes) if rc else 0)  # the step's one transfer to the host
+    host = gather(flat, layout_key(keys, loads, sizes) if rc else 0)  # the step's one transfer to the host
     if host is None:  # different series (a routed expert not called on some process): by key, each finishing its own
         h = flat.cpu().double().numpy()
         keys, rows, counts = _rows(h[None], keys, np.asarray(n, dtype=np.float64)[None], which, r, rc, nc, sizes)

@@ -95,6 +95,14 @@ def test_routed_experts_that_see_different_tokens_on_each_process_give_the_one_p
     np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-4, atol=1e-6)
 
 
+def test_one_padded_gather_a_step_and_the_steps_whose_series_differ_say_so(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        str(HERE / "gather_job.py")], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0 and "gather: ok" in r.stdout, r.stderr[-3000:]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL)")
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_nccl_on_two_gpus_gives_the_one_process_frame(tmp_path, parallel):
