@@ -9,8 +9,8 @@ Variants, on the built-in GPT wrapped in DistributedDataParallel (each process o
 
   a  bare DDP training: forward, backward (DDP's gradient all-reduce), update — no probes
   b  the same with coordcheck's probes (out, delta; the default statistics) and their one gather per step
-  g  the gather alone: one ``all_gather`` of a buffer as b's (a 3-value header, b's packed buffer, padding to twice
-     its length: coordcheck.record.ranks.StepGather), per step
+  g  the gather alone: one ``all_gather`` of a buffer as b's (a 3-value header, b's packed buffer, padding to
+     its length and an eighth: coordcheck.record.ranks.StepGather), per step
 
 Prints, from rank 0: the median seconds per step of each, b / a, and what the gather adds per step (g) against b - a,
 with the packed buffer's length and bytes.
@@ -80,7 +80,7 @@ def main() -> None:
         return (time.perf_counter() - t) / (args.steps + 1)
 
     def gather_only(n: int) -> float:
-        flat = torch.zeros(3 + 2 * n + 16)  # the header, the buffer, its padding to the capacity (StepGather)
+        flat = torch.zeros(3 + n + n // 8 + 16)  # the header, the buffer, its padding to the capacity (StepGather)
         dist.barrier()
         t = time.perf_counter()
         for _ in range(args.steps + 1):
@@ -100,8 +100,9 @@ def main() -> None:
         med = {v: statistics.median(x) for v, x in times.items()}
         ratios = [b_ / a_ for a_, b_ in zip(times["a"], times["b"])]
         print(f"processes: {size}, GPT width {args.width}, {args.steps} steps, {args.repeats} repeats, 1 thread each")
-        print(f"series per step: {length['rows']}, packed buffer: {n} float32 = {4 * n} bytes per process, "
-              f"{4 * n * size} bytes gathered")
+        padded = 3 + n + n // 8 + 16
+        print(f"series per step: {length['rows']}, packed buffer: {n} float32 = {4 * n} bytes per process "
+              f"(padded: {4 * padded}), {4 * padded * size} bytes gathered")
         print(f"a bare DDP step: {1e3 * med['a']:.2f} ms")
         print(f"b with probes: {1e3 * med['b']:.2f} ms, b / a = {statistics.median(ratios):.3f} "
               f"({min(ratios):.3f}-{max(ratios):.3f})")

@@ -1,20 +1,21 @@
 """Statistics of a model trained by several processes (``torchrun``: DDP, FSDP2): each process's packed step, gathered.
 
-Stage: record (called once per step by :meth:`coordcheck.record.probes.Probes.end_step`). Input: the step's packed
-buffer on this process's device (every moment, count and the loss, in the same order on every process: the model, the
-forward and the probes are the same). Output: a ``(processes, length)`` float64 array on the host — one row per
-process, in rank order — from **one** collective per step (``all_gather`` of the packed buffer), never one per module.
-The probes then pool the rows exactly (:func:`coordcheck.record.moments.pool_ranks`: counts and sums add, variances
-take each process's mean offset, maxima take the max), add the expert counts, and average the losses (each process
-holds an equal share of the batch). Without an initialised process group, or with one process, the buffer is only
-moved to the host.
+Stage: record (called once per step by :meth:`coordcheck.record.probes.Probes.end_step`: :func:`pool_step`). Input:
+the step's packed buffer on this process's device (every moment, each series' count and the loss). Output: the step's
+moments pooled over the processes, from **one** collective per step (:class:`StepGather`: an ``all_gather`` of the
+padded buffer behind a header), never one per module. The rows are pooled exactly
+(:func:`coordcheck.record.moments.pool_ranks`: counts and sums add, variances take each process's mean offset, maxima
+take the max), the expert counts added, the losses averaged (each process holds an equal share of the batch). A step
+whose series differ between the processes (a routed expert not called on some) is gathered as objects and pooled by
+key (:func:`pool_by_key`); step 0's names are merged over the processes (:func:`merge_first_seen`). Without an
+initialised process group, or with one process, the buffer is only moved to the host.
 
 The ``in`` / ``own`` rows (:mod:`coordcheck.record.own`) are the whole batch's: :func:`share_rows` says which of them
 each process holds, so that the pooled sample is the one a single process takes.
 
-Bytes per step: ``processes x length x 4`` gathered, ``length = R x (k + 1) + M x 5 + C + 1`` float32 values (``R``
-unmasked series of ``k`` device moments and a count each — a count can differ by process: a routed expert's tokens —,
-``M`` masked ones of 5, ``C`` expert counts, the loss).
+Bytes per step: ``processes x (3 + L + L // 8 + 16) x 4`` gathered, ``L = R x (k + 1) + M x 5 + C + 1`` float32
+values (``R`` unmasked series of ``k`` device moments and a count each — a count can differ by process: a routed
+expert's tokens —, ``M`` masked ones of 5, ``C`` expert counts, the loss; a 3-value header; padding by an eighth).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class StepGather:
     The headers tell whether every process recorded the same series; when they did not (a routed expert that got no
     tokens on some process is not called there), or a buffer outgrew the capacity, the call returns None — then
     :func:`gather_objects` and :func:`pool_by_key` — and the capacity grows. The first step gathers the headers
-    first (the capacity is unknown): twice the longest buffer, padded with zeros (a few kB)."""
+    first (the capacity is unknown): the longest buffer and an eighth, padded with zeros."""
 
     HEAD = 3
 
@@ -73,7 +74,7 @@ class StepGather:
             heads = [torch.empty_like(head) for _ in range(size)]
             dist.all_gather(heads, head)
             heads = torch.stack(heads).cpu().numpy()
-            self.capacity = 2 * int(heads[:, 0].max()) + 16
+            self.capacity = self._room(int(heads[:, 0].max()))
             if not (heads == heads[:1]).all():
                 return None
             out = [torch.empty_like(flat) for _ in range(size)]
@@ -86,9 +87,14 @@ class StepGather:
         host = torch.stack(out).cpu().double().numpy()
         heads = host[:, : self.HEAD]
         if not (heads == heads[:1]).all() or n > self.capacity:
-            self.capacity = max(self.capacity, 2 * int(heads[:, 0].max()) + 16)
+            self.capacity = max(self.capacity, self._room(int(heads[:, 0].max())))
             return None
         return host[:, self.HEAD : self.HEAD + n]
+
+    @staticmethod
+    def _room(longest: int) -> int:
+        """The capacity for buffers of up to ``longest`` values: an eighth more (a routed expert's rows come and go)."""
+        return longest + longest // 8 + 16
 
 
 def share_rows(n: int, batch_shape: tuple[int, ...], rank: int, procs: int,
@@ -146,9 +152,10 @@ def pool_step(parts: list[torch.Tensor], loss: torch.Tensor, keys: list, n: Sequ
     rows of 5, the expert counts of ``loads`` — ``sizes`` each); ``keys``: the unmasked then the masked rows' keys;
     ``n``: the unmasked rows' element counts here; ``own``: the probes' :class:`coordcheck.record.own.OwnUpdate` when
     its ``in`` / ``own`` rows are the rows from ``own_at`` on; ``gather``: the probes' :class:`StepGather`. One
-    process: the buffer moved to the host. Several: the counts join the buffer, one gather, pooled exactly (a process that holds none of an ``in`` / ``own`` row's
-    sample gives it no weight; ``own`` divided by its pooled input's rms) — or, when the processes recorded different
-    series this step, gathered as objects and pooled by key."""
+    process: the buffer moved to the host. Several: the counts join the buffer, one gather, pooled exactly (a
+    process that holds none of an ``in`` / ``own`` row's sample gives it no weight; ``own`` divided by its pooled
+    input's rms) — or, when the processes recorded different series this step, gathered as objects and pooled by
+    key."""
     rank, procs = world()
     r, nc, rc = len(n), sum(sizes), len(n) if procs > 1 else 0
     if rc:  # each unmasked row's count (float32: exact to 2^24 elements, within 6e-8 above)

@@ -99,7 +99,8 @@ def test_one_padded_gather_a_step_and_the_steps_whose_series_differ_say_so(tmp_p
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        str(HERE / "gather_job.py")], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+                        str(HERE / "gather_job.py")], capture_output=True, text=True, env=env, timeout=120,
+                       cwd=tmp_path)
     assert r.returncode == 0 and "gather: ok" in r.stdout, r.stderr[-3000:]
 
 
