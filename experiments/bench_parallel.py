@@ -15,9 +15,9 @@ Variants, on the built-in GPT wrapped in DistributedDataParallel (each process o
 Prints, from rank 0: the median seconds per step of each, b / a, and what the gather adds per step (g) against b - a,
 with the packed buffer's length and bytes.
 
-What it showed (2026-12-05, 2 cores): width 256 — bare 30.3 ms, with probes 35.1 ms, b / a 1.13 (1.07-1.19), the
-gather 0.53 ms (11% of b - a); width 1024 — 351 ms, 358 ms, 1.04 (0.84-1.08), 0.84 ms (12.5%). 52 series, 1,044 bytes
-per process a step.
+What it showed (2026-12-05, 2 cores, an evening when the machine was slower than the morning's runs): width 256 (9
+repeats) — bare 32.7 ms, with probes 39.8 ms, b / a 1.26 (1.16-1.44), the gather 1.25 ms; width 1024 — 423 ms,
+429 ms, 1.03 (0.95-1.28), 0.88 ms. 52 series, 313 values a process, 1,484 bytes with the header and padding.
 """
 
 from __future__ import annotations
