@@ -62,15 +62,16 @@ class EpsProbe:
     def __bool__(self) -> bool:
         return bool(self.params)
 
-    def _indices(self, present: tuple[int, ...], device: torch.device):
-        """For the parameters with state: each sampled element's parameter and group, and the missing parameters."""
-        if present not in self._index:
-            sizes = self.sampled[list(present)].long()
-            pidx = torch.tensor(present).repeat_interleave(sizes).to(device)
-            gidx = torch.tensor([self.params[i][0] for i in present]).repeat_interleave(sizes).to(device)
+    def _indices(self, present: tuple[int, ...], sizes: tuple[int, ...], device: torch.device):
+        """For the parameters with state (``sizes``: each one's sampled coordinates here — fewer than
+        ``self.sampled`` for a shard): each sampled element's parameter and group, and the missing parameters."""
+        if (present, sizes) not in self._index:
+            counts = torch.tensor(sizes, dtype=torch.long)
+            pidx = torch.tensor(present).repeat_interleave(counts).to(device)
+            gidx = torch.tensor([self.params[i][0] for i in present]).repeat_interleave(counts).to(device)
             missing = torch.tensor(sorted(set(range(len(self.params))) - set(present)), dtype=torch.long).to(device)
-            self._index[present] = (pidx, gidx, missing)
-        return self._index[present]
+            self._index[present, sizes] = (pidx, gidx, missing)
+        return self._index[present, sizes]
 
     @torch.no_grad()
     def record(self, step: int) -> None:
@@ -87,12 +88,12 @@ class EpsProbe:
                 t = t.to(v.device, torch.float64) if torch.is_tensor(t) and t.device != torch.device("cpu") else \
                     float(t)
                 thr[gi] = (1 - group["betas"][1] ** t) * (float(group["eps"]) / self.ratio) ** 2
-            xs.append(v.reshape(-1)[:: self.strides[i]])  # a strided view: no copy of the whole state
+            xs.append(_strided(v, self.strides[i]))  # a strided view: no copy of the whole state
             present.append(i)
         if not xs:
             return
         x = torch.cat(xs)
-        pidx, gidx, missing = self._indices(tuple(present), x.device)
+        pidx, gidx, missing = self._indices(tuple(present), tuple(v.numel() for v in xs), x.device)
         levels = torch.stack([torch.as_tensor(thr.get(g, 0.0), dtype=torch.float64, device=x.device)
                               for g in range(len(self.groups))])
         hit = (x > 0) & (x.double() <= levels[gidx])  # v_hat = 0: the gradient was always zero, the step is 0
@@ -103,10 +104,37 @@ class EpsProbe:
         self._counts.append(counts)
 
     def fractions(self) -> np.ndarray:
-        """``(steps, parameters)`` fractions, moved to the host in one transfer."""
+        """``(steps, parameters)`` fractions, moved to the host in one transfer (sharded parameters, FSDP2: each
+        process counted its shard's part of the sample, the counts summed over the processes in one all-reduce)."""
         if not self._counts:
             return np.zeros((0, len(self.names)))
-        return (torch.stack(self._counts).cpu() / self.sampled).numpy()
+        counts = torch.stack(self._counts)
+        if any(_is_dtensor(p) for _, p in self.params):
+            import torch.distributed as dist
+
+            dist.all_reduce(counts)
+        return (counts.cpu() / self.sampled).numpy()
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    return type(t).__name__ == "DTensor" and hasattr(t, "to_local")
+
+
+def _strided(v: torch.Tensor, stride: int) -> torch.Tensor:
+    """Every ``stride``-th coordinate of ``v`` flattened (a view). A DTensor sharded on its first dimension (FSDP2's
+    ``Shard(0)``: process r holds rows ``r·c .. (r+1)·c``, ``c = ceil(rows / processes)``): the coordinates of the
+    same global sample that lie in this process's shard, so that the processes' counts add up to one process's."""
+    if not _is_dtensor(v):
+        return v.reshape(-1)[::stride]
+    from torch.distributed.tensor import Shard
+
+    if [type(pl) for pl in v.placements] != [Shard] or v.placements[0].dim != 0:
+        return v.full_tensor().reshape(-1)[::stride]  # another layout: the whole state, gathered (then not summed)
+    mesh = v.device_mesh
+    rows = v.shape[0]
+    per = -(-rows // mesh.size())
+    start = min(rows, mesh.get_local_rank() * per) * (v.numel() // max(rows, 1))
+    return v.to_local().reshape(-1)[(-start) % stride :: stride]
 
 
 def _owner(name: str, layout: dict[str, tuple[int, str, int]]) -> tuple[int, str, int]:

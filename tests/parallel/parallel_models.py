@@ -124,4 +124,14 @@ MODELS = {"mlp": (build, BATCH), "sequence_first": (sequence_first, SEQUENCE_BAT
 
 # muP by hand (no Mu* optimizer, no mup init): muP's learning rates as plain AdamW groups, hidden matrices at
 # std ∝ fan_in^-1/2 (coordcheck.setup.optim.mup_groups, coordcheck.setup.init.mup_init)
-VARIANTS = {"mup": {}, "by_hand": {"optimizer": "mup_groups", "init": "mup"}}
+# eps: Adam's ε fraction (tensors=eps) with an ε large enough to matter on some coordinates of every matrix
+
+
+def adam_large_eps(model: nn.Module, lr: float):
+    from mup import MuAdam
+
+    return MuAdam(model.parameters(), lr=lr, eps=1e-4)
+
+
+VARIANTS = {"mup": {}, "by_hand": {"optimizer": "mup_groups", "init": "mup"},
+            "eps": {"tensors": ["out", "delta", "eps"], "optimizer": adam_large_eps}}

@@ -33,11 +33,11 @@ def _torchrun(tmp_path: Path, parallel: str, n: int = 2, device: str = "cpu",
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("parallel, variant", [("ddp", "mup"), ("fsdp", "mup"), ("fsdp", "by_hand")])
+@pytest.mark.parametrize("parallel, variant", [("ddp", "mup"), ("fsdp", "mup"), ("fsdp", "by_hand"), ("fsdp", "eps")])
 def test_a_ddp_or_fsdp_frame_equals_the_one_process_frame(tmp_path, parallel, variant):
     """mup's base shapes, MuReadout and MuAdam (``mup``), or muP by hand (``by_hand``: plain AdamW groups from
-    ``mup_groups``, ``init=mup``): under DDP and FSDP2 the frame, the verdict and every parameter's lr and init are
-    one process's."""
+    ``mup_groups``, ``init=mup``), or Adam's ε fraction (``eps``): under DDP and FSDP2 the frame, the verdict and every
+    parameter's lr and init are one process's."""
     r = _torchrun(tmp_path, parallel, variant=variant)
     assert r.returncode == 0, r.stderr[-3000:]
     ddp = pd.read_parquet(tmp_path / "frame.parquet")
@@ -46,7 +46,8 @@ def test_a_ddp_or_fsdp_frame_equals_the_one_process_frame(tmp_path, parallel, va
     a = one.frame.sort_values(key).reset_index(drop=True)
     b = ddp.sort_values(key).reset_index(drop=True)
     assert a[key].equals(b[key])  # the same series, the model's own names (not DDP's module.*)
-    assert {"out", "delta", "in", "own", "loss"} <= set(a["tensor"])
+    assert {"loss", *VARIANTS[variant].get("tensors", SETTINGS["tensors"])} <= set(a["tensor"])  # (eps: FSDP2's
+    # sharded optimizer state, each process counting its shard's part of the one-process sample)
     # every tensor, in / own included (their sampled rows are the whole batch's first ones, on rank 0): float32
     # reductions summed in another order on each process, then pooled in float64 — 1e-4 relative
     np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-4, atol=1e-6)
