@@ -77,6 +77,7 @@ class FunctionProbe(TorchFunctionMode):
         self.owners = owners  # id(parameter) -> the modules that hold it directly
         self.products: dict[int, weakref.ref] = {}  # id -> a weak reference: tensors compare by identity, not ==
         self.ops: dict[str, str] = {}  # module -> what it computed with its own weight (WEIGHT_OPS), at step 0
+        self._modules: dict[str, Any] = {}  # name -> module, as asked for (_holds)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -102,13 +103,22 @@ class FunctionProbe(TorchFunctionMode):
             weights = [t for t in operands if t.ndim >= 2 or op == "norm"]  # a bias is no weight
             for i, t in enumerate(weights):
                 base = t if isinstance(t, nn.Parameter) else getattr(t, "_base", None)
-                if isinstance(base, nn.Parameter) and running in self.owners.get(id(base), ()):
+                if isinstance(base, nn.Parameter) and (running in self.owners.get(id(base), ())
+                                                       or self._holds(running, base)):
                     transposed = op == "linear-t" and (i == 0 or t is not base)  # W @ x, or x @ W.T: (out, in)
                     self.ops.setdefault(running, "linear" if transposed else op)
                     break
         if (sum(_activation(t) for t in operands) >= 2 if func in PRODUCTS
                 else any(t.shape == out.shape and self.over_product(t) for t in operands)):  # scaled, masked or cast
             self.products[id(out)] = weakref.ref(out)
+
+    def _holds(self, name: str, param: nn.Parameter) -> bool:
+        """Whether module ``name`` holds ``param`` now: FSDP2 puts an unsharded parameter (another object than the
+        one registered before sharding) in its place for the forward."""
+        module = self._modules.get(name)
+        if module is None:
+            module = self._modules[name] = dict(self.probes._named).get(name)
+        return module is not None and any(v is param for v in module._parameters.values())
 
     def over_product(self, x: torch.Tensor) -> bool:
         """Whether ``x`` is (a scaled, masked or cast) product of two activations, as q·kᵀ is."""

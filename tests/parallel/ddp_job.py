@@ -33,5 +33,7 @@ if __name__ == "__main__":
                  for n, p in f["audit"]["params"].items()}
         with open(sys.argv[1] + ".audit.json", "w") as out:
             json.dump(audit, out)
+        with open(sys.argv[1] + ".modules.json", "w") as out:  # what each module computed (its op), by width
+            json.dump({str(f["width"]): {n: m["op"] for n, m in f["modules"].items()} for f in result.facts}, out)
         print(f"verdict: {result.verdict.status}")
     dist.destroy_process_group()

@@ -10,13 +10,25 @@ SETTINGS = dict(widths=[64, 128, 256], steps=3, seeds=1, progress=False, cause_p
                 device="cpu")
 
 
+class OwnLinear(nn.Module):
+    """A linear layer written as people write routers and fused layers: ``F.linear`` on its own weight (no
+    ``nn.Linear``): its op is known only from what it computes (under FSDP2, on the unsharded weight it swaps in)."""
+
+    def __init__(self, n_in: int, n_out: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n_out, n_in) / n_in**0.5)
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.weight)
+
+
 class MLP(nn.Module):
     def __init__(self, width: int):
         super().__init__()
         from mup import MuReadout
 
         self.fc1 = nn.Linear(16, width)
-        self.fc2 = nn.Linear(width, width)
+        self.fc2 = OwnLinear(width, width)
         self.readout = MuReadout(width, 4)
 
     def forward(self, x):

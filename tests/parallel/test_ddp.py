@@ -45,7 +45,12 @@ def test_a_ddp_or_fsdp_frame_equals_the_one_process_frame(tmp_path, parallel, va
     key = ["width", "seed", "step", "module", "tensor", "stat"]
     a = one.frame.sort_values(key).reset_index(drop=True)
     b = ddp.sort_values(key).reset_index(drop=True)
-    assert a[key].equals(b[key])  # the same series, the model's own names (not DDP's module.*)
+    # the same series, the model's own names (not DDP's module.*), the same layout (fc2's op, F.linear on its own
+    # weight, is seen under FSDP2 too: its unsharded weight is another object than the one registered)
+    assert a[key].equals(b[key]) and a[["role", "layer_index"]].equals(b[["role", "layer_index"]])
+    ops = json.loads((tmp_path / "frame.parquet.modules.json").read_text())
+    assert ops == {str(f["width"]): {n: m["op"] for n, m in f["modules"].items()} for f in one.facts}
+    assert all(o["fc2"] == "linear" for o in ops.values())
     assert {"loss", *VARIANTS[variant].get("tensors", SETTINGS["tensors"])} <= set(a["tensor"])  # (eps: FSDP2's
     # sharded optimizer state, each process counting its shard's part of the one-process sample)
     # every tensor, in / own included (their sampled rows are the whole batch's first ones, on rank 0): float32
