@@ -127,21 +127,22 @@ def gather_objects(obj: object) -> list:
 
 
 def pool_by_key(records: Sequence[tuple[Sequence[Hashable], np.ndarray]]) -> tuple[list, np.ndarray]:
-    """Each process's ``(keys, (R, 5) moments)`` pooled by key (keys in first-seen order, rank 0's first): a series
-    that some process did not record is pooled over those that did, exactly as :func:`pool_ranks` pools (a series
-    recorded the same on every process is counted once)."""
-    order: dict[Hashable, list[np.ndarray]] = {}
+    """Each process's ``(keys, (R, 5) moments)`` pooled by key and call (keys in first-seen order, rank 0's first; a
+    key a process recorded twice, a module called twice, stays two rows): a series that some process did not record
+    is pooled over those that did, exactly as :func:`pool_ranks` pools (a series recorded the same on every process
+    is counted once)."""
+    order: dict[tuple[Hashable, int], list[np.ndarray]] = {}  # (key, its call on a process) -> one row a process
     for keys, rows in records:
+        calls: dict[Hashable, int] = {}
         for key, row in zip(keys, rows):
-            order.setdefault(key, []).append(row)
-    keys = list(order)
-    if not keys:
+            calls[key] = calls.get(key, -1) + 1  # a module called twice in a forward: two rows (pool_calls joins them)
+            order.setdefault((key, calls[key]), []).append(row)
+    if not order:
         return [], np.empty((0, 5))
     procs = len(records)
-    out = [pool_ranks(np.stack(rows)[:, None, :])[0] if len(rows) == procs
-           else pool_ranks(np.concatenate([np.stack(rows), np.zeros((procs - len(rows), 5))])[:, None, :])[0]
-           for rows in order.values()]
-    return keys, np.stack(out)
+    out = [pool_ranks(np.concatenate([np.stack(rows), np.zeros((procs - len(rows), 5))])[:, None, :])[0]
+           for rows in order.values()]  # (a process without the row: zeros, no weight)
+    return [key for key, _ in order], np.stack(out)
 
 
 def pool_step(parts: list[torch.Tensor], loss: torch.Tensor, keys: list, n: Sequence[int], which: Sequence[str],

@@ -101,6 +101,24 @@ def test_routed_experts_that_see_different_tokens_on_each_process_give_the_one_p
     np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-4, atol=1e-6)
 
 
+def test_pooled_by_key_the_processes_rows_are_the_union_of_their_samples():
+    """The by-key path (a step whose series differ between processes): a module called twice on one process and once
+    on the other, a series only one process recorded — each pooled over the samples that exist, exactly."""
+    from coordcheck.record.moments import moment_rows, moments, pool_calls
+    from coordcheck.record.ranks import pool_by_key
+
+    g = torch.Generator().manual_seed(0)
+    x = {k: [torch.randn(n, generator=g) for n in ns] for k, ns in {"e": (6, 3, 5), "only": (4,), "x": (7, 7)}.items()}
+    one = lambda t: moment_rows(np.array([t.numel()]), moments(t).numpy())  # noqa: E731  ([n, mean, var, ...])
+    rank0 = (["x", "e", "e", "only"],
+             np.concatenate([one(x["x"][0]), one(x["e"][0]), one(x["e"][1]), one(x["only"][0])]))
+    rank1 = (["x", "e"], np.concatenate([one(x["x"][1]), one(x["e"][2])]))
+    keys, raw = pool_calls(*pool_by_key([rank0, rank1]))
+    assert keys == ["x", "e", "only"]
+    for k, row in zip(keys, raw):
+        np.testing.assert_allclose(row, one(torch.cat(x[k]))[0], rtol=1e-5, atol=1e-7)  # (float32 sums)
+
+
 def test_one_padded_gather_a_step_and_the_steps_whose_series_differ_say_so(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
