@@ -172,10 +172,8 @@ def _store():
 
     if not (dist.is_available() and dist.is_initialized()):
         return None
-    try:
-        store = dist.distributed_c10d._get_default_store()
-        store.set_timeout(datetime.timedelta(seconds=5))  # (a store that is gone fails fast here)
-        return store
+    try:  # (its timeout is left as it is: collectives and FSDP use the same store; reads below only after check)
+        return dist.distributed_c10d._get_default_store()
     except Exception:
         return None
 
