@@ -29,7 +29,14 @@ def _torchrun(tmp_path: Path, parallel: str, n: int = 2, device: str = "cpu",
                                                         os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
            str(HERE / "ddp_job.py"), str(out), parallel, device, model, variant]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    if r.returncode and "terminate called without an active exception" in r.stderr and "exitcode: -6" in r.stderr:
+        # Once in CI (2026-12-05, fsdp/by_hand, a loaded machine) a process aborted in C++ (SIGABRT), not reproduced
+        # in 6 loaded runs since; gloo's worker threads can abort a process as it ends (pytorch/pytorch#179291).
+        # Run again once, and say so: a second abort fails the test.
+        print(f"torchrun: a process aborted (SIGABRT), run again once:\n{r.stderr[-1500:]}", file=sys.stderr)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    return r
 
 
 @pytest.mark.slow
