@@ -82,3 +82,41 @@ def test_sp_makes_every_width_multiplier_one():
     model = build_model(gpt, 128, 0, Standard())
     assert isinstance(model, GPT) and model.lm_head.width_mult() == 1.0
     assert model(torch.randint(0, 256, (2, 5))).shape == (2, 5, 256)
+
+
+class DrawnReadout(nn.Module):
+    """The mup package's usage: nn.Linear layers with biases and a drawn MuReadout, reset by their own defaults."""
+
+    def __init__(self, width):
+        super().__init__()
+        from mup import MuReadout
+
+        self.fc = nn.Linear(8, width)
+        self.hidden = nn.Linear(width, width)
+        self.readout = MuReadout(width, 3)
+        self.own = nn.Linear(width, width, bias=False)
+
+    def reset_parameters(self):
+        for m in (self.fc, self.hidden, self.readout):
+            m.reset_parameters()
+        nn.init.normal_(self.own.weight, std=0.02)  # the model's own init: left as it set it
+
+    def forward(self, x):
+        return self.readout(self.own(self.hidden(self.fc(x))))
+
+
+def test_a_drawn_mureadout_keeps_mups_rescale_when_the_model_resets_itself():
+    """set_base_shapes turns the readout's standard init (std ∝ fan_in^-1/2) into muP's (constant, beside the 1/width
+    multiplier); the model's own reset_parameters draws the standard init again, and the harness gives the rescale
+    back (else the readout's effective weight is ∝ width^-1.5 and SGD's updates shrink: the mutation atlas's mlp_sgd
+    base failed so)."""
+    p = Mup()
+    p.prepare(DrawnReadout, 16)
+    stds = {w: build_model(DrawnReadout, w, 0, p, 16) for w in (16, 256)}
+    readout = {w: m.readout.weight.std().item() for w, m in stds.items()}
+    assert readout[256] / readout[16] == pytest.approx(1.0, rel=0.15)  # without the rescale: 1/4
+    bias = {w: m.hidden.bias.std().item() for w, m in stds.items()}
+    assert bias[256] / bias[16] == pytest.approx(1.0, rel=0.2)  # mup's rescale_linear_bias, given back too
+    own = {w: m.own.weight.std().item() for w, m in stds.items()}
+    assert own[256] == pytest.approx(0.02, rel=0.05) and own[16] == pytest.approx(0.02, rel=0.1)
+    assert "reset_parameters" not in vars(stds[16].readout)  # the recorder is gone

@@ -7,7 +7,9 @@ seed. Output: the seeded model, ready for its optimizer (``coordcheck.setup.opti
   ``2 * base_width``, built on the meta device inside ``torch.random.fork_rng`` (no wide
   tensors allocated, the global RNG untouched), once per job. The trained model gets
   ``mup.set_base_shapes`` and then its own ``reset_parameters()`` if it has one, as in the
-  mup examples. Optimizers are MuAdam / MuAdamW / MuSGD.
+  mup examples; a layer whose own ``reset_parameters`` that call ran again (a drawn ``MuReadout``, an
+  ``nn.Linear``'s bias) gets the rescale ``set_base_shapes`` gave its standard init back
+  (:func:`_reset_keeping_mup`). Optimizers are MuAdam / MuAdamW / MuSGD.
 * ``sp`` — the same model in standard parametrization: base shapes equal to the model's own
   (every width multiplier is 1, so MuReadout is a plain Linear; the dimensions that grow are
   still marked, from the same two meta builds) and torch optimizers. The control that must
@@ -150,8 +152,45 @@ class Mup(Parametrization):
                                            "fix": PLAIN_READOUT_FIX})
         reset = getattr(model, "reset_parameters", None)
         if callable(reset):
-            reset()
+            _reset_keeping_mup(model, reset)
         return model
+
+
+def _reset_keeping_mup(model: nn.Module, reset: Callable[[], None]) -> None:
+    """``reset()`` (the model's own ``reset_parameters``), then mup's rescale again on each layer whose own
+    ``reset_parameters`` that call ran: ``set_base_shapes`` turned their standard init into muP's (a drawn
+    ``MuReadout``'s weight and bias times ``width_mult ** 0.5``: std constant in width beside its 1/width multiplier;
+    an ``nn.Linear``'s or convolution's bias times ``fan_in_mult ** 0.5``), and the standard init drawn again would
+    undo it — a readout at std ∝ fan_in^-1/2 behind a 1/width multiplier, whose updates then shrink the gradient of
+    every layer before it (visible under SGD). A layer the model initialises its own way (``nn.init`` on its weight)
+    is left as the model set it."""
+    from mup.layer import rescale_linear_bias
+    from torch.nn.modules.conv import _ConvNd
+
+    ran: list[nn.Module] = []
+    layers = [m for m in model.modules() if m is not model and isinstance(m, (MuReadout, nn.Linear, _ConvNd))
+              and "reset_parameters" not in vars(m)]
+    for m in layers:
+        def recorded(_m: nn.Module = m, _own: Callable[[], None] = m.reset_parameters) -> None:
+            ran.append(_m)
+            _own()
+        m.reset_parameters = recorded
+    try:
+        reset()
+    finally:
+        for m in layers:
+            del m.reset_parameters
+    with torch.no_grad():
+        for m in dict.fromkeys(ran):
+            if not all(hasattr(p, "infshape") for p in m.parameters(recurse=False)):
+                continue
+            if isinstance(m, MuReadout):
+                if not m.readout_zero_init:
+                    m._has_rescaled_params = False
+                    m._rescale_parameters()
+            elif m.bias is not None:
+                m._has_rescaled_params = False
+                rescale_linear_bias(m)
 
 
 @dataclass
