@@ -80,7 +80,7 @@ def test_one_optimizer_with_adamw_and_muon_groups():
     assert {i for i, k in kind.items() if k == "muon"} == matrices
     for g in opt.param_groups:
         if g["kind"] == "muon":
-            assert len({p.shape for p in g["params"]}) == 1 and g["ns_steps"] == 5
+            assert len({p.shape for p in g["params"]}) == 1 and g["ns_steps"] == 5 and g["renorm"] is False
 
 
 @pytest.mark.parametrize("lr_scaling, scale", [("mup", (64 / 768) ** -0.5), ("nanochat", (256 / 768) ** -0.5)])
@@ -154,7 +154,7 @@ def test_the_mup_default_passes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("knobs", [{"as_written": True}, {"output_mult": False}])
+@pytest.mark.parametrize("knobs", [{"as_written": True}, {"output_mult": False}, {"muon_renorm": True}])
 def test_nanochats_own_choices_fail(knobs):
     r = coord_check(build, [64, 128, 256], **CHECK, **knobs)
     assert r.verdict.status == "fail", r.verdict.reason
