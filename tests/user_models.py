@@ -95,3 +95,51 @@ def olmo_optimizer(model: OlmoStyleGPT, lr: float) -> torch.optim.AdamW:
     groups = [{"params": [p for n, p in named if hidden(n, p)], "lr": lr * model.base_width / model.width},
               {"params": [p for n, p in named if not hidden(n, p)], "lr": lr}]
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+
+
+class NanochatStyleGPT(nn.Module):
+    """A decoder written the way nanochat writes its GPT: ``forward(idx, targets=None)`` returns the logits without
+    targets and the bare scalar loss with them; parameter-free ``F.rms_norm``, ReLU² MLP, untied ``lm_head`` (a plain
+    ``nn.Linear``). muP by hand: SDPA at 1/d_head, the output multiplier ``base_width / width`` on the logits, hidden
+    init std ``∝ width^-1/2``; its learning-rate groups come from :func:`nanochat_optimizer`."""
+
+    def __init__(self, width: int, base_width: int = 32, vocab_size: int = 256, n_layer: int = 2, n_head: int = 4):
+        super().__init__()
+        self.width, self.base_width, self.n_head = width, base_width, n_head
+        self.wte = nn.Embedding(vocab_size, width)
+        self.h = nn.ModuleList()
+        for _ in range(n_layer):
+            block = nn.Module()
+            block.c_q, block.c_k, block.c_v, block.c_proj = (nn.Linear(width, width, bias=False) for _ in range(4))
+            block.c_fc = nn.Linear(width, 4 * width, bias=False)
+            block.mlp_proj = nn.Linear(4 * width, width, bias=False)
+            self.h.append(block)
+        self.lm_head = nn.Linear(width, vocab_size, bias=False)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=0.02 if module is self.lm_head else module.in_features ** -0.5)
+        nn.init.normal_(self.wte.weight, std=1.0)
+
+    def forward(self, idx, targets=None):
+        f = torch.nn.functional
+        x = f.rms_norm(self.wte(idx), (self.width,))
+        b, t, d = x.shape
+        for blk in self.h:
+            y = f.rms_norm(x, (d,))
+            q, k, v = (m(y).view(b, t, self.n_head, -1).transpose(1, 2) for m in (blk.c_q, blk.c_k, blk.c_v))
+            y = f.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.n_head / d)
+            x = x + blk.c_proj(y.transpose(1, 2).reshape(b, t, d))
+            x = x + blk.mlp_proj(f.relu(blk.c_fc(f.rms_norm(x, (d,)))).square())
+        logits = self.lm_head(f.rms_norm(x, (d,))) * (self.base_width / self.width)
+        if targets is None:
+            return logits
+        return f.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
+
+
+def nanochat_optimizer(model: NanochatStyleGPT, lr: float) -> torch.optim.AdamW:
+    """AdamW with muP's groups: the blocks' matrices at ``lr * base_width / width``, embedding and readout at ``lr``."""
+    named = list(model.named_parameters())
+    hidden = [p for n, p in named if n.startswith("h.")]
+    rest = [p for n, p in named if not n.startswith("h.")]
+    return torch.optim.AdamW([{"params": hidden, "lr": lr * model.base_width / model.width}, {"params": rest}], lr=lr,
+                             betas=(0.9, 0.95), weight_decay=0.0)

@@ -68,6 +68,7 @@ from coordcheck.core.frame import ROOT_MODULE
 from coordcheck.gradflow.schema import ACTIVATION_STATS, COLUMNS, GLOBAL_NAME, UNUSED
 from coordcheck.record.layout import infer_layout
 from coordcheck.record.moments import N, moment_rows, moments, needed_moments, pool_calls, stats_from_moments
+from coordcheck.record.outputs import is_bare_loss
 from coordcheck.record.probes import first_tensor
 from coordcheck.run.train import LossFn, cross_entropy, forward_loss
 
@@ -149,8 +150,8 @@ class GradFlowProbe:
 
     def _on_output(self, name: str, sat: Callable | None, container: bool, module: nn.Module, inputs: object,
                    output: object) -> None:
-        if not self._recording:
-            return
+        if not self._recording or (name == ROOT_MODULE and is_bare_loss(output)):
+            return  # a model returning its loss alone (nanochat's model(x, y)): not an activation
         x = first_tensor(output)
         if x is None or x.numel() == 0:
             return

@@ -8,7 +8,9 @@ the **op** each softmax is taken over: a product of two activations (``qk-softma
 ``@``, ``matmul``, ``bmm``, ``einsum`` — through any scale, mask or cast of the same shape) or anything else
 (``softmax``: a projection's output, such as a mixture-of-experts router's logits). The role of a capture follows from
 its op (:mod:`coordcheck.judge.roles`), not from a name. A ``topk`` over the last dimension inside a module is a
-router's choice of experts: the probes count the tokens each expert gets (``<module>.(load)``, op ``load``).
+router's choice of experts: the probes count the tokens each expert gets (``<module>.(load)``, op ``load``). The input
+of a loss function (``F.cross_entropy``, ...) is kept for the probes: a model that returns its loss alone has its
+logits measured there (``(logits)``).
 """
 
 from __future__ import annotations
@@ -197,7 +199,20 @@ def _on_topk(p: Any, args: tuple, kwargs: dict, out: object) -> None:
     p.routing(index, x.shape[-1], k)
 
 
+def _on_loss(p: Any, args: tuple, kwargs: dict, out: object) -> None:
+    """A loss function called in the forward: its input holds the logits (a model that returns its loss alone)."""
+    x = args[0] if args else kwargs.get("input")
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        p.loss_input(x)
+
+
+# The losses of torch.nn.functional whose first argument is the model's logits or predictions (nll_loss's is
+# log-probabilities: a log_softmax's output, whose input the softmax probe holds)
+LOSSES = (F.cross_entropy, F.nll_loss, F.binary_cross_entropy_with_logits, F.mse_loss, F.l1_loss, F.smooth_l1_loss,
+          F.huber_loss)
+
 _HANDLERS = {
+    **{f: _on_loss for f in LOSSES},
     torch.topk: _on_topk,
     torch.Tensor.topk: _on_topk,
     F.scaled_dot_product_attention: _on_sdpa,

@@ -72,7 +72,7 @@ from torch import nn
 from coordcheck.core.frame import ROOT_MODULE
 from coordcheck.record.layout import is_norm
 from coordcheck.record.moments import ABSMAX, ABSSUM, MEAN, VAR, batched_moments, moment_terms
-from coordcheck.record.outputs import first_tensor, select_output
+from coordcheck.record.outputs import first_tensor, root_output
 from coordcheck.record.ranks import share_rows, world
 
 __all__ = ["SAMPLED_ROWS", "SAMPLED_SHARE", "LINEAR_FORWARDS", "OwnUpdate", "sampled_rows", "sample_rows",
@@ -392,7 +392,7 @@ class OwnUpdate:
              values: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor | None:
         with _parameters(module, values):
             out = module(*args, **kwargs)
-        return first_tensor(select_output(out, self.probes.output) if name == ROOT_MODULE else out)
+        return root_output(out, self.probes.output) if name == ROOT_MODULE else first_tensor(out)
 
     def _change(self, name: str, module: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor | None:
         """``f(x; θ_0)`` at step 0, ``f(x; θ_t) - f(x; θ_0)`` after (float32), on the sampled ``args``."""

@@ -74,7 +74,11 @@ Deliberate choices (documented for users):
   call k's ``delta`` is taken against call k's step-0 output.
 * **Tuple / list / dict outputs**: the first floating-point tensor found (depth-first,
   dict values in order) is measured, as for ``(hidden, attn_weights)`` pairs; for the root,
-  ``output=`` (an index or a key) selects the logits instead.
+  ``output=`` (an index or a key) selects the logits instead. A root that returns one number (its
+  loss alone, nanochat's ``forward(idx, targets)`` under ``loss=model``) has no ``(root)`` row: the
+  logits are the input of the first loss function of ``torch.nn.functional`` it called
+  (``F.cross_entropy``, ...), recorded as ``(logits)`` with role ``output`` when they are not the
+  readout module's output itself (an output multiplier or a soft cap applied in ``forward``).
 * **Hooks outside the forward** (activation-checkpoint recomputation in backward, an extra
   eval pass) record nothing: ``recording`` is only on during the probed forward.
 
@@ -103,7 +107,7 @@ from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exp
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
     pool_calls, pool_moments, pool_ranks, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
 )
-from coordcheck.record.outputs import first_tensor, select_output  # noqa: F401  (re-exported)
+from coordcheck.record.outputs import first_tensor, is_bare_loss, select_output  # noqa: F401  (re-exported)
 from coordcheck.record.own import OwnUpdate
 
 __all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", "masked_moments", "stats_from_moments",
@@ -116,6 +120,18 @@ CAPTURE_OPS = {"(sdpa)": "qk", "(mha)": "qk", "(sdpa+mask)": "qk+mask", "(mha+ma
 
 BATCH_BUDGET = 1 << 26  # batched probes: float32 elements snapshotted (256 MiB) before a step reduces them early
 SCRATCH_MAX = 1 << 24  # per-hook probes: tensors up to this many elements (64 MiB) reduce in two reused buffers
+
+
+def _same(x: torch.Tensor, y: object) -> bool:
+    """Whether ``x`` is ``y`` or a view of all of it (``logits.view(-1, V)``)."""
+    if x is y:
+        return True
+    if not isinstance(y, torch.Tensor) or x.numel() != y.numel() or y.numel() == 0:
+        return False
+    try:
+        return x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # a tensor subclass without storage (a DTensor): not known the same
+        return False
 
 
 @dataclass
@@ -168,6 +184,7 @@ class Probes:
     _pooled: dict = field(default_factory=dict)  # an expert list member's name -> its layer's name (step 0 on)
     _shapes: dict = field(default_factory=dict)  # recorded name -> its output's shape at step 0 (first call)
     _last_out: object = None
+    _loss_in: tuple | None = None  # (the first loss function's input this forward, whether it is the readout's output)
     leaves_done: int = 0  # leaf modules that finished this forward (for blaming errors)
 
     def __post_init__(self) -> None:
@@ -237,6 +254,9 @@ class Probes:
         if name in self._alias:
             return
         if name == ROOT_MODULE:
+            if is_bare_loss(output):  # the model returned its loss alone: the logits are the loss's input
+                self._loss_logits()
+                return
             x = first_tensor(select_output(output, self.output))
             if x is not None and self._softmax_out is not None and x is self._softmax_out[0]:
                 self._ends_in_softmax(self._softmax_out[1])
@@ -310,6 +330,40 @@ class Probes:
             self._capture_ops[name] = LOAD_OP
         counts = torch.bincount(index.reshape(-1), minlength=experts)
         self._loads[name] = counts + self._loads[name] if name in self._loads else counts
+
+    def loss_input(self, x: torch.Tensor) -> None:
+        """A loss function was called on ``x`` in the forward; the first call's input is kept until the root returns
+        (:meth:`_loss_logits`), with what it is: the latest module's output (a readout's logits), the latest softmax's
+        output (``nll_loss`` after ``log_softmax``) — either as it is or a view of it — or neither."""
+        if self._loss_in is not None:
+            return
+        if _same(x, self._last_out):
+            self._loss_in = (x, "readout", None)
+        elif self._softmax_out is not None and _same(x, self._softmax_out[0]):
+            self._loss_in = (x, "softmax", self._softmax_out[1])
+        else:
+            self._loss_in = (x, "", None)
+
+    def _loss_logits(self) -> None:
+        """The root returned its loss alone: record the logits the loss was computed from as ``(logits)`` (role
+        ``output``) — unless they are the readout's output, already recorded, or a softmax's output, whose input is the
+        logits (renamed ``(logits)`` as for a model that ends in a softmax)."""
+        found, self._loss_in = self._loss_in, None
+        if found is None:
+            return  # a loss written by hand: the readout module's output is the model's last measured output
+        x, kind, capture = found
+        self._functions_seen = True  # the record depends on the function probe at every step
+        if kind == "softmax":
+            self._ends_in_softmax(capture)
+        elif kind != "readout":
+            self._capture_ops.setdefault(LOGITS_MODULE, "logits")
+            grad = torch.is_grad_enabled()
+            torch._C._set_grad_enabled(False)
+            try:
+                with torch._C.DisableTorchFunction():
+                    self._record(LOGITS_MODULE, x)
+            finally:
+                torch._C._set_grad_enabled(grad)
 
     def _ends_in_softmax(self, capture: str | None) -> None:
         """The root returned the latest softmax: judge the logits, not the probabilities."""
@@ -395,7 +449,7 @@ class Probes:
         self._tracking = step == 0 or self._functions_seen  # later forwards call the same functions (fixed batch)
         self._stack_hooks(self._tracking)
         self._stack, self._attn_parents = [], set()
-        self._last_out = self._softmax_out = None
+        self._last_out = self._softmax_out = self._loss_in = None
         self.leaves_done = 0
         if self._own is not None:
             self._own.begin_step()
@@ -440,7 +494,7 @@ class Probes:
         if self._pooled:  # an expert list's members: one measurement per layer (moments pool exactly)
             keys = [(self._pooled.get(n, n), t) for n, t in keys]
         keys, raw = pool_calls(keys, raw)
-        self._last_out = self._softmax_out = None  # hold no activation past the step
+        self._last_out = self._softmax_out = self._loss_in = None  # hold no activation past the step
         self._vals, self._reduced, self._pending, self._loads = [], [], 0, {}
         return StepRecord(self.step, keys, raw, loss_value, dict(self.head_dims), self.modules,
                           {name: load_stats(c) for name, c in zip(loads, counts)})

@@ -40,6 +40,7 @@ from coordcheck.record.load import LOAD_STATS, LOAD_TENSOR
 from coordcheck.record.ranks import world
 from coordcheck.record.moments import stats_from_moments
 from coordcheck.core.errors import resolve_seeds  # noqa: F401  (re-exported: its home was here)
+from coordcheck.record.outputs import is_bare_loss
 from coordcheck.record.probes import Probes, StepRecord, first_tensor, select_output
 from coordcheck.record.shapes import n_params, param_shapes
 from coordcheck.record.eps import EPS_TENSOR, EpsProbe, eps_frame
@@ -79,6 +80,9 @@ class RunIdentity:
 
 def cross_entropy(output: object, targets: torch.Tensor) -> torch.Tensor:
     """Default loss: cross-entropy over the last dimension (LM logits (B, T, V) or (B, C))."""
+    if is_bare_loss(output):
+        raise CoordCheckError("the model returned one number (its own loss?), not logits: set loss=model to train on "
+                              "it, or call the model without its targets (forward_targets=false)")
     logits = first_tensor(output)
     if logits is None:
         raise CoordCheckError("the model returned no floating-point tensor: pass loss= for this model")
@@ -86,8 +90,11 @@ def cross_entropy(output: object, targets: torch.Tensor) -> torch.Tensor:
 
 
 def model_loss(output: object) -> torch.Tensor:
-    """``loss="model"``: the loss the model returned — a ``loss`` key or attribute, else the last scalar in a tuple."""
-    if isinstance(output, Mapping) and "loss" in output:
+    """``loss="model"``: the loss the model returned — the output itself when it is one number (a bare scalar loss, as
+    nanochat's ``forward(idx, targets)`` returns), a ``loss`` key or attribute, else the last scalar in a tuple."""
+    if is_bare_loss(output):
+        loss = output
+    elif isinstance(output, Mapping) and "loss" in output:
         loss = output["loss"]
     elif isinstance(getattr(output, "loss", None), torch.Tensor):
         loss = output.loss
