@@ -8,7 +8,8 @@ the **op** each softmax is taken over: a product of two activations (``qk-softma
 ``@``, ``matmul``, ``bmm``, ``einsum`` — through any scale, mask or cast of the same shape) or anything else
 (``softmax``: a projection's output, such as a mixture-of-experts router's logits). The role of a capture follows from
 its op (:mod:`coordcheck.judge.roles`), not from a name. A ``topk`` over the last dimension inside a module is a
-router's choice of experts: the probes count the tokens each expert gets (``<module>.(load)``, op ``load``). The input
+router's choice of experts: the probes count the tokens each expert gets (``<module>.(load)``, op ``load``;
+:mod:`coordcheck.record.load` says which top-k count and what is said of the others). The input
 of a loss function (``F.cross_entropy``, ...) is kept for the probes: a model that returns its loss alone has its
 logits measured there (``(logits)``).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import operator
 import weakref
 from typing import Any
 
@@ -189,14 +191,21 @@ def _on_softmax(p: Any, args: tuple, kwargs: dict, out: object) -> None:
 
 
 def _on_topk(p: Any, args: tuple, kwargs: dict, out: object) -> None:
-    """A top-k over the last dimension inside a module: a router choosing experts (its load is recorded)."""
-    x = args[0] if args else kwargs.get("input")
+    """A top-k (``torch.topk`` or ``Tensor.topk``, arguments positional or by keyword): a router choosing ``k`` of
+    ``E`` experts when it is inside a module and over the last dimension (its load is recorded; the probes decide)."""
+    x = args[0] if args else kwargs.get("input", kwargs.get("self"))
     k, dim = _arg(args, kwargs, 1, "k"), _arg(args, kwargs, 2, "dim", -1)
     index = getattr(out, "indices", None)
-    if (not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.ndim < 2 or dim not in (-1, x.ndim - 1)
-            or not isinstance(index, torch.Tensor) or not isinstance(k, int) or not 0 < k < x.shape[-1]):
+    if index is None and isinstance(out, (tuple, list)) and len(out) == 2:
+        index = out[1]
+    try:
+        k, dim = operator.index(k), operator.index(dim)
+    except TypeError:  # a tensor k (data-dependent): not a router's fixed choice
         return
-    p.routing(index, x.shape[-1], k)
+    if (not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.ndim < 2
+            or not isinstance(index, torch.Tensor) or not -x.ndim <= dim < x.ndim or k < 1):
+        return
+    p.routing(index, x.shape[dim], k, dim % x.ndim, x.ndim)
 
 
 def _on_loss(p: Any, args: tuple, kwargs: dict, out: object) -> None:

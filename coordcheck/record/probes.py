@@ -52,11 +52,14 @@ in the built-in GPT, which exposes its logits as a module and so needs no captur
   exposed the logits (a module named ``*score*``/``*logit*`` or with ``coordcheck_role =
   "attention"``, as the built-in GPT's ``AttentionScores``). Entries at or below ``-1e4``
   (masks filled with ``-inf``, ``-1e9`` or ``finfo.min``) are left out; NaN and +inf stay.
-* A **router's choice** (a ``topk`` over the last dimension inside a module: ``k`` of ``E`` experts per token) ->
-  ``<module>.(load)``, ``tensor="load"``: how evenly the tokens spread over the experts, ``max_load`` and
-  ``entropy`` (:mod:`coordcheck.record.load`), counted over every call of the module in the forward. Experts kept
-  as a list of ``E`` modules beside that router are recorded as one module per layer (``experts.*.fc1``: their
-  moments pooled, exactly as several calls of one module are), unless ``pool_experts=False``.
+* A **router's choice** (a ``topk`` over the last dimension inside a module: ``k`` of ``E`` experts per token; a
+  grouped router's top-k over the experts, not over its groups; or the indices a router module returns beside its
+  logits) -> ``<module>.(load)``, ``tensor="load"``: how evenly the tokens spread over the experts, ``max_load`` and
+  ``entropy`` (:mod:`coordcheck.record.load`), counted over every call of the module in the forward. A router whose
+  choice is not counted (a top-k of every expert, ...) gets one line in ``Probes.notes``, which the job logs.
+  Experts kept as a list of ``E`` modules beside that router are recorded as one module per layer
+  (``experts.*.fc1``: their moments pooled, exactly as several calls of one module are), unless
+  ``pool_experts=False``.
 * A model that **ends in** ``log_softmax``/``softmax``: its output (probabilities) is not
   judged; the logits are — the readout module when the softmax is applied to its output,
   else the softmax's input, recorded as ``(logits)`` with role ``output``.
@@ -101,7 +104,9 @@ from coordcheck.record.capture import MASK_BELOW, FunctionProbe
 from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-exported for old imports)
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout, module_ops,
 )
-from coordcheck.record.load import LOAD_OP, LOAD_SUFFIX, expert_members, load_stats, pooled_layout
+from coordcheck.record.load import (
+    LOAD_OP, LOAD_SUFFIX, Choices, expert_members, expert_stacks, load_stats, pooled_layout, returned_choice,
+)
 from coordcheck.record.ranks import StepGather, merge_first_seen, pool_step, world
 from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
@@ -146,6 +151,7 @@ class StepRecord:
     head_dims: dict[str, int] = field(default_factory=dict)
     modules: dict[str, dict] = field(default_factory=dict)  # name -> {op, declared}, decided at step 0 (layout)
     loads: dict[str, tuple[float, float]] = field(default_factory=dict)  # router load name -> record.load.LOAD_STATS
+    notes: dict[str, str] = field(default_factory=dict)  # module -> why its router's choice is not counted (step 0)
 
 
 @dataclass
@@ -180,11 +186,11 @@ class Probes:
     _stack: list = field(default_factory=list)  # modules whose forward is running, innermost last
     _attn_parents: set = field(default_factory=set)  # modules that exposed attention logits this step
     _softmax_out: tuple | None = None  # (result tensor, capture name or None) of the latest softmax
-    _loads: dict = field(default_factory=dict)  # router load name -> tokens per expert this step (record.load)
     _pooled: dict = field(default_factory=dict)  # an expert list member's name -> its layer's name (step 0 on)
     _shapes: dict = field(default_factory=dict)  # recorded name -> its output's shape at step 0 (first call)
     _last_out: object = None
-    _loss_in: tuple | None = None  # (the first loss function's input this forward, whether it is the readout's output)
+    _loss_in: tuple | None = None  # (the first loss function's input this forward, what it is, its softmax capture)
+    notes: dict = field(default_factory=dict)  # module -> one line: a router whose choice was not counted (step 0)
     leaves_done: int = 0  # leaf modules that finished this forward (for blaming errors)
 
     def __post_init__(self) -> None:
@@ -217,6 +223,9 @@ class Probes:
         self._handles.append(self.model.register_forward_hook(self._root_done, always_call=True))
         # in / own: hooks of their own, registered after these, so they run after a module's output is recorded
         self._own = OwnUpdate(self) if {"in", "own"} & set(self.tensors) else None
+        self._choices = Choices()  # the routers' choices of experts (record.load)
+        self._counts_load = "out" in self.tensors  # (the cause pass records in / own only: no load)
+        self._stacks = expert_stacks(self.model)  # modules holding a 3-D expert stack -> their number of experts
 
     # -- hooks ------------------------------------------------------------------------
     def _stack_hooks(self, on: bool) -> None:
@@ -251,6 +260,9 @@ class Probes:
         if self._stack and self._stack[-1] == name:
             self._stack.pop()
         self.leaves_done += leaf
+        if (self.step == 0 or name in self._choices.returned) and self._counts_load:
+            with torch._C.DisableTorchFunction(), torch.no_grad():  # (the probe's own ops: not the function probe's)
+                self._returned_choice(name, module, inputs, output)
         if name in self._alias:
             return
         if name == ROOT_MODULE:
@@ -316,20 +328,47 @@ class Probes:
         x = x.detach()
         self._softmax_out = (result, self.capture("(softmax)", x, ~(x <= MASK_BELOW), op=op))
 
-    def routing(self, index: torch.Tensor, experts: int, k: int) -> None:
-        """A router inside the running module chose ``k`` of ``experts`` for each token (``index``): count them under
-        ``<module>.(load)`` (:mod:`coordcheck.record.load`); every call of one module in a forward adds up."""
+    def routing(self, index: torch.Tensor, candidates: int, k: int, dim: int, ndim: int) -> None:
+        """A top-k of ``k`` of ``candidates`` over dimension ``dim`` of ``ndim`` inside the running module chose
+        ``index``: a router's choice of experts, counted under ``<module>.(load)`` (:class:`coordcheck.record.load.
+        Choices`: every call of one module in a forward adds up; a top-k that is no such choice is a note)."""
+        if not self._counts_load:
+            return
         parent = self._parent()
-        if parent == ROOT_MODULE or "out" not in self.tensors:
-            return  # a top-k in the model's own forward (an auxiliary loss over every layer's logits): not one router
-        name = f"{parent}.{LOAD_SUFFIX}"
-        self._functions_seen = True
-        if self.step == 0 and name not in self._captured:
+        if self.step == 0 and not self._choices.saw_top_k(parent, k, candidates, dim, ndim):
+            return  # (an auxiliary loss's top-k over every layer's logits, in the model's own forward: no router's)
+        if dim == ndim - 1 and k < candidates and parent != ROOT_MODULE:
+            self._functions_seen = True
+            self._count_choice(parent, index, candidates)
+
+    def _count_choice(self, router: str, index: torch.Tensor, experts: int) -> None:
+        name = self._choices.count(router, index, experts)
+        if name is not None and self.step == 0 and name not in self._captured:
             self._fired.append(name)
-            self._captured[name] = parent
+            self._captured[name] = router
             self._capture_ops[name] = LOAD_OP
-        counts = torch.bincount(index.reshape(-1), minlength=experts)
-        self._loads[name] = counts + self._loads[name] if name in self._loads else counts
+
+    def _returned_choice(self, name: str, module: nn.Module, inputs: tuple, output: object) -> None:
+        """A router that returns the experts it chose and took no top-k (decided at step 0): count what it returned. At
+        step 0, also: an expert stack called with integer indices (a router's choice, for the notes)."""
+        if self.step == 0:
+            if name in self._stacks and any(isinstance(t, torch.Tensor) and not t.is_floating_point()
+                                            and t.dtype != torch.bool for t in inputs):
+                self._choices.given_indices(name, self._stacks[name])
+            took_top_k = f"{name}.{LOAD_SUFFIX}" in self._choices.counts
+            if isinstance(output, torch.Tensor) or name == ROOT_MODULE or took_top_k:
+                return
+            found = returned_choice(module, output)
+            if found is None or not bool(((found[0] >= 0) & (found[0] < found[1])).all()):  # (step 0 only: a sync)
+                return
+            self._choices.returned.add(name)
+        elif name in self._choices.returned:
+            found = returned_choice(module, output)
+            if found is None:
+                return
+        else:
+            return
+        self._count_choice(name, *found)
 
     def loss_input(self, x: torch.Tensor) -> None:
         """A loss function was called on ``x`` in the forward; the first call's input is kept until the root returns
@@ -445,7 +484,8 @@ class Probes:
         self.recording = True
         self._keys, self._n, self._vals, self._mkeys, self._mvals = [], [], [], [], []
         self._reduced, self._pending = [], 0
-        self._calls, self._loads = {}, {}
+        self._calls = {}
+        self._choices.begin_step()
         self._tracking = step == 0 or self._functions_seen  # later forwards call the same functions (fixed batch)
         self._stack_hooks(self._tracking)
         self._stack, self._attn_parents = [], set()
@@ -467,10 +507,12 @@ class Probes:
                 if n in self._shapes:
                     info["shape"] = self._shapes[n]
             self._mode.clear()  # the products followed at step 0: their ops are known
-            if self.pool_experts and self._loads:
-                self._pooled = expert_members(self.model, {n: c.numel() for n, c in self._loads.items()},
+            loads = self._choices.counts
+            if self.pool_experts and loads:
+                self._pooled = expert_members(self.model, {n: c.numel() for n, c in loads.items()},
                                               self._captured, self._fired)
                 pooled_layout(self._pooled, self.layout, self.modules)
+            self.notes = self._choices.notes([self._captured[n] for n in loads])
         parts = []
         if self.batched:
             done = self._reduced + ([batched_moments(self._vals, self._which)] if self._vals else [])
@@ -484,10 +526,11 @@ class Probes:
             self._keys, self._n = self._keys + own_keys, self._n + own_n
         if self._mvals:
             parts.append(torch.stack(self._mvals).reshape(-1))
-        loads = list(self._loads)
-        sizes = [self._loads[n].numel() for n in loads]
+        chosen = self._choices.counts
+        loads = list(chosen)
+        sizes = [chosen[n].numel() for n in loads]
         if loads:  # the tokens each expert got (the statistics follow on the host, from every process's counts)
-            parts.append(torch.cat([self._loads[n] for n in loads]).float())
+            parts.append(torch.cat([chosen[n] for n in loads]).float())
         own_at = len(self._n) - len(own_n)  # the in / own rows: the whole batch's sample (record.own, record.ranks)
         keys, raw, counts, loss_value = pool_step(parts, loss, self._keys + self._mkeys, self._n, self._which, loads,
                                                   sizes, self._gather, self._own if own_n else None, own_at)
@@ -495,9 +538,10 @@ class Probes:
             keys = [(self._pooled.get(n, n), t) for n, t in keys]
         keys, raw = pool_calls(keys, raw)
         self._last_out = self._softmax_out = self._loss_in = None  # hold no activation past the step
-        self._vals, self._reduced, self._pending, self._loads = [], [], 0, {}
+        self._vals, self._reduced, self._pending = [], [], 0
+        self._choices.begin_step()
         return StepRecord(self.step, keys, raw, loss_value, dict(self.head_dims), self.modules,
-                          {name: load_stats(c) for name, c in zip(loads, counts)})
+                          {name: load_stats(c) for name, c in zip(loads, counts)}, self.notes)
 
     def remove(self) -> None:
         self._root_done(self.model, (), None)

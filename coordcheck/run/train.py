@@ -408,6 +408,10 @@ def run_width(
                 trained=parallel.wrap(model),
             )
             facts.setdefault("modules", records[0].modules)  # each recorded module's op (coordcheck.judge.roles)
+            if records[0].notes and "routing_notes" not in facts:  # routers whose choice was not counted: said once
+                facts["routing_notes"] = dict(records[0].notes)
+                for module, why in records[0].notes.items():
+                    log.warning("routing load not recorded for %s: %s", module, why)
             if skipped:
                 facts.setdefault("fp16_skipped_updates", []).append({"seed": seed, "after_steps": skipped})
             last = records[-1]
