@@ -269,6 +269,7 @@ class Probes:
             if is_bare_loss(output):  # the model returned its loss alone: the logits are the loss's input
                 self._loss_logits()
                 return
+            self._loss_in = None  # (the logits are in what it returned: keep no reference to the loss's input)
             x = first_tensor(select_output(output, self.output))
             if x is not None and self._softmax_out is not None and x is self._softmax_out[0]:
                 self._ends_in_softmax(self._softmax_out[1])
