@@ -24,12 +24,17 @@ in``) by its last two (:func:`coordcheck.record.shapes.param_class`). The ``grow
 dimension grows (``a_in``,
 ``a_out``; ``a_main``: mup's main dimension, the last growing one), 1 for a dimension proportional to width.
 
-**Judged** only under ``parametrization=mup`` or ``sp``, where every multiplier the forward applies is a
-``MuReadout``'s (which the audit reads); under ``none`` a multiplier may hide in ``forward`` and the rows say
-``not judged``. A quantity fails when its exponent is outside the band (expected ± ``Rules.tol``; for ε: at most
-expected + tol) and so is its whole interval; outside with an overlapping interval is ``inconclusive``; exactly
-zero at every width is ``zero`` (a zero-initialised readout or query, no weight decay), never a violation.
-Never imports torch.
+**Judged** under ``parametrization=mup`` or ``sp``, where every multiplier the forward applies is a ``MuReadout``'s
+(which the audit reads); under ``none`` the init, the learning rate and Adam's ε are judged too, from what is
+measured: the readout's multiplier, wherever the forward applies it, is measured on the frame
+(:func:`coordcheck.judge.readout.output_scales`, passed as ``outputs``), and the readout is judged against the muP
+design that needs the fewest of its knobs changed — a 1/width multiplier with a constant init and the base lr, or
+none with both ∝ 1/width (:func:`_readout_design`); with the multiplier not measured its rows say so. Weight decay
+under ``none`` is ``not judged`` (its convention varies: mup keeps ``lr·λ`` constant, many codebases keep ``λ``).
+A quantity fails when its exponent is outside the band (expected ± ``Rules.tol``; for ε, and for the init of a
+vector — a bias may be drawn smaller at larger width, as zero is allowed —: at most expected + tol) and so is its
+whole interval; outside with an overlapping interval is ``inconclusive``; exactly zero at every width is ``zero`` (a
+zero-initialised readout or query, no weight decay), never a violation. Never imports torch.
 """
 
 from __future__ import annotations
@@ -43,15 +48,18 @@ import pandas as pd
 from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS  # noqa: F401  (re-exported: the schemas live there)
 from coordcheck.core.frame import EPS_TENSOR, LOSS_MODULE
 from coordcheck.judge.rules import Rules
+from coordcheck.judge.readout import OutputScale
 from coordcheck.judge.slopes import t_quantile
 from coordcheck.record.shapes import CLASSES, dim_growth, growth_text, param_class  # noqa: F401  (re-exported)
 
 __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
-           "TABLE_COLUMNS", "param_class", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table",
+           "TABLE_COLUMNS", "param_class", "fix_for", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table",
            "eps_causes", "eps_evidence"]
 
 QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
 JUDGED = ("mup", "sp")  # parametrizations under which no multiplier can hide in the forward
+NONE_JUDGED = ("init", "lr", "adam_eps")  # judged under parametrization=none too (the readout's from its measured
+# multiplier); weight decay and the MuReadout multiplier are not
 EPS_MATERIAL = 0.05  # ε fraction at the widest width above which growth with width is a cause
 NO_RULE = ("no established muP rule: a vector owned by a module of no known op (a selective scan's step size dt_bias, "
            "decay A_log, skip D; Vankadara et al., NeurIPS 2024, 'On Feature Learning in Structured State Space "
@@ -77,8 +85,9 @@ EXPECTED: dict[tuple[str, str, str], tuple[tuple[float, float, float], str, str]
     ("*", "output-like", "init"): ((0, 0, 0), "flat", "MuReadout: std constant (set_base_shapes rescales SP's "
                                                       "fan_in^-1/2 by width_mult^1/2); its 1/width is the forward "
                                                       "multiplier"),
-    ("*", "vector", "init"): ((0, 0, 0), "flat", "biases and norm gains: constant in width"),
-    ("*", "fixed", "init"): ((0, 0, 0), "flat", "no dimension grows: constant"),
+    ("*", "vector", "init"): ((0, 0, 0), "no_growth", "biases and norm gains: constant in width (a bias may shrink "
+                                                      "toward zero, which muP allows)"),
+    ("*", "fixed", "init"): ((0, 0, 0), "no_growth", "no dimension grows: constant (or shrinking toward zero)"),
     # the forward multiplier the audit can read
     ("*", "output-like", "mult"): ((0, 0, -1), "flat", "MuReadout multiplies its input by output_mult / width_mult"),
     # Adam, coupled weight decay (MuAdam)
@@ -163,7 +172,8 @@ def _num(x: float) -> str:
     return f"{round(float(x), 2) + 0.0:+.2f}"
 
 
-def _fix(quantity: str, cls: str, family: str, expected: float) -> str:
+def fix_for(quantity: str, cls: str, family: str, expected: float) -> str:
+    """The fix of a quantity off for a parameter of class ``cls`` trained by ``family`` (:data:`FIXES`)."""
     for key in ((quantity, cls, family), (quantity, cls, ""), (quantity, "", "")):
         if key in FIXES:
             return FIXES[key]
@@ -204,6 +214,20 @@ def _judge_value(widths: np.ndarray, values: list[Any], expected: float, band: s
     return slope, c_lo, c_hi, lo, hi, ("fail" if sig else "inconclusive") if outside else "pass"
 
 
+def _decay_coefficient(per: list, values: list, exp: tuple, lr_exp: tuple | None) -> tuple[list, tuple | None]:
+    """A decoupled weight decay judged by its coefficient ``λ`` = the recorded per-step shrink ``lr·λ`` over the lr, so
+    that a learning rate off does not show as a weight decay off too (it is one knob); expected ``λ`` exponent: the
+    shrink's minus the lr's (MuAdamW: ``λ × width_mult`` on hidden matrices)."""
+    if lr_exp is None:
+        return values, None
+    lam = [None if v is None or q is None or not q.get("lr") else float(v) / float(q["lr"])
+           for v, q in zip(values, per)]
+    (a, b, c), band, reason = exp
+    (la, lb, lc), _, _ = lr_exp
+    return lam, ((a - la, b - lb, c - lc), band, f"{reason}; judged as λ (the shrink over the lr), so that an lr "
+                                                 "off is not a weight decay off too")
+
+
 def _audit_facts(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, Mapping[str, Any]]]:
     out: dict[str, dict[int, Mapping[str, Any]]] = {}
     for f in facts:
@@ -217,11 +241,15 @@ LONG_COLUMNS = ["config_id", "parametrization", "parameter", "module", "order", 
                 "expected_high", "status", "reason"]
 
 
-def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -> pd.DataFrame:
+def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None,
+               outputs: Mapping[str, OutputScale] | None = None) -> pd.DataFrame:
     """One row per (configuration, parameter, quantity) with a value (columns :data:`LONG_COLUMNS`); ``value`` is at
     the widest width (for ``init`` the rms of the built tensor, which is judged — the std of a zero-mean weight, 1 for
     a norm's gain of ones — and ``std`` its std); ``status`` ``pass`` / ``fail`` / ``inconclusive`` / ``zero`` /
-    ``not judged`` / ``""`` (no expectation: an optimizer family or class muP says nothing about here)."""
+    ``not judged`` / ``""`` (no expectation: an optimizer family or class muP says nothing about here).
+    ``outputs``: each configuration's measured readout multiplier (:func:`coordcheck.judge.readout.output_scales`),
+    which the readout's rows under ``parametrization=none`` are judged against (:func:`_readout_design`); without it
+    they are ``not judged``."""
     rules = _rules(rules)
     rows = []
     for cid, by_width in _audit_facts(facts).items():
@@ -229,7 +257,6 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
         w = np.asarray(widths, dtype=float)
         wide = by_width[widths[-1]]
         par = str(wide.get("parametrization", ""))
-        judged = par in JUDGED
         for order, (name, p) in enumerate(wide["params"].items()):
             per = [by_width[x]["params"].get(name) for x in widths]
             growth = None if any(q is None for q in per) else dim_growth(
@@ -244,6 +271,8 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
                 if all(v is None for v in values):
                     continue
                 exp = EXPECTED.get(("*" if quantity in ("init", "mult") else family, cls, quantity))
+                if quantity == "wd" and p.get("wd_kind") == "decoupled" and exp is not None:
+                    values, exp = _decay_coefficient(per, values, exp, EXPECTED.get((family, cls, "lr")))
                 if cls == "vector" and p.get("owner", None) == "":
                     exp = None  # a vector of a module of no known op (a selective scan's): no established rule
                 if exp is None:
@@ -258,7 +287,7 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
                     status = "" if status not in ("zero",) else status
                     if cls == "vector" and p.get("owner", None) == "":
                         status, reason = "not judged", NO_RULE
-                elif not judged and status:
+                elif status and par not in JUDGED and not (par == "none" and quantity in NONE_JUDGED):
                     status = "not judged"
                 std = per[-1].get("std") if quantity == "init" and per[-1] is not None else None
                 rows.append((cid, par, name, name.rpartition(".")[0] or "(root)", order, cls, family, dims, grows,
@@ -266,8 +295,87 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None) -
                              values[-1], std, p.get("wd_kind", "") if quantity == "wd" else "", slope, c_lo, c_hi,
                              expected, lo, hi, status, reason))
     df = pd.DataFrame(rows, columns=LONG_COLUMNS)
-    return df.astype({"value": "float64", "std": "float64", "exponent": "float64", "expected": "float64",
-                      "order": "int64"})
+    df = df.astype({"value": "float64", "std": "float64", "exponent": "float64", "expected": "float64",
+                    "order": "int64"})
+    return _readout_design(df, outputs or {}, rules.tol)
+
+
+READOUT_WHY = {
+    1: "behind the 1/width multiplier measured on its output ({how}), muP's readout keeps {what}",
+    0: "without a 1/width multiplier on its output ({how}), muP's readout takes {what}",
+}
+READOUT_LR = {"adam": (0.0, -1.0), "adamw": (0.0, -1.0), "sgd": (1.0, -1.0)}  # family -> lr exponent (with, without)
+
+
+def _readout_design(long: pd.DataFrame, outputs: Mapping[str, OutputScale], tol: float) -> pd.DataFrame:
+    """The readout's rows under ``parametrization=none``, judged against the muP design that needs the fewest of its
+    knobs changed, given its multiplier measured on the frame (``outputs``): **with** a 1/width multiplier (the
+    multiplier's exponent -1, a constant init, Adam's base lr / SGD's lr x width — a ``MuReadout``) or **without**
+    (no multiplier, init std and Adam's or SGD's lr ∝ 1/width: Tensor Programs V, Table 3). A tie keeps the design
+    the measured multiplier says. A ``mult`` row (the measured multiplier's exponent) is added, failing where the
+    design is the one with the multiplier and it is missing; a zero readout's init counts for both designs. Without
+    a measured multiplier the readout's init and lr rows are ``not judged`` and say why."""
+    if long.empty:
+        return long
+    long = long.copy()
+    extra = []
+    for cid, scale in outputs.items():
+        mine = long[(long["config_id"] == cid) & (long["module"] == scale.readout) & (long["class"] == "output-like")
+                    & (long["parametrization"] == "none")]
+        if mine.empty or (mine["quantity"] == "mult").any():  # a MuReadout's multiplier: read, not measured
+            continue
+        weight = mine[mine["parameter"].str.endswith("weight")] if mine["parameter"].str.endswith("weight").any() \
+            else mine
+        name = weight["parameter"].iloc[0]
+        rows = long.index[(long["config_id"] == cid) & (long["parameter"] == name)]
+        init = long.loc[rows][long.loc[rows, "quantity"] == "init"]
+        lr = long.loc[rows][long.loc[rows, "quantity"] == "lr"]
+        family = str(weight["family"].iloc[0])
+        if not scale.measured:
+            for i in (*init.index, *lr.index):
+                if long.at[i, "status"] not in ("zero", ""):
+                    long.loc[i, ["status", "reason"]] = ["not judged", f"the readout's multiplier is not measured "
+                                                                       f"({scale.how})"]
+            continue
+        m = scale.total
+        zero = len(init) and init["status"].iloc[0] == "zero"
+        i_exp = float(init["exponent"].iloc[0]) if len(init) else np.nan
+        l_exp = float(lr["exponent"].iloc[0]) if len(lr) else np.nan
+        lr_with, lr_without = READOUT_LR.get(family, (np.nan, np.nan))
+
+        def off(value: float, target: float) -> int:
+            return int(np.isfinite(value) and np.isfinite(target) and abs(value - target) > tol)
+
+        cost = {1: off(m, -1.0) + (0 if zero else off(i_exp, 0.0)) + off(l_exp, lr_with),
+                0: off(m, 0.0) + (0 if zero else off(i_exp, -1.0)) + off(l_exp, lr_without)}
+        design = min(cost, key=lambda d: (cost[d], off(m, -1.0 if d else 0.0)))
+        for part, target, what in ((init, 0.0 if design else -1.0, "init"), (lr, lr_with if design else lr_without,
+                                                                             "lr")):
+            if part.empty or not np.isfinite(target):
+                continue
+            i = part.index[0]
+            if long.at[i, "status"] == "zero":
+                continue
+            keep = {"init": "an init std constant in width", "lr": "the base lr" if target == 0 else
+                    "lr x width / base_width (MuSGD)"}[what] if design else \
+                {"init": "an init std ∝ 1/fan_in", "lr": "lr * base_width / width"}[what]
+            e = float(long.at[i, "exponent"])
+            lo, hi = target - tol, target + tol
+            c_lo, c_hi = float(long.at[i, "ci_low"]), float(long.at[i, "ci_high"])
+            outside = not lo <= e <= hi
+            sig = (c_lo > hi or c_hi < lo) if np.isfinite(c_lo) else outside
+            long.loc[i, ["expected", "expected_low", "expected_high", "status", "reason"]] = [
+                target, lo, hi, ("fail" if sig else "inconclusive") if outside else "pass",
+                READOUT_WHY[design].format(how=scale.how, what=keep)]
+        mult_status = ("fail" if off(m, -1.0) else "pass") if design else "pass"
+        extra.append((cid, "none", name, scale.readout, int(weight["order"].iloc[0]), "output-like", family,
+                      weight["dims"].iloc[0], weight["grows"].iloc[0], "mult", np.nan, np.nan, "", m, m, m,
+                      -1.0 if design else 0.0, (-1.0 if design else 0.0) - tol, (-1.0 if design else 0.0) + tol,
+                      mult_status, f"measured: {scale.how}"))
+    if extra:
+        long = pd.concat([long, pd.DataFrame(extra, columns=LONG_COLUMNS)], ignore_index=True)
+        long = long.sort_values(["config_id", "order"], kind="stable").reset_index(drop=True)
+    return long
 
 
 TABLE_COLUMNS = (["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims", "grows"]
@@ -334,7 +442,7 @@ def audit_causes(long: pd.DataFrame) -> pd.DataFrame:
         names = list(g["parameter"])
         what = _group_name(names, cls, len(peers))
         w = g.loc[(g["exponent"] - g["expected"]).abs().idxmax()]
-        fix = _fix(quantity, cls, family, float(w["expected"]))
+        fix = fix_for(quantity, cls, family, float(w["expected"]))
         interval = f" [{_num(w['ci_low'])}, {_num(w['ci_high'])}]" if np.isfinite(w["ci_low"]) else ""
         expected = _num(w["expected"]) + (" or less" if np.isinf(w["expected_low"]) else "")
         line = (f"{what}: {WHAT[quantity]} ∝ width^{_num(w['exponent'])}{interval} (muP expects width^{expected}: "

@@ -87,7 +87,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.judge.siblings import narrow_by_audit
 from coordcheck.judge.structure import structure_causes
 from coordcheck.judge.audit import NO_RULE, audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
 from coordcheck.judge.axes import NOT_JUDGED, add_depth, add_experts
@@ -96,6 +95,8 @@ from coordcheck.judge.experts import ExpertsVerdict
 from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes
 from coordcheck.core.frame import EPS_TENSOR, LOAD_JUDGED, LOAD_TENSOR, NOT_ACTIVATIONS
 from coordcheck.judge.narrow import mark_narrow, narrow_reason
+from coordcheck.judge.readout import output_scales
+from coordcheck.judge.reconcile import reconcile
 from coordcheck.record.shapes import model_table, shapes_by_config, width_problem
 from coordcheck.judge.roles import ROLE_COLUMNS, decide_roles, with_roles
 from coordcheck.judge.rules import EXPECT, RANK, RULES, STATUSES, Rules, likely_cause  # noqa: F401  (re-exported)
@@ -138,6 +139,7 @@ class Verdict:
     # pure depth sweep)
     roles: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ROLE_COLUMNS))  # judge.roles: each
     # module's role and what decided it
+    audit: pd.DataFrame = field(default_factory=pd.DataFrame)  # the parameter audit, long (judge.audit.audit_long)
 
     @property
     def passed(self) -> bool:
@@ -235,8 +237,9 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
     ``problems``: the sweep's jobs that left no frame (objects with ``job`` and ``error``, as
     ``coordcheck.run.sweep.JobProblem``); any makes a passing verdict inconclusive (rule 8).
     ``facts``: the jobs' facts (``job.json``, or ``CoordCheckResult.facts``); their ``config_id``, ``width`` and
-    ``shapes`` say whether the model grows with width (rule 9), and feed the parameter audit (rule 10); ``audit``: that
-    audit already computed (:func:`coordcheck.judge.audit.audit_long` of the same facts), so that it is not done twice.
+    ``shapes`` say whether the model grows with width (rule 9), and feed the parameter audit (rule 10), judged here
+    with the readout's multiplier measured on the frame (:mod:`coordcheck.judge.readout`; ``Verdict.audit``);
+    ``audit``: an audit table to use where no facts are given.
     """
     roles = decide_roles(frame, facts)  # roles from measured facts (judge.roles), where the jobs recorded them
     frame = with_roles(frame, roles)
@@ -250,11 +253,15 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
         verdict.status = "inconclusive"
         verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
     _fail_fixed_models(verdict, facts)
-    long = audit if audit is not None else audit_long(facts, rules) if facts else None
+    outputs = output_scales(verdict.series, facts)
+    long = audit_long(facts, rules, outputs) if facts else audit
+    verdict.audit = long if long is not None else verdict.audit
     _add_parameter_causes(verdict, frame, facts, rules, long)
-    verdict.causes, verdict.modules = narrow_by_audit(verdict.causes, verdict.modules, long, rules.tol)
+    verdict.causes, verdict.modules = reconcile(verdict.causes, verdict.modules, verdict.series, long, outputs,
+                                                rules.tol)
     _note_no_rule(verdict, long)
     _add_structure(verdict, facts)
+    _lead_with_causes(verdict)
     add_depth(verdict, frame, rules, facts)
     add_experts(verdict, frame, rules, facts)
     return verdict
@@ -302,11 +309,8 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
     rows, causes = [], verdict.causes
     for _, c in pd.concat(extra, ignore_index=True).iterrows():
         mine = causes[causes["config_id"] == c["config_id"]]
-        named = {m for ms in mine["modules"] for m in ms}
-        pooled = [re.compile(re.escape(m).replace(r"\*", r"\d+")) for m in named if "*" in m]  # expert lists
-        if all(m in named or any(p.fullmatch(m) for p in pooled) for m in c["modules"]):
-            continue
         c = c.copy()
+        c["modules"] = _pooled(c["modules"], {m for ms in mine["modules"] for m in ms})
         c["order"] = (int(mine["order"].max()) + 1 if len(mine) else 0) + sum(
             r["config_id"] == c["config_id"] for r in rows)
         rows.append(c)
@@ -323,6 +327,35 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
         verdict.status = "fail"
         many = len(verdict.configs) > 1
         verdict.reason = f"{worst['parametrization']}: {worst['reason']}" if many else worst["reason"]
+
+
+def _pooled(modules: Sequence[str], named: set[str]) -> list[str]:
+    """``modules`` with each expert of a pooled expert list the walk named (``experts.*.fc1``) given that name."""
+    pooled = [(m, re.compile(re.escape(m).replace(r"\*", r"\d+"))) for m in named if "*" in m]
+    out = [next((p for p, rx in pooled if rx.fullmatch(m)), m) for m in modules]
+    return list(dict.fromkeys(out))
+
+
+VIOLATE = re.compile(r"; \d+ module\(s\) violate muP \(.*\)$")
+
+
+def _lead_with_causes(verdict: Verdict) -> None:
+    """Each failing configuration's reason, and the verdict's, led by its first cause in the final order (after the
+    facts held the causes to account): one answer everywhere (the CLI, report.md, report.json, the API and the
+    pytest gate read this reason and these causes)."""
+    if verdict.causes.empty or verdict.configs.empty:
+        return
+    for i, c in verdict.configs.iterrows():
+        mine = verdict.causes[verdict.causes["config_id"] == c["config_id"]].sort_values("order", kind="stable")
+        if mine.empty or c["status"] != "fail" or str(c["reason"]).startswith("diverged"):
+            continue
+        more = "" if len(mine) < 2 else f"; {len(mine) - 1} more cause(s): " + ", ".join(mine["what"].iloc[1:])
+        tail = VIOLATE.search(str(c["reason"]))
+        verdict.configs.loc[i, "reason"] = f"cause: {mine['line'].iloc[0]}{more}" + (tail.group(0) if tail else "")
+    worst = verdict.configs.loc[verdict.configs["status"].map(RANK).idxmax()]
+    if worst["status"] == verdict.status == "fail":
+        verdict.reason = worst["reason"] if len(verdict.configs) == 1 else f"{worst['parametrization']}: " \
+                                                                             f"{worst['reason']}"
 
 
 def _add_structure(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> None:

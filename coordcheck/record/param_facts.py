@@ -12,7 +12,8 @@ torch)::
                        "eps": float | None, "mult": float | None}}}
 
 * ``std`` / ``rms``: of the built tensor (float64 on the host; one transfer for all parameters).
-* ``family``: from the keys of the parameter's group (``adjust_lr_fn``: Muon; ``betas``: Adam-like, ``adamw`` when
+* ``family``: the group's own ``kind`` when it is one of these (nanochat's ``MuonAdamW``), else from the keys of the
+  parameter's group (``adjust_lr_fn``: Muon; ``betas``: Adam-like, ``adamw`` when
   the weight decay is decoupled — ``torch.optim.AdamW`` or ``decoupled_weight_decay=True``; ``momentum`` and
   ``dampening``: SGD), so it holds for optimizers built from several groups (mup's MuAdam, a Muon + AdamW mix);
   ``""`` for a parameter that no group holds (not trained).
@@ -44,8 +45,16 @@ from coordcheck.setup.optim import MUON_ADJUST_LR
 __all__ = ["param_facts", "optimizer_family", "effective_lr"]
 
 
+KINDS = ("adam", "adamw", "sgd", "muon")
+
+
 def optimizer_family(optimizer: torch.optim.Optimizer, group: dict) -> str:
-    """``adam`` / ``adamw`` / ``sgd`` / ``muon``, or the optimizer's class name, from one parameter group."""
+    """``adam`` / ``adamw`` / ``sgd`` / ``muon``, or the optimizer's class name, from one parameter group: its own
+    ``kind`` when it names one of these (one optimizer holding several kinds of group, as nanochat's ``MuonAdamW``),
+    else its keys."""
+    kind = str(group.get("kind", "")).lower()
+    if kind in KINDS:
+        return kind
     if "adjust_lr_fn" in group or "ns_steps" in group:
         return "muon"
     if "betas" in group:

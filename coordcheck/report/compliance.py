@@ -75,7 +75,7 @@ from typing import Any
 
 import pandas as pd
 
-from coordcheck.judge.audit import audit_long, audit_table
+from coordcheck.judge.audit import audit_table
 from coordcheck.judge.causes import CAUSE_COLUMNS, NO_OWN_NOTE
 from coordcheck.judge.roles import with_roles
 from coordcheck.core.errors import CoordCheckError
@@ -333,11 +333,10 @@ def build_report(
     slopes = fit_slopes(frame)
     problems = list(problems or [])
     facts = list(facts or [])
-    long = audit_long(facts, rules)  # the parameter audit, once: for the verdict's causes and audit.csv
-    verdict = judge(frame, slopes, rules, problems=problems, facts=facts, audit=long)  # rules 8 and 9
+    verdict = judge(frame, slopes, rules, problems=problems, facts=facts)  # rules 8 and 9; the audit, once
     frame, slopes = with_roles(frame, verdict.roles), with_roles(slopes, verdict.roles)  # one story: the judged roles
     return Report(frame, slopes, verdict, problems, list(jobs or []), command, config,
-                  audit=audit_table(facts, rules, long=long), facts=facts)
+                  audit=audit_table(facts, rules, long=verdict.audit), facts=facts)
 
 
 def write_report(

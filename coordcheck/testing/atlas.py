@@ -18,6 +18,7 @@ and learning rate — one at a time, and in pairs (:data:`PAIRS`). ``FAST``: the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,7 +27,8 @@ from torch import nn
 from coordcheck.setup.data import tokens
 from coordcheck.setup.models import gpt, mlp
 from coordcheck.setup.moe import moe
-from coordcheck.testing import hand_gpt, library_style
+from coordcheck.setup.optim import adamw
+from coordcheck.testing import hand_gpt, library_style, nanochat_style
 from coordcheck.testing import public_models as pm
 from coordcheck.testing.mutants import Family, Mutant, Plant
 
@@ -79,6 +81,9 @@ def nanogpt_optimizer(model: nn.Module, lr: float) -> Any:
     return pm.configure_optimizers(model, lr)
 
 
+MU_ADAMW = functools.partial(adamw, mu=True, weight_decay=0.1)  # MuAdamW with weight decay (scaled by width_mult)
+
+
 def torch_muon(model: nn.Module, lr: float) -> Any:
     """``optimizer=muon`` as configured (torch.optim.Muon, adjust_lr_fn=original, on the hidden matrices; MuAdamW on
     the rest)."""
@@ -111,6 +116,8 @@ def _blocks(fmt: str, n: int = 2) -> tuple[str, ...]:
 
 GPT_HIDDEN = tuple(f"blocks.{i}.{m}.weight" for i in range(2)
                    for m in ("attn.c_q", "attn.c_k", "attn.c_v", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
+NANOCHAT_HIDDEN = tuple(f"transformer.h.{i}.{m}.weight" for i in range(2)
+                        for m in ("attn.c_q", "attn.c_k", "attn.c_v", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
 NANOGPT_HIDDEN = tuple(f"transformer.h.{i}.{m}.weight" for i in range(2)
                        for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
 LLAMA_HIDDEN = tuple(f"layers.{i}.{m}.weight" for i in range(2)
@@ -127,7 +134,9 @@ MOE_HIDDEN = tuple(f"blocks.{i}.{m}" for i in range(2)
 
 # params: named sets a plant can take (absent: that plant does not apply). "readout" only where it is drawn (a
 # zero readout's init cannot be scaled); "out": the modules a missing output multiplier may be named at; "attention":
-# the attention modules (where the head dimension grows with width); "wd": the family trains with weight decay.
+# the attention modules (where the head dimension grows with width); "wd": the family trains with weight decay under
+# mup's convention (the audit judges weight decay under mup and sp only); "adam": the parameters Adam trains (the ε
+# plant's; default hidden_all), "no_eps": no Adam at all.
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("gpt", builtin_gpt, dict(RUN, parametrization="mup", optimizer="adam", lr=1e-2), WIDTHS, dict(
         hidden_one=("blocks.1.mlp.c_fc.weight",), hidden_all=GPT_HIDDEN, attn_one=("blocks.0.attn.c_k.weight",),
@@ -141,13 +150,13 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("mlp_sgd", builtin_mlp, dict(RUN, parametrization="mup", optimizer="sgd", lr=0.1), WIDTHS, dict(
         hidden_one=("blocks.0.fc.weight",), hidden_all=("blocks.0.fc.weight", "blocks.1.fc.weight"),
         embedding=("input.fc.weight",), readout=("readout.weight",), readout_lr=("readout.weight",),
-        bias=("blocks.0.fc.bias",), out=("readout", "(root)"))),
+        bias=("blocks.0.fc.bias",), out=("readout", "(root)"), no_eps=())),
     Family("hand", hand_gpt.build, dict(RUN, parametrization="none", optimizer="mup_groups", init="mup", lr=1e-2,
                                         data=TOKENS), WIDTHS, dict(
         hidden_one=("blocks.1.fc.weight",), hidden_all=HAND_HIDDEN, attn_one=("blocks.0.qkv.weight",),
         embedding=("wte.weight",), position=("wpe.weight",), readout=("head.weight",), readout_lr=("head.weight",),
         norm=("blocks.0.ln_1.weight",),
-        bias=("blocks.1.fc.bias",), out=("head", "(root)"), attention=_blocks("blocks.{i}"), wd=())),
+        bias=("blocks.1.fc.bias",), out=("head", "(root)"), attention=_blocks("blocks.{i}"))),
     # lr 1e-2 at widths 64-256 / 128-512 drifts to the edge of stability within 10 steps (the loss jumps)
     Family("nanogpt", pm.gpt_builder, dict(RUN, parametrization="none", optimizer=nanogpt_optimizer, lr=3e-3,
                                            forward_targets=True, loss="model", output=0, data=TOKENS),
@@ -157,38 +166,46 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
         position=("transformer.wpe.weight",), readout=("lm_head.weight",), readout_lr=("lm_head.weight",),
         norm=("transformer.h.0.ln_1.weight",),
         bias=("transformer.h.1.mlp.c_fc.bias",), out=("lm_head", "(root)"),
-        attention=_blocks("transformer.h.{i}.attn"), wd=())),
-    Family("llama", llama, dict(RUN, parametrization="mup", optimizer="adam", lr=1e-2, data=TOKENS), WIDTHS, dict(
+        attention=_blocks("transformer.h.{i}.attn"))),
+    Family("llama", llama, dict(RUN, parametrization="mup", optimizer=MU_ADAMW, lr=1e-2, data=TOKENS), WIDTHS, dict(
         hidden_one=("layers.1.feed_forward.w1.weight",), hidden_all=LLAMA_HIDDEN,
         attn_one=("layers.0.attention.wk.weight",), embedding=("tok_embeddings.weight",), readout_lr=("output.weight",),
-        norm=("layers.0.attention_norm.weight",), out=("output", "(root)"), attention=_blocks("layers.{i}.attention"))),
+        norm=("layers.0.attention_norm.weight",), out=("output", "(root)"), attention=_blocks("layers.{i}.attention"),
+        wd=())),
     Family("titan", titan, dict(RUN, parametrization="none", optimizer=pm.titan_mup_optimizer, lr=1e-2, data=TOKENS),
            WIDTHS, dict(
         hidden_one=("layers.1.feed_forward.w1.weight",), hidden_all=LLAMA_HIDDEN,
         attn_one=("layers.0.attention.wk.weight",), embedding=("tok_embeddings.weight",), readout=("output.weight",),
         readout_lr=("output.weight",), norm=("layers.0.attention_norm.weight",), out=("output", "(root)"),
-        attention=_blocks("layers.{i}.attention"), wd=())),
+        attention=_blocks("layers.{i}.attention"))),
     Family("library", library_style.build, dict(RUN, parametrization="none", optimizer="mup_groups", init="mup",
                                                 lr=3e-3, data=TOKENS), WIDTHS, dict(
         hidden_one=("blocks.1.up.weight",), hidden_all=LIB_HIDDEN, embedding=("wte.weight",),
         readout=("lm_head.weight",), readout_lr=("lm_head.weight",), norm=("blocks.0.ln.weight",),
         bias=("blocks.1.ln.bias",),
-        out=("lm_head", "(root)"), wd=())),
+        out=("lm_head", "(root)"))),
     Family("granite", granite, dict(RUN, parametrization="none", optimizer="mup_groups", init="mup", lr=1e-2,
                                     data=TOKENS), WIDTHS, dict(
         hidden_one=("model.layers.1.mlp.up_proj.weight",), hidden_all=GRANITE_HIDDEN,
         attn_one=("model.layers.0.self_attn.k_proj.weight",), embedding=("model.embed_tokens.weight",),
         readout=("lm_head.weight",), readout_lr=("lm_head.weight",), norm=("model.layers.0.input_layernorm.weight",),
         out=("lm_head", "(root)"),
-        attention=_blocks("model.layers.{i}.self_attn"), wd=())),
-    Family("moe", builtin_moe, dict(RUN, parametrization="mup", optimizer="adam", lr=1e-2), WIDTHS, dict(
+        attention=_blocks("model.layers.{i}.self_attn"))),
+    Family("moe", builtin_moe, dict(RUN, parametrization="mup", optimizer=MU_ADAMW, lr=1e-2), WIDTHS, dict(
         hidden_one=("blocks.1.moe.experts.up",), hidden_all=MOE_HIDDEN, attn_one=("blocks.0.attn.c_k.weight",),
         embedding=("wte.weight",), readout_lr=("lm_head.weight",), norm=("blocks.0.ln_2.weight",),
-        router=("blocks.0.moe.router.gate.weight",), out=("lm_head", "(root)"))),
+        router=("blocks.0.moe.router.gate.weight",), out=("lm_head", "(root)"), wd=())),
+    # nanochat's own loop is 6 steps at lr 0.01 here: at 10 steps its base reaches the edge of stability
+    Family("nanochat", nanochat_style.build, dict(RUN, parametrization="none", optimizer=nanochat_style.optimizer,
+                                                  lr=1e-2, steps=6, seeds=2, data=TOKENS), WIDTHS, dict(
+        hidden_one=("transformer.h.1.mlp.c_fc.weight",), hidden_all=NANOCHAT_HIDDEN,
+        attn_one=("transformer.h.0.attn.c_k.weight",), embedding=("transformer.wte.weight",),
+        value_embedding=("value_embeds.1.weight",), readout=("lm_head.weight",), readout_lr=("lm_head.weight",),
+        out=("lm_head", "(root)"), adam=("transformer.wte.weight", "lm_head.weight", "value_embeds.1.weight"))),
     Family("muon", builtin_gpt, dict(RUN, parametrization="mup", optimizer=torch_muon, lr=1e-2), WIDTHS, dict(
         hidden_one=("blocks.1.mlp.c_fc.weight",), hidden_all=GPT_HIDDEN, attn_one=("blocks.0.attn.c_k.weight",),
         embedding=("wte.weight",), readout_lr=("lm_head.weight",), norm=("blocks.0.ln_1.weight",),
-        out=("lm_head", "(root)"), wd=())),
+        out=("lm_head", "(root)"), wd=(), adam=("wte.weight", "lm_head.weight"))),
 )}
 
 
@@ -212,6 +229,8 @@ PARAM_PLANTS: dict[str, tuple[str, str, float]] = {
     "embedding lr scaled": ("embedding", "lr", -1.0),
     "embedding init shrinks": ("embedding", "init", -0.5),
     "position lr scaled": ("position", "lr", -1.0),
+    "value embedding lr scaled": ("value_embedding", "lr", -1.0),
+    "value embedding init shrinks": ("value_embedding", "init", -0.5),
     "readout lr scaled down": ("readout_lr", "lr", -1.0),
     "readout init fan_in^-1/2": ("readout", "init", -0.5),
     "norm lr scaled": ("norm", "lr", -1.0),
@@ -231,6 +250,7 @@ FORWARD_KWARGS: dict[tuple[str, str], dict[str, Any]] = {
     ("nanogpt", "no output multiplier"): {"output_mult": False},
     ("nanogpt", "attention 1/sqrt(d)"): {"attn_scale": "sqrt"},
     ("hand", "no output multiplier"): {"output_mult": False},
+    ("nanochat", "no output multiplier"): {"output_mult": False},
     ("hand", "attention 1/sqrt(d)"): {"attn_scale": "sqrt"},
     ("llama", "attention 1/sqrt(d)"): {"attn_scale": "sqrt"},
     ("titan", "attention 1/sqrt(d)"): {"attn_scale": "sqrt"},
@@ -252,8 +272,10 @@ def plant(fam: Family, name: str) -> Plant | None:
     if name in PARAM_PLANTS:
         key, knob, exponent = PARAM_PLANTS[name]
         params = fam.params.get(key)
-        if not params or (knob == "wd" and "wd" not in fam.params):
+        if not params or (knob == "wd" and "wd" not in fam.params) or (knob == "eps" and "no_eps" in fam.params):
             return None
+        if knob == "eps" and "adam" in fam.params:
+            params = fam.params["adam"]
         return Plant(knob, _mods(params), params=params, exponent=exponent)
     key, knob, kwargs = FORWARD_PLANTS[name]
     modules = fam.params.get(key)

@@ -1,0 +1,142 @@
+"""The readout's multiplier, measured: how the model's logits scale in width against what its readout's weight alone
+would give them.
+
+Stage: judge (between the judged series and the parameter audit). Input: the verdict's judged series (slopes of one
+statistic per module, tensor and step, with each module's role and call order) and the jobs' facts (the readout
+weight's init rms per width; a ``MuReadout``'s own multiplier). Output: per configuration an :class:`OutputScale` —
+the readout (the last output-role module that owns a parameter), the model's output (the last output-role module to
+run: the readout, a container whose ``forward`` multiplies its logits, or ``(root)``), and the exponent in width of
+the multiplier between them:
+
+* **after the readout** — the model's output over the readout's output at the same step (the slope of one minus the
+  other: exact for a multiplier, ``logits * base_width / width`` in ``forward`` gives -1);
+* **before it** — on its input (torchtitan's ``h * alpha / width_mult`` before ``output(h)``, a ``MuReadout``'s own
+  ``output_mult / width_mult``): the slope of the readout's input where the ``in`` tensor was recorded (plus a
+  ``MuReadout``'s multiplier, applied inside the module), else the readout's output at initialisation against its
+  weight's init (a drawn ``W x`` over ``fan_in`` Θ(1) inputs scales like ``std(W) * sqrt(fan_in)``), else the
+  ``MuReadout``'s multiplier alone, else not measured.
+
+muP needs the readout's *effective* weight (multiplier times weight) at init std ∝ 1/fan_in (or zero) and, with Adam,
+at an effective learning rate ∝ 1/fan_in: a readout behind a 1/width multiplier keeps a constant init and the base
+lr; one without it takes both ∝ 1/width (Tensor Programs V, Table 3). The audit
+(:func:`coordcheck.judge.audit.audit_long`) judges the readout's init and learning rate under
+``parametrization=none`` against the multiplier measured here. Never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["OutputScale", "output_scales"]
+
+
+@dataclass(frozen=True)
+class OutputScale:
+    """The multiplier around a configuration's readout (module docstring); exponents in width, NaN: not measured."""
+
+    readout: str
+    model_output: str
+    after: float
+    before: float
+    how: str  # how it was measured, in words
+
+    @property
+    def total(self) -> float:
+        return self.after + self.before
+
+    @property
+    def measured(self) -> bool:
+        return bool(np.isfinite(self.total))
+
+
+def _slope(s: pd.DataFrame, module: str, tensor: str, step: int | None = None) -> pd.Series:
+    """``module``'s ``tensor`` slope per step (finite, not all zero)."""
+    g = s[(s["module"] == module) & (s["tensor"] == tensor)]
+    if step is not None:
+        g = g[g["step"] == step]
+    g = g[np.isfinite(g["slope"].to_numpy(dtype=float)) & ~g["all_zero"].astype(bool)]
+    return g.set_index("step")["slope"].astype(float)
+
+
+def _weights(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, dict[int, Mapping[str, Any]]]]:
+    """config_id -> parameter -> width -> its audit facts."""
+    out: dict[str, dict[str, dict[int, Mapping[str, Any]]]] = {}
+    for f in facts:
+        if f.get("audit") and f.get("width") is not None:
+            for name, p in f["audit"].get("params", {}).items():
+                out.setdefault(str(f.get("config_id")), {}).setdefault(name, {}).setdefault(int(f["width"]), p)
+    return out
+
+
+def _output_like(by_width: Mapping[int, Mapping[str, Any]]) -> bool:
+    """A matrix whose fan-in (its last dimension: ``nn.Linear``'s ``(out, in)``) grows with width and whose fan-out
+    does not: a readout's weight, not an embedding's nor a scalar's."""
+    dims = [list(by_width[w].get("dims") or []) for w in sorted(by_width)]
+    if len(dims) < 2 or any(len(d) != 2 for d in dims) or any(by_width[w].get("embedding") for w in by_width):
+        return False
+    return dims[0][1] != dims[-1][1] and dims[0][0] == dims[-1][0]
+
+
+def _exponent(by_width: Mapping[int, Mapping[str, Any]], key: str) -> float:
+    """The exponent in width of a fact (least squares on log2 against log2 width); NaN when it is missing or zero."""
+    pts = [(w, by_width[w].get(key)) for w in sorted(by_width)]
+    pts = [(w, float(v)) for w, v in pts if v is not None and np.isfinite(float(v)) and float(v) != 0]
+    if len(pts) < 2:
+        return np.nan
+    w, v = np.log2([p[0] for p in pts]), np.log2(np.abs([p[1] for p in pts]))
+    return float(np.polyfit(w, v, 1)[0])
+
+
+def output_scales(series: pd.DataFrame, facts: Iterable[Mapping[str, Any]]) -> dict[str, OutputScale]:
+    """``config_id -> OutputScale`` for each configuration with an output-role module that owns a parameter (module
+    docstring). ``series``: the verdict's judged series (one statistic)."""
+    params = _weights(facts)
+    out: dict[str, OutputScale] = {}
+    for cid, s in series.groupby("config_id", sort=False):
+        outputs = s[s["role"] == "output"]
+        if outputs.empty:
+            continue
+        order = outputs.groupby("module")["call_order"].max().sort_values()
+        mine = params.get(str(cid), {})
+        owners = {n.rpartition(".")[0] or "(root)": n for n, by_width in mine.items() if _output_like(by_width)}
+        readouts = [m for m in order.index if m in owners]
+        if not readouts:
+            continue
+        r, o = readouts[-1], str(order.index[-1])
+        weight = mine[owners[r]]
+        mult = _exponent(weight, "mult")  # a MuReadout's own output_mult / width_mult, applied inside the module
+        mult = 0.0 if not np.isfinite(mult) else mult
+        how = []
+        after = 0.0
+        if o != r:
+            both = _slope(s, o, "out").to_frame("o").join(_slope(s, r, "out").to_frame("r"), how="inner")
+            if both.empty:
+                after = np.nan
+                how.append(f"{o} over {r}: not measured (zero at every step)")
+            else:
+                after = float((both["o"] - both["r"]).median())
+                how.append(f"{o}'s output over {r}'s: width^{after:+.2f}")
+        x = _slope(s, r, "in", 0)
+        init = _exponent(weight, "rms")
+        y0 = _slope(s, r, "out", 0)
+        if len(x):
+            before = float(x.iloc[0]) + mult
+            how.append(f"{r}'s input at step 0: width^{float(x.iloc[0]):+.2f}"
+                       + (f", its MuReadout multiplier width^{mult:+.2f}" if mult else ""))
+        elif len(y0) and np.isfinite(init):
+            before = float(y0.iloc[0]) - (init + 0.5)
+            how.append(f"{r}'s output at step 0 width^{float(y0.iloc[0]):+.2f} against its weight's init "
+                       f"width^{init:+.2f} over a growing fan-in: width^{before:+.2f} before it")
+        elif mult:
+            before = mult
+            how.append(f"{r}'s MuReadout multiplier width^{mult:+.2f}")
+        else:
+            before = np.nan
+            how.append(f"before {r}: not measured (a zero readout and no 'in' tensor)")
+        out[str(cid)] = OutputScale(r, o, after, before, "; ".join(how))
+    return out
