@@ -89,8 +89,8 @@ def print_tables(df: pd.DataFrame) -> None:
     t.loc["all"] = t.sum()
     print(t.to_markdown() if hasattr(t, "to_markdown") and _has_tabulate() else t.to_string())
     print("\n## By family\n")
-    f = df[df["planted"] != ""].groupby("family").agg(mutants=("key", "size"), exact=("outcome", lambda s: (s == "exact").sum()),
-                                                        wrong_fixes=("wrong", "sum"))
+    f = df[df["planted"] != ""].groupby("family").agg(
+        mutants=("key", "size"), exact=("outcome", lambda s: (s == "exact").sum()), wrong_fixes=("wrong", "sum"))
     print(f.to_string())
     n, exact = len(single) + len(pairs), int((single["outcome"] == "exact").sum() + (pairs["outcome"] == "exact").sum())
     both = int((pairs["named"] == pairs["plants"]).sum())
@@ -136,7 +136,8 @@ def main(argv: list[str]) -> None:
     df.to_csv(a.cache / "scores.csv", index=False)
     if a.details:
         for r in df.itertuples():
-            print(f"\n{r.key} [{r.status}] {r.outcome}: {r.first}" + (f"\n   WRONG: {r.wrong_lines}" if r.wrong else ""))
+            wrong = f"\n   WRONG: {r.wrong_lines}" if r.wrong else ""
+            print(f"\n{r.key} [{r.status}] {r.outcome}: {r.first}{wrong}")
     print_tables(df)
 
 

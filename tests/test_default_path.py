@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import re
 
-import pandas as pd
 import pytest
 import torch
 from torch import nn
 
 from conftest import run_in_process
 from coordcheck import coord_check
-from coordcheck.judge.siblings import narrow_by_audit
 from coordcheck.setup.data import batch_for
 from coordcheck.testing import assert_mup
 from user_models import PlainMLP, TokenLM
@@ -75,57 +73,7 @@ def test_plain_readout_from_the_cli_is_a_fail_report(monkeypatch, capsys, tmp_pa
     assert report["causes"][0]["kind"] == "structure"
 
 
-# -- the audit narrows a cause to the sibling that was set apart ------------------------------------------------------
-
-def _audit_rows(exponents: dict[str, float], quantity: str = "lr") -> pd.DataFrame:
-    return pd.DataFrame([dict(config_id="c", parameter=f"{m}.weight", module=m, order=i, quantity=quantity,
-                              exponent=e, **{"class": "hidden"}) for i, (m, e) in enumerate(exponents.items())])
-
-
-def _cause(modules: list[str], kind: str = "lr") -> pd.DataFrame:
-    what = f"{len(modules)} of 8 hidden matrices"
-    line = (f"{what}: own update grows like width^+0.35 [+0.29, +0.41] at step 3 (muP: 0 (flat)) — the hidden "
-            f"learning rate is not scaled by width: give them lr * base_width / width")
-    return pd.DataFrame([dict(config_id="c", order=0, kind=kind, what=what, modules=modules, line=line,
-                              fix=line.split(" — ", 1)[1])])
-
-
-def _modules(names: list[str]) -> pd.DataFrame:
-    return pd.DataFrame(dict(config_id="c", module=names, cause=names, inherited_from="", inherited_via=""))
-
-
-EIGHT = [f"blocks.{b}.{m}" for b in (0, 1) for m in ("attn_in", "attn_out", "fc1", "fc2")]
-
-
-def test_a_cause_on_two_siblings_narrows_to_the_one_the_audit_sets_apart():
-    given = {m: (0.0 if m == "blocks.1.fc2" else -1.0) for m in EIGHT}
-    causes, modules = narrow_by_audit(_cause(["blocks.0.fc2", "blocks.1.fc2"]),
-                                      _modules(["blocks.0.fc2", "blocks.1.fc2"]), _audit_rows(given), tol=0.2)
-    c = causes.iloc[0]
-    assert list(c["modules"]) == ["blocks.1.fc2"] and c["what"] == "blocks.1.fc2"
-    assert c["line"].startswith("blocks.1.fc2: own update grows like width^+0.35")
-    assert "the audit: its learning rate ∝ width^+0.00 where the other 7 of its class have width^-1.00" in c["line"]
-    assert c["line"].endswith("give it lr * base_width / width")
-    m = modules.set_index("module")
-    assert m.loc["blocks.0.fc2", "cause"] == "" and m.loc["blocks.0.fc2", "inherited_from"] == "blocks.1.fc2"
-
-
-@pytest.mark.parametrize("given", [
-    {m: -1.0 for m in EIGHT},  # every sibling was given the same: nothing sets one apart
-    {m: 0.0 for m in EIGHT},  # all unscaled (standard parametrization): the cause is the class, not one sibling
-])
-def test_siblings_given_the_same_keep_the_cause_as_the_walk_named_it(given):
-    causes, _ = narrow_by_audit(_cause(["blocks.0.fc2", "blocks.1.fc2"]), _modules(["blocks.0.fc2", "blocks.1.fc2"]),
-                                _audit_rows(given), tol=0.2)
-    assert list(causes.iloc[0]["modules"]) == ["blocks.0.fc2", "blocks.1.fc2"]
-
-
-def test_an_init_cause_reads_the_init_exponents_not_the_learning_rates():
-    lr = _audit_rows({m: (0.0 if m == "blocks.1.fc2" else -1.0) for m in EIGHT})
-    init = _audit_rows({m: -0.5 for m in EIGHT}, quantity="init")
-    causes, _ = narrow_by_audit(_cause(["blocks.0.fc2", "blocks.1.fc2"], kind="init"),
-                                _modules(["blocks.0.fc2", "blocks.1.fc2"]), pd.concat([lr, init]), tol=0.2)
-    assert list(causes.iloc[0]["modules"]) == ["blocks.0.fc2", "blocks.1.fc2"]
+# (the audit's narrowing of a group cause to the sibling set apart: tests/test_reconcile.py)
 
 
 # -- the default command names the cause: the cause pass ------------------------------------------------------------

@@ -160,29 +160,6 @@ def test_granitemoe_router_left_at_its_config_std_is_named_with_the_routers_fix(
     assert all(c["kind"] != "attention_scale" for c in report["causes"])
 
 
-def test_a_one_module_lr_cause_whose_lr_is_its_classs_own_is_not_given_an_lr_fix():
-    """OLMoE (8 experts, 1/sqrt(d_head) attention, no output multiplier) under mup_groups: layer 0's experts' own
-    update shrank -0.91 at step 2 while the audit measured their lr at width^-1.00, as every hidden matrix's."""
-    from coordcheck.judge.siblings import narrow_by_audit
-
-    rows = [("c", "lr", -1.0, f"l{i}.fc", f"l{i}.fc.weight", i, "hidden", -1.0) for i in range(4)]
-    rows += [("c", "lr", -1.0, "l0.experts", "l0.experts.gate_up_proj", 9, "hidden", -1.0)]
-    long = pd.DataFrame(rows, columns=["config_id", "quantity", "exponent", "module", "parameter", "order", "class",
-                                       "expected"])
-    line = "l0.experts: own update shrinks like width^-0.91 — the hidden learning rate is scaled down too much"
-    causes = pd.DataFrame([
-        {"config_id": "c", "kind": "attention_scale", "modules": ["attn"], "what": "attn", "fix": "x", "line": "x"},
-        {"config_id": "c", "kind": "lr", "modules": ["l0.experts"], "what": "l0.experts", "fix": "", "line": line}])
-    out, _ = narrow_by_audit(causes, pd.DataFrame(columns=["config_id", "module"]), long, 0.2)
-    said = out.iloc[1]["line"]
-    assert "as the other 4 of its class" in said and "scaled down too much" not in said.partition(" — ")[2]
-    assert "fix those first" in said
-    sp = long.assign(expected=-1.0, exponent=0.0)  # standard parametrization: the whole class shares lr ∝ width^0
-    out, _ = narrow_by_audit(causes.assign(line=line.replace("-0.91", "+0.9")), pd.DataFrame(
-        columns=["config_id", "module"]), sp, 0.2)
-    assert out.iloc[1]["line"].endswith("scaled down too much")  # a knob muP does set: the cause stands
-
-
 def test_the_auxiliary_losses_are_in_the_models_loss():
     from mup import set_base_shapes
 

@@ -53,8 +53,8 @@ from coordcheck.judge.slopes import t_quantile
 from coordcheck.record.shapes import CLASSES, dim_growth, growth_text, param_class  # noqa: F401  (re-exported)
 
 __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
-           "TABLE_COLUMNS", "param_class", "fix_for", "audit_long", "audit_table", "audit_causes", "audit_evidence", "eps_table",
-           "eps_causes", "eps_evidence"]
+           "TABLE_COLUMNS", "param_class", "fix_for", "singular", "audit_long", "audit_table", "audit_causes",
+           "audit_evidence", "eps_table", "eps_causes", "eps_evidence"]
 
 QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
 JUDGED = ("mup", "sp")  # parametrizations under which no multiplier can hide in the forward
@@ -141,19 +141,36 @@ FIXES = {
     ("lr", "hidden", "adam"): "give them lr * base_width / width (MuAdam does)",
     ("lr", "hidden", "adamw"): "give them lr * base_width / width (MuAdamW does)",
     ("lr", "hidden", "sgd"): "give them lr * (fan_out / fan_in) scaled as MuSGD does (constant for square growth)",
-    ("lr", "hidden", "muon"): "use adjust_lr_fn='original' (or 'spectral_unclamped'): lr ∝ sqrt(fan_out / fan_in)",
+    ("lr", "hidden", "muon"): "keep their Muon lr constant in width, times Muon's shape factor sqrt(max(1, fan_out / "
+                              "fan_in)) (torch.optim.Muon's adjust_lr_fn='original'): the orthogonalised update has "
+                              "spectral norm ≈ 1",
     ("lr", "output-like", "adam"): "keep the readout's lr constant in width; the 1/width belongs in its output "
                                    "multiplier (mup.MuReadout)",
     ("lr", "output-like", "adamw"): "keep the readout's lr constant in width; the 1/width belongs in its output "
                                     "multiplier (mup.MuReadout)",
+    ("lr", "output-like", "sgd"): "give the readout lr * width / base_width beside its 1/width multiplier (MuSGD does)",
     ("lr", "input-like", "adam"): "keep their lr at the base lr, constant in width (vector-like in MuAdam)",
     ("lr", "input-like", "adamw"): "keep their lr at the base lr, constant in width (vector-like in MuAdamW)",
+    ("lr", "input-like", "sgd"): "give them lr * width / base_width (MuSGD does: vector-like under SGD)",
     ("lr", "vector", "adam"): "keep their lr at the base lr, constant in width (vector-like in MuAdam)",
     ("lr", "vector", "adamw"): "keep their lr at the base lr, constant in width (vector-like in MuAdamW)",
+    ("lr", "vector", "sgd"): "give them lr * width / base_width (MuSGD does: vector-like under SGD)",
+    ("lr", "fixed", ""): "keep their lr at the base lr (no dimension of theirs grows)",
     ("init", "hidden", ""): "initialise with std ∝ fan_in^-1/2 (nn.init.normal_(w, std=fan_in ** -0.5))",
+    ("init", "input-like", ""): "initialise with a std constant in width (an input weight's fan-in does not grow: "
+                                "nn.Embedding's N(0, 1) is)",
     ("init", "", ""): "initialise with a std constant in width",
     ("mult", "output-like", ""): "multiply the logits by base_width / width (mup.MuReadout's output multiplier)",
     ("adam_eps", "", ""): "do not grow eps with width",
+    ("wd", "", ""): "scale its weight decay λ as MuAdamW does (× width / base_width on hidden matrices, constant "
+                    "elsewhere: the per-step shrink lr·λ constant in width)",
+}
+# The readout without a 1/width multiplier (expected init and Adam lr ∝ 1/width): an output weight of its own.
+NO_MULT_FIXES = {
+    "init": "initialise it with std ∝ 1/fan_in (or zero): without a 1/width multiplier the readout is an output "
+            "weight (or multiply the logits by base_width / width, a MuReadout, and keep a constant init)",
+    "lr": "give it lr * base_width / width: without a 1/width multiplier the readout is an output weight (or multiply "
+          "the logits by base_width / width, a MuReadout, and keep the base lr)",
 }
 WHAT = {"init": "initialisation std", "lr": "learning rate", "wd": "weight decay", "adam_eps": "Adam eps",
         "mult": "output multiplier"}
@@ -172,8 +189,16 @@ def _num(x: float) -> str:
     return f"{round(float(x), 2) + 0.0:+.2f}"
 
 
+def singular(fix: str) -> str:
+    """A fix said of several parameters, said of one."""
+    return fix.replace("give them", "give it").replace("keep their", "keep its").replace("scale their", "scale its")
+
+
 def fix_for(quantity: str, cls: str, family: str, expected: float) -> str:
-    """The fix of a quantity off for a parameter of class ``cls`` trained by ``family`` (:data:`FIXES`)."""
+    """The fix of a quantity off for a parameter of class ``cls`` trained by ``family`` (:data:`FIXES`; a readout
+    expected without a multiplier: :data:`NO_MULT_FIXES`)."""
+    if cls == "output-like" and quantity in NO_MULT_FIXES and np.isfinite(expected) and expected <= -0.5:
+        return NO_MULT_FIXES[quantity]
     for key in ((quantity, cls, family), (quantity, cls, ""), (quantity, "", "")):
         if key in FIXES:
             return FIXES[key]
@@ -443,6 +468,7 @@ def audit_causes(long: pd.DataFrame) -> pd.DataFrame:
         what = _group_name(names, cls, len(peers))
         w = g.loc[(g["exponent"] - g["expected"]).abs().idxmax()]
         fix = fix_for(quantity, cls, family, float(w["expected"]))
+        fix = singular(fix) if len(names) == 1 else fix
         interval = f" [{_num(w['ci_low'])}, {_num(w['ci_high'])}]" if np.isfinite(w["ci_low"]) else ""
         expected = _num(w["expected"]) + (" or less" if np.isinf(w["expected_low"]) else "")
         line = (f"{what}: {WHAT[quantity]} ∝ width^{_num(w['exponent'])}{interval} (muP expects width^{expected}: "

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["KINDS", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS", "MUON_FIX", "NO_OWN_NOTE", "NOT_MEASURED_HINT", "JUMP",
-           "Causes", "find_causes", "own_diagnosis"]
+           "Causes", "find_causes", "own_diagnosis", "loss_jump"]
 
 KINDS = {
     "init": "a parameter's initialisation does not scale like muP's (init gain at step 0)",
@@ -56,6 +56,8 @@ KINDS = {
     "structure": "the model's structure does not fit the parametrization (a plain nn.Linear readout under mup)",
     "epsilon": "Adam's epsilon dominates the update at large width",
     "audit": "the parameter audit: a measured init std or learning rate against muP's exponent",
+    "candidates": "a symptom whose module's knobs the facts find right: no single fix, the candidates the evidence "
+                  "leaves (coordcheck.judge.reconcile)",
 }
 CAUSE_COLUMNS = ["config_id", "parametrization", "order", "kind", "what", "modules", "measure", "step", "exponent",
                  "ci_low", "ci_high", "expected", "fix", "line"]
@@ -164,7 +166,7 @@ def _worst(rows: pd.DataFrame) -> pd.Series:
     return rows.loc[rows["margin"].fillna(np.inf).sort_values(kind="stable").index[0]]
 
 
-def _loss_jump(loss: pd.DataFrame) -> tuple[int, int, float, float, str] | None:
+def loss_jump(loss: pd.DataFrame) -> tuple[int, int, float, float, str] | None:
     """The first (step, width, before, after) at which some width and seed's loss rises more than :data:`JUMP`
     above its running minimum, and at which widths it jumps by then ("every width" or a list)."""
     best, jumped = None, {}
@@ -202,7 +204,7 @@ def _finding(judged: pd.DataFrame, loss: pd.DataFrame, measured: bool = True) ->
     seen = (f"{first['module']} {MEASURE_WORDS.get(first['tensor'], first['tensor'])} {first['direction']} with "
             f"width from step {int(first['step'])} on ({w['slope']:+.2f} [{w['ci_low']:+.2f}, {w['ci_high']:+.2f}] "
             f"at step {int(w['step'])})")
-    jump = _loss_jump(loss)
+    jump = loss_jump(loss)
     if jump is not None and int(first["step"]) >= 1 and jump[0] <= int(rows["step"].max()):
         step, width, a, b, where = jump
         jumps = (f"{seen} while the loss jumps at step {step} ({where}; width {width}: {a:.3g} -> {b:.3g}): "

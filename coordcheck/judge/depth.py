@@ -263,12 +263,20 @@ def _causes(key: tuple, series: pd.DataFrame, params: pd.DataFrame, alpha: float
                 f"depth^(α-1) — depth-μP (α=1/2) expects -0.50, CompleteP (α=1) expects +0.00 with a 1/depth "
                 f"multiplier", lr_exp, "α-1", LR_FIX)
             return out, ""
+        if lr_exp > rules.tol:  # above what any α in [1/2, 1] asks (depth^(α-1) <= 0)
+            add("lr", "hidden learning rate grows with depth",
+                f"{seen}, flat at initialisation; in-block learning rate ~ depth^{lr_exp:+.2f} where every branch "
+                f"multiplier (depth/base_depth)^-α with α in [1/2, 1] needs depth^(α-1) <= 0 (depth-μP -0.50, "
+                f"CompleteP +0.00)", lr_exp, "α-1 <= 0", LR_FIX)
+            return out, ""
         return out, (f"{seen}, flat at initialisation; in-block learning rate ~ depth^{lr_exp:+.2f} (α unknown: "
                      f"depth-μP expects -0.50, CompleteP +0.00)")
-    if alpha is not None and np.isfinite(lr_exp) and lr_exp < alpha - 1 - rules.tol:
+    if np.isfinite(lr_exp) and lr_exp < (alpha - 1 if alpha is not None else -0.5) - rules.tol:
+        needs = (f"α={alpha:g} needs depth^{alpha - 1:+.2f}" if alpha is not None else
+                 "every α in [1/2, 1] needs depth^(α-1) >= depth^-0.50 (depth-μP -0.50, CompleteP +0.00)")
         add("lr_vanish", "hidden learning rate scaled down too much with depth",
-            f"{seen}; in-block learning rate ~ depth^{lr_exp:+.2f} where α={alpha:g} needs depth^{alpha - 1:+.2f}",
-            lr_exp, f"{alpha - 1:+.2f}", LR_FIX)
+            f"{seen}; in-block learning rate ~ depth^{lr_exp:+.2f} where {needs}", lr_exp,
+            f"{alpha - 1:+.2f}" if alpha is not None else ">= -0.50", LR_FIX)
         return out, ""
     extra = f"; in-block learning rate ~ depth^{lr_exp:+.2f}" if np.isfinite(lr_exp) else ""
     return out, f"{seen}{extra}"

@@ -18,8 +18,8 @@ Per walk cause on a parameter's knob (``init``: its init gain at step 0; ``lr``:
   through the backward pass). With no cause left, one ``candidates`` cause says what was seen, that the module's
   knobs are right, with their exponents, and which candidates the evidence leaves;
 * **unjudged** — the audit has no expectation for it (an optimizer it does not know, no rule for the class): where
-  most of the module's class share one exponent and it does not, it was set apart (a confirmation); where it shares
-  it, it is refuted like a knob that passes; otherwise the cause stands as measured, its fix described by the
+  most of the module's class share one exponent and it does not, it was set apart (a confirmation); otherwise the
+  cause stands as measured (a class may be off together, as in standard parametrization), its fix described by the
   measured update (scale its learning rate by the inverse of its growth), not by Adam's rule.
 
 A group cause ("all 12 hidden matrices") keeps its confirmed and unjudged members; the others inherit. The model's
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.judge.audit import WHAT, fix_for
+from coordcheck.judge.audit import WHAT, fix_for, singular
 from coordcheck.judge.readout import OutputScale
 
 __all__ = ["reconcile", "CANDIDATES"]
@@ -78,8 +78,9 @@ class Facts:
         return a[(a["module"] == module) & (a["quantity"] == quantity)]
 
     def verdict(self, module: str, quantity: str, direction: str) -> tuple[str, pd.Series | None]:
-        """``("confirms" | "refutes" | "unjudged", the audit row that says so)`` for a symptom of ``module`` leaving
-        its band in ``direction`` through ``quantity``."""
+        """``("confirms" | "refutes" | "shares" | "unjudged", the audit row that says so)`` for a symptom of
+        ``module`` leaving its band in ``direction`` through ``quantity`` ("shares": no expectation, and the exponent
+        most of its class share)."""
         rows = self.rows(module, quantity)
         judged = rows[rows["status"].isin(["pass", "fail", "zero"])]
         fails = judged[judged["status"] == "fail"]
@@ -112,7 +113,9 @@ class Facts:
             return None
         row = per.loc[module].copy()
         row["module"], row["common"], row["peers"] = module, common, int((peers == common).sum())
-        return ("confirms" if abs(float(row["exponent"]) - common) > self.tol else "refutes"), row
+        # set apart: a knob the user's code gave it alone; shared: the class may all be off together (standard
+        # parametrization), which no expectation here can tell
+        return ("confirms" if abs(float(row["exponent"]) - common) > self.tol else "shares"), row
 
 
 def _what(old: str, kept: list[str]) -> str:
@@ -145,7 +148,7 @@ def _family_fix(row: pd.Series | None, quantity: str, direction: str, n: int, he
     exp = float(row.get("expected", np.nan))
     if np.isfinite(exp):
         fix = fix_for(quantity, cls, family, exp)
-        return fix.replace("give them", "give it").replace("their lr", "its lr") if n == 1 else fix
+        return singular(fix) if n == 1 else fix
     if quantity == "lr" and family and family not in ("adam", "adamw", "sgd", "muon"):
         m = re.search(r"width\^([+-]\d+\.\d+)", head)
         if m:
@@ -174,8 +177,9 @@ def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame,
             if kind in KNOB_OF:
                 q, direction = KNOB_OF[kind], _direction(c)
                 said = {m: facts.verdict(m, q, direction) for m in c["modules"]}
-                keep = [m for m in c["modules"] if said[m][0] in ("confirms", "unjudged")]
-                confirmed = [m for m in keep if said[m][0] == "confirms"]
+                confirmed = [m for m in c["modules"] if said[m][0] == "confirms"]
+                keep = [m for m in c["modules"] if said[m][0] == "unjudged" or m in confirmed
+                        or (said[m][0] == "shares" and not confirmed)]  # beside one set apart, the rest follow
                 if not keep:
                     refuted.append((c, said))
                     continue
@@ -186,8 +190,8 @@ def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame,
                     c["what"], c["modules"] = what, keep
                 row = said[keep[0]][1]
                 new_fix = _family_fix(row, q, direction, len(keep), head)
-                fact = _fact_text(row, q) if row is not None and said[keep[0]][0] != "unjudged" else ""
-                fix = new_fix or fix
+                fact = _fact_text(row, q) if row is not None and said[keep[0]][0] in ("confirms", "refutes") else ""
+                fix = new_fix or (singular(fix) if len(keep) == 1 else fix)
                 c["fix"] = fix
                 c["line"] = f"{head}" + (f" ({'the audit: ' + fact})" if fact else "") + f" — {fix}"
                 c["_tier"] = 0 if confirmed else 1
@@ -226,7 +230,7 @@ def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame,
             out_row["_step"] = int(c["step"]) if np.isfinite(float(c.get("step", 0) or 0)) else 0
             out_row["_order"] = min((float(order.get(m, np.inf)) for m in c["modules"]), default=np.inf)
             kept.append(out_row)
-        kept = [k for k in kept if not (k["kind"] == "audit" and _folded(k, audit_seen))]
+        kept = [k for k in (_fold(k, audit_seen) if k["kind"] == "audit" else k for k in kept) if k is not None]
         if not kept and refuted:
             kept.append(_candidates(refuted[0], facts, order))
         for k in kept:  # an audit row's knob of an lr is seen after updates; its init at step 0
@@ -242,10 +246,19 @@ def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame,
     return df[causes.columns].reset_index(drop=True), mods
 
 
-def _folded(cause: Mapping[str, Any], seen: set[tuple[str, str]]) -> bool:
-    """An audit cause whose every module a confirmed walk cause already names for the same knob."""
+def _fold(cause: dict, seen: set[tuple[str, str]]) -> dict | None:
+    """An audit cause without the modules a confirmed walk cause already names for the same knob (None when that is
+    every one): the same knob once, with the dynamics beside its fact."""
     q = str(cause["measure"]).removeprefix("audit:")
-    return all((m, q) in seen for m in cause["modules"])
+    rest = [m for m in cause["modules"] if (m, q) not in seen]
+    if not rest:
+        return None
+    if len(rest) < len(cause["modules"]):
+        cause = dict(cause)
+        cause["what"] = rest[0] if len(rest) == 1 else _what(str(cause["what"]), rest)
+        cause["line"] = f"{cause['what']}: " + str(cause["line"]).partition(": ")[2]
+        cause["modules"] = rest
+    return cause
 
 
 def _candidates(refuted: tuple[pd.Series, dict], facts: Facts, order: pd.Series) -> dict:

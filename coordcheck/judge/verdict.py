@@ -336,6 +336,16 @@ def _pooled(modules: Sequence[str], named: set[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+KNOB_WORDS = {"init": "init", "lr": "learning rate", "wd": "weight decay", "adam_eps": "ε", "epsilon": "ε",
+              "mult": "output multiplier", "output_multiplier": "output multiplier", "readout_lr": "learning rate",
+              "attention_scale": "attention scale", "structure": "structure", "candidates": "undecided"}
+
+
+def _knob(cause: Any) -> str:
+    """The knob a cause row names: its kind, or the audit quantity it measured."""
+    return str(cause.measure).removeprefix("audit:") if cause.kind == "audit" else str(cause.kind)
+
+
 VIOLATE = re.compile(r"; \d+ module\(s\) violate muP \(.*\)$")
 
 
@@ -349,7 +359,8 @@ def _lead_with_causes(verdict: Verdict) -> None:
         mine = verdict.causes[verdict.causes["config_id"] == c["config_id"]].sort_values("order", kind="stable")
         if mine.empty or c["status"] != "fail" or str(c["reason"]).startswith("diverged"):
             continue
-        more = "" if len(mine) < 2 else f"; {len(mine) - 1} more cause(s): " + ", ".join(mine["what"].iloc[1:])
+        more = "" if len(mine) < 2 else f"; {len(mine) - 1} more cause(s): " + ", ".join(
+            f"{r.what} ({KNOB_WORDS.get(_knob(r), _knob(r))})" for r in mine.iloc[1:].itertuples())
         tail = VIOLATE.search(str(c["reason"]))
         verdict.configs.loc[i, "reason"] = f"cause: {mine['line'].iloc[0]}{more}" + (tail.group(0) if tail else "")
     worst = verdict.configs.loc[verdict.configs["status"].map(RANK).idxmax()]

@@ -76,7 +76,7 @@ from typing import Any
 import pandas as pd
 
 from coordcheck.judge.audit import audit_table
-from coordcheck.judge.causes import CAUSE_COLUMNS, NO_OWN_NOTE
+from coordcheck.judge.causes import CAUSE_COLUMNS, NO_OWN_NOTE, loss_jump
 from coordcheck.judge.roles import with_roles
 from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import atomic_write
@@ -225,8 +225,17 @@ class Report:
             ends = ", ".join(f"{c.parametrization}: steps 0 to {c.window_end}" for c in v.configs.itertuples())
             lines += ["", f"Slopes are judged on the steps before the first instability at any width ({ends})."]
         else:
-            lines.append(f"The loss never turned unstable at any width (never above {1 + r.rise:g}x its running "
-                         f"minimum): every step is judged.")
+            loss_rows = self.frame[self.frame["tensor"] == "loss"]
+            jumps = [(cid, loss_jump(g)) for cid, g in loss_rows.groupby("config_id", sort=False)]
+            jumps = [(cid, j) for cid, j in jumps if j is not None]
+            rule = f"never above {1 + r.rise:g}x its running minimum for {r.persist} steps"
+            if jumps:
+                step, width, a, b, where = jumps[0][1]
+                lines.append(f"The loss did not turn unstable by the stability rule ({rule}), so every step is "
+                             f"judged; it does jump at step {step} ({where}; width {width}: {a:.3g} -> {b:.3g}, "
+                             f"{b / a - 1:+.0%}), which the verdict reads as dynamics near the edge of stability.")
+            else:
+                lines.append(f"The loss never turned unstable at any width ({rule}): every step is judged.")
         loss = self.frame[self.frame["tensor"] == "loss"]
         if len(loss):
             steps = sorted(loss["step"].unique())

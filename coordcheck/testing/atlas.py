@@ -28,7 +28,7 @@ from coordcheck.setup.data import tokens
 from coordcheck.setup.models import gpt, mlp
 from coordcheck.setup.moe import moe
 from coordcheck.setup.optim import adamw
-from coordcheck.testing import hand_gpt, library_style, nanochat_style
+from coordcheck.testing import depth_models, hand_gpt, library_style, nanochat_style
 from coordcheck.testing import public_models as pm
 from coordcheck.testing.mutants import Family, Mutant, Plant
 
@@ -89,6 +89,31 @@ def torch_muon(model: nn.Module, lr: float) -> Any:
     the rest)."""
     from coordcheck.setup.optim import muon
     return muon(model, lr, mu=True, adjust_lr_fn="original")
+
+
+def depth_gpt(width: int, depth: int = 2, base_width: int = BASE, base_depth: int = 2, no_branch_mult: bool = False,
+              gpt2_init: bool = False, lr_depth: float = 0.0, **kw: Any) -> nn.Module:
+    """The CompleteP GPT written by hand (:mod:`coordcheck.testing.depth_models`); ``no_branch_mult`` drops its
+    branch multiplier, ``gpt2_init`` adds GPT-2's 1/sqrt(2L) to its residual projections' init (relative to the base
+    depth) beside the multiplier, ``lr_depth`` multiplies its in-block learning rates by (depth/base_depth)^lr_depth
+    (:func:`depth_optimizer` reads it)."""
+    model = depth_models.build(width, depth, base_width, base_depth, branch_multiplier=not no_branch_mult, **kw)
+    if gpt2_init:
+        for name, p in model.named_parameters():
+            if name.endswith("c_proj.weight"):
+                p.data.mul_((depth / base_depth) ** -0.5)
+    model.lr_depth = lr_depth
+    return model
+
+
+def depth_optimizer(model: nn.Module, lr: float) -> Any:
+    """:func:`coordcheck.testing.depth_models.make_optimizer`, its in-block learning rates times (depth /
+    base_depth) ** ``model.lr_depth``."""
+    opt = depth_models.make_optimizer(model, lr)
+    for g in opt.param_groups:
+        if g["name"] in ("hidden", "block_vector"):
+            g["lr"] *= model.config.depth_mult ** model.lr_depth
+    return opt
 
 
 GRANITE = dict(config="granite", n_head=4, mlp_ratio=3, config_kwargs=dict(
@@ -202,6 +227,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
         attn_one=("transformer.h.0.attn.c_k.weight",), embedding=("transformer.wte.weight",),
         value_embedding=("value_embeds.1.weight",), readout=("lm_head.weight",), readout_lr=("lm_head.weight",),
         out=("lm_head", "(root)"), adam=("transformer.wte.weight", "lm_head.weight", "value_embeds.1.weight"))),
+    Family("depth", depth_gpt, dict(RUN, parametrization="none", optimizer=depth_optimizer, lr=1e-2,
+                                    forward_targets=True, loss="model", output=0, data=TOKENS), (64,),
+           dict(depth=("*",)), depths=(2, 4, 8)),
     Family("muon", builtin_gpt, dict(RUN, parametrization="mup", optimizer=torch_muon, lr=1e-2), WIDTHS, dict(
         hidden_one=("blocks.1.mlp.c_fc.weight",), hidden_all=GPT_HIDDEN, attn_one=("blocks.0.attn.c_k.weight",),
         embedding=("wte.weight",), readout_lr=("lm_head.weight",), norm=("blocks.0.ln_1.weight",),
@@ -244,6 +272,12 @@ PARAM_PLANTS: dict[str, tuple[str, str, float]] = {
 FORWARD_PLANTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "no output multiplier": ("out", "output_multiplier", {"no_output_mult": True}),
     "attention 1/sqrt(d)": ("attention", "attention_scale", {"attn": "sqrt"}),
+    # along depth (the depth family: a depth sweep at one width, judged by the depth verdict)
+    "no branch multiplier": ("depth", "depth_multiplier", {"no_branch_mult": True}),
+    "GPT-2 depth init beside the multiplier": ("depth", "init", {"gpt2_init": True}),
+    "depth lr as depth-muP's": ("depth", "lr", {"lr_depth": -0.5}),
+    "depth lr scaled down": ("depth", "lr", {"lr_depth": -1.0}),
+    "depth lr grows": ("depth", "lr", {"lr_depth": 1.0}),
 }
 # The forward knob's keyword, by family, where the family's builder spells it otherwise.
 FORWARD_KWARGS: dict[tuple[str, str], dict[str, Any]] = {
