@@ -74,12 +74,19 @@ def test_an_unscaled_hidden_lr_is_one_cause_with_its_fix():
     assert not ev.loc[ev["name"] == "wte.weight", "violates"].any()
 
 
-def test_under_none_nothing_is_judged():
+def test_under_none_the_init_lr_and_eps_are_judged_from_what_is_measured():
+    """Issue 37: under parametrization=none the init, the learning rate and Adam's ε are judged (the hidden lr left at
+    width^0 fails, as under mup); weight decay and the readout are not (its conventions vary; the readout is judged
+    against the multiplier the frame measures: judge.readout, tests/test_reconcile.py)."""
     long = audit_long([fact(w, "none", hidden_lr=1e-2) for w in WIDTHS])
-    assert set(long["status"]) <= {"not judged", "zero", ""}
-    assert audit_causes(long).empty
+    row = long.set_index(["parameter", "quantity"])
+    assert row.loc[("h.fc.weight", "lr"), "status"] == "fail" and row.loc[("h.fc.weight", "init"), "status"] == "pass"
+    assert row.loc[("wte.weight", "lr"), "status"] == "pass"
+    assert row.loc[("h.fc.weight", "adam_eps"), "status"] == "pass"
+    assert set(long.loc[long["quantity"].isin(["wd", "mult"]), "status"]) <= {"not judged", "zero", ""}
+    assert list(audit_causes(long)["measure"]) == ["audit:lr"]
     table = audit_table([fact(w, "none", hidden_lr=1e-2) for w in WIDTHS])
-    assert table.loc[table["parameter"] == "h.fc.weight", "lr_exponent"].item() == pytest.approx(0.0)  # informative
+    assert table.loc[table["parameter"] == "h.fc.weight", "lr_exponent"].item() == pytest.approx(0.0)
 
 
 def _audit(build, par: str, optimizer="adam", **kw) -> pd.DataFrame:
@@ -124,6 +131,16 @@ def test_weight_decay_as_applied():
     assert decoupled.loc["blocks.0.fc.weight", "wd"] == pytest.approx(1e-2 * 32 / 128 * 0.1 * 128 / 32)  # lr·λ
     assert decoupled.loc["blocks.0.fc.weight", "wd_exponent"] == pytest.approx(0.0)
     assert set(decoupled["status"]) <= {"pass", "zero"}
+    # an lr off is one knob: the shrink lr·λ it drags along is not a weight decay off too (issue 37's atlas)
+    def unscaled(model, lr):
+        opt = adamw(model, lr, mu=True, weight_decay=0.1)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        return opt
+
+    both = _audit(mlp, "mup", unscaled).set_index("parameter")
+    fc = both.loc["blocks.0.fc.weight"]
+    assert fc["lr_status"] == "fail" and fc["wd_status"] == "pass"
 
 
 @pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch.optim.Muon is not in this torch")

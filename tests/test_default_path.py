@@ -99,7 +99,7 @@ def test_the_default_command_names_each_planted_fault(monkeypatch, capsys, tmp_p
     code = run_in_process(monkeypatch, *PLANTED_CLI, override, f"hydra.sweep.dir={tmp_path}", "--multirun")
     out, _ = capsys.readouterr()
     assert code == 0
-    said = [line for line in out.splitlines() if "a cause pass records in/own for 3 job(s) up to step" in line]
+    said = [line for line in out.splitlines() if "a cause pass records in/own/eps for 3 job(s) up to step" in line]
     assert len(said) == 1, out
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["status"] == "fail"

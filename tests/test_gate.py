@@ -1,7 +1,8 @@
 """``coordcheck.testing.assert_mup``: silent on muP, an ``AssertionError`` naming the cause and the report otherwise.
 
-With its defaults (widths 128-512, 5 steps, 3 seeds, ``tensors=CAUSE_TENSORS``) the gate must decide right on the
-built-in models and the known answers: muP-correct passes, SP fails, planted faults fail naming the planted module.
+With its defaults (widths 128-512, 5 steps, 3 seeds, the default tensors and the cause pass) the gate must decide
+right on the built-in models and the known answers: muP-correct passes, SP fails, planted faults fail naming the
+planted module.
 The MLP and the hand-written muP MLP train in under a second; the GPTs (4-5 s each on a quiet core) are ``slow``.
 """
 

@@ -136,9 +136,6 @@ def test_param_facts_read_muons_shape_adjusted_lr():
     assert params["transformer.h.0.mlp.c_proj.weight"]["lr"] == pytest.approx(0.01)  # (128, 512): 1
 
 
-@pytest.mark.xfail(strict=True, reason="coordcheck.record.param_facts.optimizer_family reads an Adam group as 'adamw' "
-                   "only for a torch.optim.AdamW or a group with decoupled_weight_decay=True; nanochat's groups say "
-                   "kind='adamw' (decoupled decay), so they are recorded as 'adam' with coupled weight decay")
 def test_param_facts_record_adamw_for_the_rest():
     params = facts(128)
     rest = {n: f["family"] for n, f in params.items() if not n.startswith("transformer.h.")}

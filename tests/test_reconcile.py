@@ -54,7 +54,8 @@ def test_a_group_cause_keeps_the_sibling_whose_learning_rate_is_off_and_the_othe
     assert list(c["modules"]) == ["blocks.1.fc2"] and c["what"] == "blocks.1.fc2"
     assert c["line"].startswith("blocks.1.fc2: own update grows like width^+0.35")
     assert "(the audit: its learning rate ∝ width^+0.00 (muP: width^-1.00))" in c["line"]
-    assert c["fix"] == "give it lr * base_width / width (MuAdamW does)" and c["line"].endswith(c["fix"])
+    assert c["fix"] == "the hidden learning rate is not scaled by width: give it lr * base_width / width"
+    assert c["line"].endswith(c["fix"])
     m = modules.set_index("module")
     assert m.loc["blocks.0.fc2", "cause"] == "" and m.loc["blocks.0.fc2", "inherited_from"] == "blocks.1.fc2"
 

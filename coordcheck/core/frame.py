@@ -152,9 +152,9 @@ LOAD_JUDGED = "max_load"  # the load's statistic the verdict judges (its entropy
 NOT_ACTIVATIONS = ("loss", EPS_TENSOR, LOAD_TENSOR)  # tensor kinds the activation rules of the verdict do not judge
 DEFAULT_TENSORS = ("out", "delta")  # what the probes record unless told otherwise (config: tensors)
 # The causes' tensors (coordcheck.judge.causes: which parameter's init or learning rate is off): a setting, not the
-# default,
-# because the own update costs more than the probes' target allows at small width (experiments/bench_probes.py,
-# variant f: GPT width 256 about 1.6x bare training against <= 1.30; width 1024 about 1.15x).
+# default, because the own update costs more than the probes' target allows at small width (experiments/bench_probes.py,
+# variant f: GPT width 256 about 1.6x bare training against <= 1.30; width 1024 about 1.15x). A failing sweep's cause
+# pass records them (and Adam's ε: coordcheck.judge.cause_pass) without this setting.
 CAUSE_TENSORS = ("out", "delta", "in", "own")
 ROLES = ("input", "hidden", "output", "attention", "norm", "loss")
 

@@ -159,6 +159,8 @@ FIXES = {
     ("init", "hidden", ""): "initialise with std ∝ fan_in^-1/2 (nn.init.normal_(w, std=fan_in ** -0.5))",
     ("init", "input-like", ""): "initialise with a std constant in width (an input weight's fan-in does not grow: "
                                 "nn.Embedding's N(0, 1) is)",
+    ("init", "output-like", ""): "initialise with a std constant in width: an output weight behind a 1/width "
+                                 "multiplier (a MuReadout's) keeps it",
     ("init", "", ""): "initialise with a std constant in width",
     ("mult", "output-like", ""): "multiply the logits by base_width / width (mup.MuReadout's output multiplier)",
     ("adam_eps", "", ""): "do not grow eps with width",
@@ -239,18 +241,16 @@ def _judge_value(widths: np.ndarray, values: list[Any], expected: float, band: s
     return slope, c_lo, c_hi, lo, hi, ("fail" if sig else "inconclusive") if outside else "pass"
 
 
-def _decay_coefficient(per: list, values: list, exp: tuple, lr_exp: tuple | None) -> tuple[list, tuple | None]:
-    """A decoupled weight decay judged by its coefficient ``λ`` = the recorded per-step shrink ``lr·λ`` over the lr, so
-    that a learning rate off does not show as a weight decay off too (it is one knob); expected ``λ`` exponent: the
-    shrink's minus the lr's (MuAdamW: ``λ × width_mult`` on hidden matrices)."""
-    if lr_exp is None:
-        return values, None
-    lam = [None if v is None or q is None or not q.get("lr") else float(v) / float(q["lr"])
-           for v, q in zip(values, per)]
-    (a, b, c), band, reason = exp
+def _lr_offset(per: list, widths: np.ndarray, lr_exp: tuple | None, a: tuple[float, float, float]) -> float:
+    """How far the parameter's learning rate is from muP's, as an exponent in width (0 where it cannot be said): a
+    decoupled weight decay's per-step shrink ``lr·λ`` is judged against muP's shrink plus this, so that an lr off is
+    not a weight decay off too (it is one knob, named once)."""
+    lrs = [None if q is None else q.get("lr") for q in per]
+    if lr_exp is None or any(v is None or not v for v in lrs) or len(lrs) < 2:
+        return 0.0
     (la, lb, lc), _, _ = lr_exp
-    return lam, ((a - la, b - lb, c - lc), band, f"{reason}; judged as λ (the shrink over the lr), so that an lr "
-                                                 "off is not a weight decay off too")
+    observed, _, _ = _fit(widths, np.abs(np.asarray(lrs, dtype=float)))
+    return observed - (la * a[0] + lb * a[1] + lc * a[2])
 
 
 def _audit_facts(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, Mapping[str, Any]]]:
@@ -296,8 +296,6 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None,
                 if all(v is None for v in values):
                     continue
                 exp = EXPECTED.get(("*" if quantity in ("init", "mult") else family, cls, quantity))
-                if quantity == "wd" and p.get("wd_kind") == "decoupled" and exp is not None:
-                    values, exp = _decay_coefficient(per, values, exp, EXPECTED.get((family, cls, "lr")))
                 if cls == "vector" and p.get("owner", None) == "":
                     exp = None  # a vector of a module of no known op (a selective scan's): no established rule
                 if exp is None:
@@ -305,6 +303,10 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None,
                 else:
                     (c_in, c_out, c_main), band, reason = exp
                     expected = c_in * a_in + c_out * a_out + c_main * a_main
+                    if quantity == "wd" and p.get("wd_kind") == "decoupled":
+                        shift = _lr_offset(per, w, EXPECTED.get((family, cls, "lr")), (a_in, a_out, a_main))
+                        expected += shift
+                        reason = reason if abs(shift) < 1e-9 else f"{reason}, with its lr off by width^{shift:+.2g}"
                 slope, c_lo, c_hi, lo, hi, status = _judge_value(
                     w, values, 0.0 if np.isnan(expected) else expected, band, rules.tol, exact=quantity != "init")
                 if np.isnan(expected):
@@ -326,32 +328,37 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None,
 
 
 READOUT_WHY = {
-    1: "behind the 1/width multiplier measured on its output ({how}), muP's readout keeps {what}",
-    0: "without a 1/width multiplier on its output ({how}), muP's readout takes {what}",
+    1: "behind the 1/width multiplier on its output ({how}), muP's output weight keeps {what}",
+    0: "without a 1/width multiplier on its output ({how}), muP's output weight takes {what}",
 }
 READOUT_LR = {"adam": (0.0, -1.0), "adamw": (0.0, -1.0), "sgd": (1.0, -1.0)}  # family -> lr exponent (with, without)
 
 
 def _readout_design(long: pd.DataFrame, outputs: Mapping[str, OutputScale], tol: float) -> pd.DataFrame:
-    """The readout's rows under ``parametrization=none``, judged against the muP design that needs the fewest of its
-    knobs changed, given its multiplier measured on the frame (``outputs``): **with** a 1/width multiplier (the
-    multiplier's exponent -1, a constant init, Adam's base lr / SGD's lr x width — a ``MuReadout``) or **without**
-    (no multiplier, init std and Adam's or SGD's lr ∝ 1/width: Tensor Programs V, Table 3). A tie keeps the design
-    the measured multiplier says. A ``mult`` row (the measured multiplier's exponent) is added, failing where the
-    design is the one with the multiplier and it is missing; a zero readout's init counts for both designs. Without
-    a measured multiplier the readout's init and lr rows are ``not judged`` and say why."""
+    """The output-like weights' rows under ``parametrization=none`` (the readout; a router inside the model), judged
+    against the muP design that needs the fewest of their knobs changed, given the multiplier on their output —
+    measured on the frame for the model's readout (``outputs``), none for the others (no multiplier a frame can
+    show: a router's logits go to its softmax) —: **with** a 1/width multiplier (the multiplier's exponent -1, a
+    constant init, Adam's base lr / SGD's lr x width — a ``MuReadout``) or **without** (no multiplier, init std and
+    Adam's or SGD's lr ∝ 1/width: Tensor Programs V, Table 3). A tie takes mup's form (a ``MuReadout``) and says the
+    other. A ``mult`` row (the multiplier's exponent) is added, failing where the design is the one with the
+    multiplier and it is missing; a zero init counts for both designs. With the readout's multiplier not measured its
+    init and lr rows are
+    ``not judged`` and say why."""
     if long.empty:
         return long
     long = long.copy()
     extra = []
-    for cid, scale in outputs.items():
-        mine = long[(long["config_id"] == cid) & (long["module"] == scale.readout) & (long["class"] == "output-like")
-                    & (long["parametrization"] == "none")]
-        if mine.empty or (mine["quantity"] == "mult").any():  # a MuReadout's multiplier: read, not measured
+    cands = long[(long["class"] == "output-like") & (long["parametrization"] == "none")
+                 & long["parameter"].str.endswith("weight")]
+    for (cid, name), mine in cands.groupby(["config_id", "parameter"], sort=False):
+        if (mine["quantity"] == "mult").any():  # a MuReadout's multiplier: read, not measured
             continue
-        weight = mine[mine["parameter"].str.endswith("weight")] if mine["parameter"].str.endswith("weight").any() \
-            else mine
-        name = weight["parameter"].iloc[0]
+        module = str(mine["module"].iloc[0])
+        readout = outputs.get(str(cid))
+        scale = readout if readout is not None and readout.readout == module else OutputScale(
+            module, module, 0.0, 0.0, "no multiplier on its logits: an output-like matrix inside the model, a router")
+        weight = mine
         rows = long.index[(long["config_id"] == cid) & (long["parameter"] == name)]
         init = long.loc[rows][long.loc[rows, "quantity"] == "init"]
         lr = long.loc[rows][long.loc[rows, "quantity"] == "lr"]
@@ -373,7 +380,9 @@ def _readout_design(long: pd.DataFrame, outputs: Mapping[str, OutputScale], tol:
 
         cost = {1: off(m, -1.0) + (0 if zero else off(i_exp, 0.0)) + off(l_exp, lr_with),
                 0: off(m, 0.0) + (0 if zero else off(i_exp, -1.0)) + off(l_exp, lr_without)}
-        design = min(cost, key=lambda d: (cost[d], off(m, -1.0 if d else 0.0)))
+        design = min(cost, key=lambda d: (cost[d], -d))  # a tie: mup's form (MuReadout), the other said beside it
+        other = ("; or without a multiplier: init std ∝ 1/fan_in and lr * base_width / width — as many changes"
+                 if design and cost[0] == cost[1] else "")
         for part, target, what in ((init, 0.0 if design else -1.0, "init"), (lr, lr_with if design else lr_without,
                                                                              "lr")):
             if part.empty or not np.isfinite(target):
@@ -393,10 +402,10 @@ def _readout_design(long: pd.DataFrame, outputs: Mapping[str, OutputScale], tol:
                 target, lo, hi, ("fail" if sig else "inconclusive") if outside else "pass",
                 READOUT_WHY[design].format(how=scale.how, what=keep)]
         mult_status = ("fail" if off(m, -1.0) else "pass") if design else "pass"
-        extra.append((cid, "none", name, scale.readout, int(weight["order"].iloc[0]), "output-like", family,
+        extra.append((cid, "none", name, module, int(weight["order"].iloc[0]), "output-like", family,
                       weight["dims"].iloc[0], weight["grows"].iloc[0], "mult", np.nan, np.nan, "", m, m, m,
                       -1.0 if design else 0.0, (-1.0 if design else 0.0) - tol, (-1.0 if design else 0.0) + tol,
-                      mult_status, f"measured: {scale.how}"))
+                      mult_status, f"measured: {scale.how}{other}"))
     if extra:
         long = pd.concat([long, pd.DataFrame(extra, columns=LONG_COLUMNS)], ignore_index=True)
         long = long.sort_values(["config_id", "order"], kind="stable").reset_index(drop=True)

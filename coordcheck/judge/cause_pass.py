@@ -1,7 +1,8 @@
 """What a cause pass must record: the steps at which a failing sweep recorded no own update.
 
 Stage: judge. Input: a :class:`coordcheck.judge.verdict.Verdict`. Output: per configuration, the last step a cause
-pass must record the ``in`` and ``own`` tensors to (:data:`CAUSE_PASS_TENSORS`), or nothing when no pass is needed:
+pass must record the ``in``, ``own`` and ``eps`` tensors to (:data:`CAUSE_PASS_TENSORS`), or nothing when no pass is
+needed:
 the verdict does not fail, or the frame holds ``own`` already (``tensors=[out,delta,in,own]``), or what fails is the
 model's structure (its cause is named without measuring), or nothing fails inside the stability window. The pass
 itself (training again with those tensors, as far as that step) is the driver's: :mod:`coordcheck.app.cause_pass`
@@ -19,7 +20,10 @@ if TYPE_CHECKING:
 
 __all__ = ["CAUSE_PASS_TENSORS", "MARGIN", "cause_pass_steps", "cause_rows"]
 
-CAUSE_PASS_TENSORS = ("in", "own")  # what the causes need that the default tensors (out, delta) do not record
+# what the causes need that the default tensors (out, delta) do not record: each parameter owner's input and own update,
+# and Adam's ε against √v̂ (coordcheck.record.eps; no rows under an optimizer without Adam's state): a symptom whose
+# learning rate is right may be ε's (coordcheck.judge.reconcile)
+CAUSE_PASS_TENSORS = ("in", "own", "eps")
 # Steps a cause pass records past the first failing step. A fault shows in its own update from its onset: an init at
 # step 0, a learning rate from the first update (Adam's first step is ~lr·sign(g) at every width), a missing output
 # multiplier at step 0; what fails only later is downstream (it inherits) or drift. Two more steps give the own

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.judge.audit import WHAT, fix_for, singular
+from coordcheck.judge.audit import EPS_MATERIAL, WHAT, fix_for, singular
 from coordcheck.judge.readout import OutputScale
 
 __all__ = ["reconcile", "CANDIDATES"]
@@ -74,8 +74,13 @@ class Facts:
         self.long, self.tol = long, tol
 
     def rows(self, module: str, quantity: str) -> pd.DataFrame:
-        a = self.long
-        return a[(a["module"] == module) & (a["quantity"] == quantity)]
+        """The audit rows of ``module``'s parameters (a pooled expert list's name, ``experts.*.fc1``, reads every
+        member's)."""
+        a = self.long[self.long["quantity"] == quantity]
+        if "*" in str(module):
+            pattern = re.compile(re.escape(str(module)).replace(r"\*", r"\d+"))
+            return a[[bool(pattern.fullmatch(str(m))) for m in a["module"]]]
+        return a[a["module"] == module]
 
     def verdict(self, module: str, quantity: str, direction: str) -> tuple[str, pd.Series | None]:
         """``("confirms" | "refutes" | "shares" | "unjudged", the audit row that says so)`` for a symptom of
@@ -139,6 +144,17 @@ def _fact_text(row: pd.Series | None, quantity: str) -> str:
     return f"its {WHAT[quantity]} ∝ width^{_num(e)}" + (f" (muP: width^{_num(exp)})" if np.isfinite(exp) else "")
 
 
+def _walk_says_it(c: pd.Series, row: pd.Series | None, quantity: str) -> bool:
+    """The walk's fix is already the one for the optimizer and class: Adam's rule for an Adam-trained parameter (the
+    walk words it by role: "the hidden learning rate is not scaled by width ..."), and standard parametrization's
+    words for the SP control; not for Muon, SGD or an optimizer the harness does not know, nor an init fix for a
+    parameter that is not a hidden matrix (an embedding keeps a constant init)."""
+    if str(c.get("parametrization", "")) == "sp" or row is None:
+        return True
+    family, cls = str(row.get("family", "")), str(row.get("class", ""))
+    return family in ("adam", "adamw") and not (quantity == "init" and cls != "hidden")
+
+
 def _family_fix(row: pd.Series | None, quantity: str, direction: str, n: int, head: str) -> str | None:
     """The fix in the terms of the optimizer that trains the parameter (the audit's, by class and family); for one the
     harness has no rule for, described by the measured update; None: keep the walk's."""
@@ -159,8 +175,10 @@ def _family_fix(row: pd.Series | None, quantity: str, direction: str, n: int, he
 
 
 def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame, long: pd.DataFrame | None,
-              outputs: Mapping[str, OutputScale], tol: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``causes`` and ``modules`` with every cause held against the facts (module docstring)."""
+              outputs: Mapping[str, OutputScale], tol: float, eps: pd.DataFrame | None = None
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``causes`` and ``modules`` with every cause held against the facts (module docstring); ``eps``: Adam's ε
+    fraction per parameter (:func:`coordcheck.judge.audit.eps_table`), where the frame measured it."""
     if causes.empty:
         return causes, modules
     out, mods = [], modules.copy()
@@ -181,17 +199,23 @@ def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame,
                 keep = [m for m in c["modules"] if said[m][0] == "unjudged" or m in confirmed
                         or (said[m][0] == "shares" and not confirmed)]  # beside one set apart, the rest follow
                 if not keep:
-                    refuted.append((c, said))
-                    continue
+                    taken = _eps_cause(c, direction, eps_of(cid, eps), tol) if q == "lr" else None
+                    if taken is None:
+                        refuted.append((c, said))
+                        continue
+                    c = taken
+            if str(c["kind"]) == "epsilon":
+                c["_tier"] = 0
+            elif kind in KNOB_OF:
                 head, _, fix = str(c["line"]).partition(" — ")
                 if keep != list(c["modules"]):
                     what = _what(str(c["what"]), keep)
                     head = what + head.removeprefix(str(c["what"]))
                     c["what"], c["modules"] = what, keep
                 row = said[keep[0]][1]
-                new_fix = _family_fix(row, q, direction, len(keep), head)
+                new_fix = None if _walk_says_it(c, row, q) else _family_fix(row, q, direction, len(keep), head)
                 fact = _fact_text(row, q) if row is not None and said[keep[0]][0] in ("confirms", "refutes") else ""
-                fix = new_fix or (singular(fix) if len(keep) == 1 else fix)
+                fix = new_fix or (singular(fix) if len(keep) < len(said) and len(keep) == 1 else fix)
                 c["fix"] = fix
                 c["line"] = f"{head}" + (f" ({'the audit: ' + fact})" if fact else "") + f" — {fix}"
                 c["_tier"] = 0 if confirmed else 1
@@ -211,6 +235,9 @@ def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame,
                 c["_tier"] = 0 if mine_q in failing else 1
                 if mine_q in failing:
                     audit_seen.add((readout, mine_q))
+                    row = next(x for x in judged if str(x["quantity"].iloc[0]) == mine_q).iloc[0]
+                    head, _, fix = str(c["line"]).partition(" — ")
+                    c["line"] = f"{head} (the audit: {_fact_text(row, mine_q)}) — {fix}"
                 if kind == "readout_lr" and readout and readout not in c["modules"]:  # the knob is the readout's
                     head, _, fix = str(c["line"]).partition(" — ")
                     c["line"] = f"{readout}: the model's output {head.removeprefix(str(c['what']) + ': ')} — {fix}"
@@ -223,16 +250,18 @@ def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame,
                 if qk_off:
                     refuted.append((c, {m: ("refutes", None) for m in c["modules"]}))
                     continue
-                c["_tier"] = 1
+                c["_tier"] = 0 if int(c["step"]) == 0 else 1  # logits at init: measured as exactly as a fact
             else:  # audit, epsilon, structure: facts and measurements themselves
                 c["_tier"] = -1 if kind == "structure" else 0
             out_row = c.to_dict()
             out_row["_step"] = int(c["step"]) if np.isfinite(float(c.get("step", 0) or 0)) else 0
             out_row["_order"] = min((float(order.get(m, np.inf)) for m in c["modules"]), default=np.inf)
             kept.append(out_row)
+        _widen(kept, audit_seen)
         kept = [k for k in (_fold(k, audit_seen) if k["kind"] == "audit" else k for k in kept) if k is not None]
         if not kept and refuted:
-            kept.append(_candidates(refuted[0], facts, order))
+            taken = _eps_anywhere(refuted[0][0], eps_of(cid, eps), order)
+            kept.append(taken if taken is not None else _candidates(refuted[0], facts, order, eps_of(cid, eps)))
         for k in kept:  # an audit row's knob of an lr is seen after updates; its init at step 0
             if k["kind"] == "audit":
                 k["_step"] = 0 if str(k["measure"]).removeprefix("audit:") in ("init", "mult") else 1
@@ -244,6 +273,86 @@ def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame,
     df = pd.DataFrame(out)
     df = df.drop(columns=[c for c in ("_tier", "_step", "_order") if c in df.columns])
     return df[causes.columns].reset_index(drop=True), mods
+
+
+EPS_FIX = "lower eps, or scale it by base_width/width"
+
+
+def eps_of(cid: str, eps: pd.DataFrame | None) -> pd.DataFrame:
+    """Configuration ``cid``'s ε fractions, with each parameter's module."""
+    if eps is None or eps.empty:
+        return pd.DataFrame(columns=["parameter", "module", "narrow", "wide", "min_width", "max_width"])
+    e = eps[eps["config_id"] == cid]
+    return e.assign(module=[n.rpartition(".")[0] or "(root)" for n in e["parameter"]])
+
+
+def _eps_cause(c: pd.Series, direction: str, eps: pd.DataFrame, tol: float) -> pd.Series | None:
+    """A shrinking own update whose learning rate is right, explained by Adam's ε where the frame measured it taking
+    over (ε ≥ 0.1·√v̂ on at least :data:`coordcheck.judge.audit.EPS_MATERIAL` of the coordinates at the widest
+    width, and no fewer than at the narrowest): a step ∝ gradient/ε shrinks with the gradient (∝ 1/width for a
+    hidden matrix), whatever the lr. None where ε was not measured or does not take over."""
+    if direction != "shrinks" or eps.empty:
+        return None
+    mine = eps[eps["module"].isin(list(c["modules"])) & (eps["wide"] >= EPS_MATERIAL) & (eps["wide"] >= eps["narrow"])]
+    if mine.empty:
+        return None
+    mods = [m for m in c["modules"] if m in set(mine["module"])]
+    w = mine.loc[mine["wide"].idxmax()]
+    what = _what(str(c["what"]), mods)
+    head = what + str(c["line"]).partition(" — ")[0].removeprefix(str(c["what"]))
+    e = c.copy()
+    e["kind"], e["measure"], e["what"], e["modules"], e["fix"] = "epsilon", "eps", what, mods, EPS_FIX
+    e["line"] = (f"{head} with its learning rate what muP expects — Adam's ε ≥ 0.1·√v̂ on {w['wide']:.0%} of its "
+                 f"coordinates at width {int(w['max_width'])} ({w['narrow']:.0%} at width {int(w['min_width'])}): ε, "
+                 f"not the learning rate, sets its step, and a step ∝ gradient/ε shrinks with the gradient — "
+                 f"{EPS_FIX}")
+    return e
+
+
+def _eps_anywhere(c: pd.Series, eps: pd.DataFrame, order: pd.Series) -> dict | None:
+    """With every symptom-traced cause refuted and nothing else found: the parameters whose update Adam's ε takes over
+    (material at the widest width, :func:`_eps_cause`), as the cause of a symptom that shrinks (the model's output
+    follows the hidden updates ε shrinks); None where there are none."""
+    if _direction(c) != "shrinks" or eps.empty:
+        return None
+    mine = eps[(eps["wide"] >= EPS_MATERIAL) & (eps["wide"] >= eps["narrow"])]
+    if mine.empty:
+        return None
+    mods = list(dict.fromkeys(mine.sort_values("call_order")["module"]))
+    w = mine.loc[mine["wide"].idxmax()]
+    what = mods[0] if len(mods) == 1 else f"{len(mods)} parameter owners"
+    row = c.to_dict()
+    row.update(kind="epsilon", measure="eps", what=what, modules=mods, fix=EPS_FIX,
+               line=f"{what} ({', '.join(mods[:4])}{' ...' if len(mods) > 4 else ''}): Adam's ε ≥ 0.1·√v̂ on "
+                    f"{w['wide']:.0%} of the coordinates of {w['parameter']} at width {int(w['max_width'])} "
+                    f"({w['narrow']:.0%} at width {int(w['min_width'])}): ε, not the learning rate, sets their step, "
+                    f"and {c['what']} {str(c['line']).partition(': ')[2].partition(' — ')[0]} — {EPS_FIX}")
+    row["_tier"], row["_step"] = 0, int(c["step"])
+    row["_order"] = min((float(order.get(m, np.inf)) for m in mods), default=np.inf)
+    return row
+
+
+def _widen(kept: list[dict], seen: set[tuple[str, str]]) -> None:
+    """A confirmed walk cause (its knob of its modules off, as the audit judged) named over the whole group the audit
+    finds off the same way: the facts say which parameters share the knob, the walk only which showed it first (a
+    shorter run sees fewer), so "6 of 8 hidden matrices" and "2 of 8" are one cause of all 8."""
+    audits = [k for k in kept if k["kind"] == "audit"]
+    for k in kept:
+        if k["kind"] not in KNOB_OF or k.get("_tier") != 0:
+            continue
+        q = KNOB_OF[k["kind"]]
+        for a in audits:
+            if str(a["measure"]).removeprefix("audit:") != q or not set(k["modules"]) & set(a["modules"]):
+                continue
+            extra = [m for m in a["modules"] if m not in k["modules"]]
+            if not extra:
+                continue
+            members = list(dict.fromkeys([*k["modules"], *extra]))
+            head, _, fix = str(k["line"]).partition(" — ")
+            what = str(a["what"]) if set(members) == set(a["modules"]) else _what(str(k["what"]), members)
+            k["line"] = f"{what}{head.removeprefix(str(k['what']))} — {fix.replace('give it ', 'give them ')}"
+            k["what"], k["modules"] = what, members
+            seen |= {(m, q) for m in members}
 
 
 def _fold(cause: dict, seen: set[tuple[str, str]]) -> dict | None:
@@ -261,9 +370,10 @@ def _fold(cause: dict, seen: set[tuple[str, str]]) -> dict | None:
     return cause
 
 
-def _candidates(refuted: tuple[pd.Series, dict], facts: Facts, order: pd.Series) -> dict:
+def _candidates(refuted: tuple[pd.Series, dict], facts: Facts, order: pd.Series, eps: pd.DataFrame) -> dict:
     """The one cause of a configuration whose every symptom-traced cause the facts refute: what was seen, the
-    module's knobs as the audit measured them, and the candidates the evidence leaves."""
+    module's knobs as the audit measured them, and the candidates the evidence leaves, each with its numbers where
+    the frame has them."""
     c, said = refuted
     head = str(c["line"]).partition(" — ")[0]
     module = list(c["modules"])[0]
@@ -274,8 +384,14 @@ def _candidates(refuted: tuple[pd.Series, dict], facts: Facts, order: pd.Series)
         if len(r):
             known.append(_fact_text(r.iloc[0], q) if r["status"].iloc[0] == "pass" else f"its {WHAT[q]} is zero")
     facts_text = "; ".join(known) + " — as muP expects" if known else "the audit finds no knob of it off"
-    options = ["a multiplier in the forward of it or of what feeds it (no parameter records it)",
-               "Adam's ε against √v̂ at large width (tensors=[out,delta,in,own,eps] measures it)",
+    mine = eps[eps["module"].isin(list(c["modules"]))] if len(eps) else eps
+    if len(mine):
+        w = mine.loc[mine["wide"].idxmax()]
+        eps_text = (f"Adam's ε, measured: ≥ 0.1·√v̂ on at most {w['wide']:.0%} of its coordinates at width "
+                    f"{int(w['max_width'])} ({w['narrow']:.0%} at width {int(w['min_width'])})")
+    else:
+        eps_text = "Adam's ε against √v̂ at large width (not measured: tensors=[out,delta,in,own,eps] measures it)"
+    options = ["a multiplier in the forward of it or of what feeds it (no parameter records it)", eps_text,
                "the learning rate too large for this width range (a lower lr, or wider widths)"]
     line = f"{head} — " + CANDIDATES.format(facts=facts_text, options="; ".join(options))
     row = c.to_dict()

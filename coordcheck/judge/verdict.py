@@ -88,7 +88,9 @@ import numpy as np
 import pandas as pd
 
 from coordcheck.judge.structure import structure_causes
-from coordcheck.judge.audit import NO_RULE, audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence
+from coordcheck.judge.audit import (
+    NO_RULE, audit_causes, audit_evidence, audit_long, eps_causes, eps_evidence, eps_table,
+)
 from coordcheck.judge.axes import NOT_JUDGED, add_depth, add_experts
 from coordcheck.judge.depth import DepthVerdict
 from coordcheck.judge.experts import ExpertsVerdict
@@ -257,11 +259,12 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
     long = audit_long(facts, rules, outputs) if facts else audit
     verdict.audit = long if long is not None else verdict.audit
     _add_parameter_causes(verdict, frame, facts, rules, long)
+    eps = eps_table(frame, rules) if (frame["tensor"] == EPS_TENSOR).any() else None
     verdict.causes, verdict.modules = reconcile(verdict.causes, verdict.modules, verdict.series, long, outputs,
-                                                rules.tol)
+                                                rules.tol, eps)
     _note_no_rule(verdict, long)
     _add_structure(verdict, facts)
-    _lead_with_causes(verdict)
+    _lead_with_causes(verdict, facts)
     add_depth(verdict, frame, rules, facts)
     add_experts(verdict, frame, rules, facts)
     return verdict
@@ -297,7 +300,8 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
         long = audit_long(facts, rules) if facts else None
     audited = long is not None and len(long) > 0
     eps = bool((frame["tensor"] == EPS_TENSOR).any())
-    extra = [audit_causes(long) if audited else None, eps_causes(frame, rules) if eps else None]
+    extra = [audit_causes(long) if audited else None,
+             _eps_corroborated(eps_causes(frame, rules), verdict) if eps else None]
     evidence = [audit_evidence(long) if audited else None, eps_evidence(frame, rules) if eps else None]
     evidence = [e for e in evidence if e is not None and len(e)]
     if evidence:
@@ -329,6 +333,23 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
         verdict.reason = f"{worst['parametrization']}: {worst['reason']}" if many else worst["reason"]
 
 
+def _eps_corroborated(found: pd.DataFrame, verdict: Verdict) -> pd.DataFrame:
+    """The ε causes that join the verdict: in a configuration that does not fail otherwise (ε growing with width and
+    material at the widest: a fault before the activations show it), or where the parameter's own module fails
+    shrinking (ε takes over its step). A failing configuration whose symptoms ε cannot explain (they grow) keeps ε as
+    evidence only: a cause pass records it for a few steps after the first failure, where behind a zero-initialised
+    query the keys' fraction is still high for a reason that passes (:func:`coordcheck.judge.audit.eps_table`)."""
+    if found.empty:
+        return found
+    fails = verdict.configs.set_index("config_id")["status"] == "fail" if len(verdict.configs) else pd.Series()
+    s = verdict.series
+    shrinking = set(zip(s.loc[(s["status"] == "fail") & (s["direction"] == "shrinks"), "config_id"],
+                        s.loc[(s["status"] == "fail") & (s["direction"] == "shrinks"), "module"]))
+    keep = [not bool(fails.get(c["config_id"], False)) or any((c["config_id"], m) in shrinking for m in c["modules"])
+            for _, c in found.iterrows()]
+    return found[np.asarray(keep, dtype=bool)]
+
+
 def _pooled(modules: Sequence[str], named: set[str]) -> list[str]:
     """``modules`` with each expert of a pooled expert list the walk named (``experts.*.fc1``) given that name."""
     pooled = [(m, re.compile(re.escape(m).replace(r"\*", r"\d+"))) for m in named if "*" in m]
@@ -349,15 +370,20 @@ def _knob(cause: Any) -> str:
 VIOLATE = re.compile(r"; \d+ module\(s\) violate muP \(.*\)$")
 
 
-def _lead_with_causes(verdict: Verdict) -> None:
+def _lead_with_causes(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> None:
     """Each failing configuration's reason, and the verdict's, led by its first cause in the final order (after the
     facts held the causes to account): one answer everywhere (the CLI, report.md, report.json, the API and the
-    pytest gate read this reason and these causes)."""
+    pytest gate read this reason and these causes). A setup that cannot be judged (rule 9: widths that built the
+    same model) and a structural mismatch keep their own reason."""
     if verdict.causes.empty or verdict.configs.empty:
         return
+    built = shapes_by_config(facts)
     for i, c in verdict.configs.iterrows():
+        if width_problem(built.get(str(c["config_id"]), {})) is not None:
+            continue
         mine = verdict.causes[verdict.causes["config_id"] == c["config_id"]].sort_values("order", kind="stable")
-        if mine.empty or c["status"] != "fail" or str(c["reason"]).startswith("diverged"):
+        if mine.empty or c["status"] != "fail" or str(c["reason"]).startswith("diverged") \
+                or mine["kind"].iloc[0] == "structure":  # a structural mismatch is the reason itself
             continue
         more = "" if len(mine) < 2 else f"; {len(mine) - 1} more cause(s): " + ", ".join(
             f"{r.what} ({KNOB_WORDS.get(_knob(r), _knob(r))})" for r in mine.iloc[1:].itertuples())

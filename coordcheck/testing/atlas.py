@@ -245,8 +245,8 @@ def _mods(params: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p.rpartition(".")[0] or "(root)" for p in params))
 
 
-# name -> (the parameter set it needs, knob, exponent): the plants on parameters
-PARAM_PLANTS: dict[str, tuple[str, str, float]] = {
+# name -> (the parameter set it needs, knob, exponent[, constant factor]): the plants on parameters
+PARAM_PLANTS: dict[str, tuple] = {
     "hidden lr unscaled": ("hidden_one", "lr", 1.0),
     "all hidden lr unscaled": ("hidden_all", "lr", 1.0),
     "hidden lr scaled twice": ("hidden_one", "lr", -1.0),
@@ -268,6 +268,7 @@ PARAM_PLANTS: dict[str, tuple[str, str, float]] = {
     "router lr unscaled": ("router", "lr", 1.0),
     "hidden wd unscaled": ("hidden_all", "wd", -1.0),
     "eps grows": ("hidden_all", "eps", 1.0),
+    "eps too large": ("hidden_all", "eps", 0.0, 1e5),  # 1e-3 from 1e-8 at every width: it takes over small gradients
 }
 FORWARD_PLANTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "no output multiplier": ("out", "output_multiplier", {"no_output_mult": True}),
@@ -304,13 +305,13 @@ PAIRS: tuple[tuple[str, str], ...] = (
 def plant(fam: Family, name: str) -> Plant | None:
     """The plant ``name`` in ``fam``, or None where it does not apply."""
     if name in PARAM_PLANTS:
-        key, knob, exponent = PARAM_PLANTS[name]
+        key, knob, exponent, *factor = PARAM_PLANTS[name]
         params = fam.params.get(key)
         if not params or (knob == "wd" and "wd" not in fam.params) or (knob == "eps" and "no_eps" in fam.params):
             return None
         if knob == "eps" and "adam" in fam.params:
             params = fam.params["adam"]
-        return Plant(knob, _mods(params), params=params, exponent=exponent)
+        return Plant(knob, _mods(params), params=params, exponent=exponent, factor=factor[0] if factor else 1.0)
     key, knob, kwargs = FORWARD_PLANTS[name]
     modules = fam.params.get(key)
     if not modules:

@@ -9,7 +9,8 @@ with ``figures=True``).
 
 The defaults decide on the built-in and the known-answer models (:mod:`coordcheck.setup.models`' ``gpt`` and ``mlp``,
 :mod:`coordcheck.testing.known_models`, :mod:`coordcheck.testing.planted`) in seconds on one thread: widths
-128-512, 5 steps, 3 seeds, with the tensors the causes need (:data:`coordcheck.CAUSE_TENSORS`). Measured with
+128-512, 5 steps, 3 seeds, the default tensors and, when the verdict fails, the cause pass — the path the command line
+takes, so that the gate, the CLI, the report and the API give the same causes in the same order. Measured with
 ``python experiments/gate_defaults.py`` (one thread, 2 busy cores), CPU seconds per call: the built-in GPT 3.8-5.4
 (mup: pass; sp: fail), the MLPs under 1, the planted nanoGPT-mup GPT 3.2-3.8 per case (each fault named). The
 figures would add about 10 s per call, so they are off unless asked for.
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from coordcheck.app.api import CoordCheckResult, coord_check
-from coordcheck.core.frame import CAUSE_TENSORS
+from coordcheck.core.frame import DEFAULT_TENSORS
 from coordcheck.core.text import num
 from coordcheck.judge.verdict import Verdict
 
@@ -43,7 +44,7 @@ def assert_mup(
     figures: bool = False,
     steps: int = GATE_STEPS,
     seeds: int | Sequence[int] = GATE_SEEDS,
-    tensors: Sequence[str] = CAUSE_TENSORS,
+    tensors: Sequence[str] = DEFAULT_TENSORS,
     progress: bool = False,
     **coord_check_kwargs: object,
 ) -> CoordCheckResult:

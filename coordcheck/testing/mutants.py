@@ -61,13 +61,14 @@ AUDIT_KNOB = {"init": "init", "lr": "lr", "wd": "wd", "adam_eps": "eps", "mult":
 class Plant:
     """One knob planted wrong. ``modules``: what a cause must name (module names; a name also covers what runs inside
     it: ``blocks.0.attn`` covers ``blocks.0.attn.(sdpa)``); ``params``: the parameters an optimizer or init plant
-    changes, by ``(width / base_width) ** exponent``; ``kwargs``: builder keywords of a forward plant."""
+    changes, by ``factor * (width / base_width) ** exponent``; ``kwargs``: builder keywords of a forward plant."""
 
     knob: str
     modules: tuple[str, ...]
     params: tuple[str, ...] = ()
     exponent: float = 0.0
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    factor: float = 1.0  # times a constant too (an ε too large at every width)
 
     def __post_init__(self) -> None:
         assert self.knob in KNOBS, self.knob
@@ -115,7 +116,7 @@ def _edited_factory(base: Callable[..., torch.optim.Optimizer], plants: Sequence
         named = dict(model.named_parameters())
         for plant in plants:
             key = OPTIMIZER_KNOBS[plant.knob]
-            factor = _scale(width, base_width, plant.exponent)
+            factor = plant.factor * _scale(width, base_width, plant.exponent)
             for name in plant.params:
                 p = named[name]
                 group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
@@ -139,7 +140,7 @@ def _edited_init(base: Callable[..., None] | None, plants: Sequence[Plant]) -> C
         named = dict(model.named_parameters())
         for plant in plants:
             for name in plant.params:
-                named[name].mul_(_scale(width, base_width, plant.exponent))
+                named[name].mul_(plant.factor * _scale(width, base_width, plant.exponent))
     return init
 
 
