@@ -155,3 +155,27 @@ def test_the_mup_default_passes():
 def test_nanochats_own_choices_fail(knobs):
     r = coord_check(build, [64, 128, 256], **CHECK, **knobs)
     assert r.verdict.status == "fail", r.verdict.reason
+
+
+@pytest.mark.slow
+def test_nanochat_as_written_end_to_end_names_the_readout_and_gives_each_fix_in_its_optimizers_terms(tmp_path):
+    """Issue 37, as a user runs nanochat's model: its forward returns a bare scalar loss (loss=model), its own fused
+    MuonAdamW trains it. The verdict names lm_head (no 1/width multiplier; its AdamW lr ∝ d^-1/2), gives the value
+    embeddings an embedding's fix (a constant init, not fan_in^-1/2), never gives a Muon-trained matrix Adam's rule,
+    and the report's sentences agree with its reason."""
+    r = coord_check(build, [64, 128, 256], **{**CHECK, "loss": "model", "forward_targets": True}, as_written=True)
+    v = r.verdict
+    assert v.status == "fail"
+    causes = v.causes.sort_values("order")
+    named = {m for ms in causes["modules"] for m in ms}
+    assert "lm_head" in named, list(causes["line"])
+    ve = causes[causes["modules"].map(lambda ms: any(m.startswith("value_embeds") for m in ms))
+                & causes["line"].str.contains("init")]
+    assert len(ve) and all("constant in width" in f and "fan_in**-0.5" not in f for f in ve["fix"])
+    muon = set(r.audit.loc[r.audit["family"] == "muon", "module"])
+    for c in causes.itertuples():
+        if set(c.modules) & muon:
+            assert "base_width / width" not in c.fix, c.line  # Adam's rule, not Muon's
+    assert v.reason.startswith("cause: " + causes["line"].iloc[0].split(" — ")[0])
+    md = r.report()
+    assert "never turned unstable" not in md or "jumps at step" not in md

@@ -320,7 +320,8 @@ def coord_check(
     if not todo:
         return result
     log.info("FAIL without its cause measured: a cause pass records %s for %d width(s) up to step %d "
-             "(cause_pass=False turns it off; tensors=coordcheck.CAUSE_TENSORS records them in the first pass)",
+             "(cause_pass=False turns it off; tensors=[*coordcheck.CAUSE_TENSORS, 'eps'] records them in the first "
+             "pass)",
              "/".join(CAUSE_PASS_TENSORS), len(todo), max(plan.values()))
     bar = tqdm(total=sum(len(seeds) * (plan[i.config_id] + 1) for _, _, i in todo), desc="cause pass",
                disable=not progress)

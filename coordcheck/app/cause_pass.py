@@ -58,9 +58,9 @@ def _recorded(job_dir: Path, steps: int) -> bool:
 
 
 def run_cause_pass(sweep_dir: Path, verdict: Verdict, *, train: Callable[[DictConfig, Path, int], object]) -> bool:
-    """Record ``in`` and ``own`` for the jobs of ``verdict``'s configurations that fail without their cause measured;
-    True when any job dir gained them (the caller judges again). ``train(cfg, job_dir, steps)`` trains one job again
-    recording only those (:func:`coordcheck.app.jobs.run_job` with ``cause_pass=steps``)."""
+    """Record ``in``, ``own`` and Adam's ``eps`` for the jobs of ``verdict``'s configurations that fail without their
+    cause measured; True when any job dir gained them (the caller judges again). ``train(cfg, job_dir, steps)`` trains
+    one job again recording only those (:func:`coordcheck.app.jobs.run_job` with ``cause_pass=steps``)."""
     configs = cause_pass_steps(verdict)
     jobs = _jobs(sweep_dir, configs) if configs else []
     todo = [(d, s) for d, s in jobs if not _recorded(d, s)]
@@ -70,8 +70,8 @@ def run_cause_pass(sweep_dir: Path, verdict: Verdict, *, train: Callable[[DictCo
         return True
     last = max(s for _, s in todo)
     print(f"coordcheck: FAIL without its cause measured: a cause pass records {'/'.join(CAUSE_PASS_TENSORS)} for "
-          f"{len(todo)} job(s) up to step {last} (cause_pass=false turns it off; tensors=[out,delta,in,own] records "
-          f"them in the sweep)", flush=True)
+          f"{len(todo)} job(s) up to step {last} (cause_pass=false turns it off; "
+          f"tensors=[out,delta,{','.join(CAUSE_PASS_TENSORS)}] records them in the sweep)", flush=True)
     t0, ran = time.perf_counter(), False
     for job_dir, steps in todo:
         try:

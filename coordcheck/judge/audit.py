@@ -12,7 +12,8 @@ recorded before training by :mod:`coordcheck.record.param_facts` at each width; 
   ``audit.csv``);
 * :func:`audit_causes` / :func:`audit_evidence` — judged violations as cause rows and evidence rows in the schema
   of ``Verdict.causes`` / ``Verdict.evidence``;
-* :func:`eps_table` / :func:`eps_causes` — the ε fraction per parameter and its judgement.
+* :func:`eps_table` / :func:`eps_causes` — the ε fraction per parameter and its judgement (:mod:`coordcheck.judge.eps`,
+  re-exported here).
 
 **Class** of a parameter, from its shapes across the sweep's widths as mup's infshapes find it: a dimension grows
 when it differs between widths. Two growing dimensions: ``hidden``; one: ``input-like`` (fan-in fixed, fan-out
@@ -29,7 +30,8 @@ dimension grows (``a_in``,
 measured: the readout's multiplier, wherever the forward applies it, is measured on the frame
 (:func:`coordcheck.judge.readout.output_scales`, passed as ``outputs``), and the readout is judged against the muP
 design that needs the fewest of its knobs changed — a 1/width multiplier with a constant init and the base lr, or
-none with both ∝ 1/width (:func:`_readout_design`); with the multiplier not measured its rows say so. Weight decay
+none with both ∝ 1/width (:func:`coordcheck.judge.readout.judge_readouts`); with the multiplier not measured
+its rows say so. Weight decay
 under ``none`` is ``not judged`` (its convention varies: mup keeps ``lr·λ`` constant, many codebases keep ``λ``).
 A quantity fails when its exponent is outside the band (expected ± ``Rules.tol``; for ε, and for the init of a
 vector — a bias may be drawn smaller at larger width, as zero is allowed —: at most expected + tol) and so is its
@@ -46,10 +48,10 @@ import numpy as np
 import pandas as pd
 
 from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS  # noqa: F401  (re-exported: the schemas live there)
-from coordcheck.core.frame import EPS_TENSOR, LOSS_MODULE
 from coordcheck.judge.rules import Rules
-from coordcheck.judge.readout import OutputScale
-from coordcheck.judge.slopes import t_quantile
+from coordcheck.judge.eps import EPS_MATERIAL, eps_causes, eps_evidence, eps_table  # noqa: F401  (re-exported)
+from coordcheck.judge.readout import OutputScale, judge_readouts
+from coordcheck.judge.slopes import fit_exponent
 from coordcheck.record.shapes import CLASSES, dim_growth, growth_text, param_class  # noqa: F401  (re-exported)
 
 __all__ = ["QUANTITIES", "CLASSES", "EXPECTED", "JUDGED", "EPS_MATERIAL", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS",
@@ -60,7 +62,6 @@ QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
 JUDGED = ("mup", "sp")  # parametrizations under which no multiplier can hide in the forward
 NONE_JUDGED = ("init", "lr", "adam_eps")  # judged under parametrization=none too (the readout's from its measured
 # multiplier); weight decay and the MuReadout multiplier are not
-EPS_MATERIAL = 0.05  # ε fraction at the widest width above which growth with width is a cause
 NO_RULE = ("no established muP rule: a vector owned by a module of no known op (a selective scan's step size dt_bias, "
            "decay A_log, skip D; Vankadara et al., NeurIPS 2024, 'On Feature Learning in Structured State Space "
            "Models': muP's rules do not carry over to the scan) — measured, not judged")
@@ -207,21 +208,6 @@ def fix_for(quantity: str, cls: str, family: str, expected: float) -> str:
     return f"scale it like width^{expected:+.2g}"
 
 
-def _fit(widths: np.ndarray, values: np.ndarray) -> tuple[float, float, float]:
-    """Slope of log2 value vs log2 width, and its 95 % interval (exact: zero width, for values on a power law)."""
-    x, y = np.log2(widths), np.log2(values)
-    slope, intercept = np.polyfit(x, y, 1)
-    slope = round(float(slope), 9) + 0.0  # a constant's slope is 0, not -2e-17 (nor -0.0)
-    n = len(x)
-    if n < 3:
-        return float(slope), np.nan, np.nan
-    resid = y - (slope * x + intercept)
-    sxx = ((x - x.mean()) ** 2).sum()
-    se = float(np.sqrt((resid ** 2).sum() / (n - 2) / sxx))
-    half = float(t_quantile(np.array([n - 2]))[0]) * se
-    return float(slope), float(slope - half), float(slope + half)
-
-
 def _judge_value(widths: np.ndarray, values: list[Any], expected: float, band: str, tol: float, exact: bool
                  ) -> tuple[float, float, float, float, float, str]:
     """``(exponent, ci_low, ci_high, expected_low, expected_high, status)`` of one quantity across widths."""
@@ -233,7 +219,7 @@ def _judge_value(widths: np.ndarray, values: list[Any], expected: float, band: s
         return np.nan, np.nan, np.nan, lo, hi, "zero"
     if (v == 0).any() or not np.isfinite(v).all() or len(v) < 2:
         return np.nan, np.nan, np.nan, lo, hi, "inconclusive"
-    slope, c_lo, c_hi = _fit(widths, np.abs(v))
+    slope, c_lo, c_hi = fit_exponent(widths, np.abs(v))
     if exact and np.isnan(c_lo):  # a quantity the optimizer sets, not sampled: two widths determine it
         c_lo = c_hi = slope
     outside = slope < lo or slope > hi
@@ -249,7 +235,7 @@ def _lr_offset(per: list, widths: np.ndarray, lr_exp: tuple | None, a: tuple[flo
     if lr_exp is None or any(v is None or not v for v in lrs) or len(lrs) < 2:
         return 0.0
     (la, lb, lc), _, _ = lr_exp
-    observed, _, _ = _fit(widths, np.abs(np.asarray(lrs, dtype=float)))
+    observed, _, _ = fit_exponent(widths, np.abs(np.asarray(lrs, dtype=float)))
     return observed - (la * a[0] + lb * a[1] + lc * a[2])
 
 
@@ -273,7 +259,8 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None,
     a norm's gain of ones — and ``std`` its std); ``status`` ``pass`` / ``fail`` / ``inconclusive`` / ``zero`` /
     ``not judged`` / ``""`` (no expectation: an optimizer family or class muP says nothing about here).
     ``outputs``: each configuration's measured readout multiplier (:func:`coordcheck.judge.readout.output_scales`),
-    which the readout's rows under ``parametrization=none`` are judged against (:func:`_readout_design`); without it
+    which the readout's rows under ``parametrization=none`` are judged against
+    (:func:`coordcheck.judge.readout.judge_readouts`); without it
     they are ``not judged``."""
     rules = _rules(rules)
     rows = []
@@ -324,92 +311,7 @@ def audit_long(facts: Iterable[Mapping[str, Any]], rules: Rules | None = None,
     df = pd.DataFrame(rows, columns=LONG_COLUMNS)
     df = df.astype({"value": "float64", "std": "float64", "exponent": "float64", "expected": "float64",
                     "order": "int64"})
-    return _readout_design(df, outputs or {}, rules.tol)
-
-
-READOUT_WHY = {
-    1: "behind the 1/width multiplier on its output ({how}), muP's output weight keeps {what}",
-    0: "without a 1/width multiplier on its output ({how}), muP's output weight takes {what}",
-}
-READOUT_LR = {"adam": (0.0, -1.0), "adamw": (0.0, -1.0), "sgd": (1.0, -1.0)}  # family -> lr exponent (with, without)
-
-
-def _readout_design(long: pd.DataFrame, outputs: Mapping[str, OutputScale], tol: float) -> pd.DataFrame:
-    """The output-like weights' rows under ``parametrization=none`` (the readout; a router inside the model), judged
-    against the muP design that needs the fewest of their knobs changed, given the multiplier on their output —
-    measured on the frame for the model's readout (``outputs``), none for the others (no multiplier a frame can
-    show: a router's logits go to its softmax) —: **with** a 1/width multiplier (the multiplier's exponent -1, a
-    constant init, Adam's base lr / SGD's lr x width — a ``MuReadout``) or **without** (no multiplier, init std and
-    Adam's or SGD's lr ∝ 1/width: Tensor Programs V, Table 3). A tie takes mup's form (a ``MuReadout``) and says the
-    other. A ``mult`` row (the multiplier's exponent) is added, failing where the design is the one with the
-    multiplier and it is missing; a zero init counts for both designs. With the readout's multiplier not measured its
-    init and lr rows are
-    ``not judged`` and say why."""
-    if long.empty:
-        return long
-    long = long.copy()
-    extra = []
-    cands = long[(long["class"] == "output-like") & (long["parametrization"] == "none")
-                 & long["parameter"].str.endswith("weight")]
-    for (cid, name), mine in cands.groupby(["config_id", "parameter"], sort=False):
-        if (mine["quantity"] == "mult").any():  # a MuReadout's multiplier: read, not measured
-            continue
-        module = str(mine["module"].iloc[0])
-        readout = outputs.get(str(cid))
-        scale = readout if readout is not None and readout.readout == module else OutputScale(
-            module, module, 0.0, 0.0, "no multiplier on its logits: an output-like matrix inside the model, a router")
-        weight = mine
-        rows = long.index[(long["config_id"] == cid) & (long["parameter"] == name)]
-        init = long.loc[rows][long.loc[rows, "quantity"] == "init"]
-        lr = long.loc[rows][long.loc[rows, "quantity"] == "lr"]
-        family = str(weight["family"].iloc[0])
-        if not scale.measured:
-            for i in (*init.index, *lr.index):
-                if long.at[i, "status"] not in ("zero", ""):
-                    long.loc[i, ["status", "reason"]] = ["not judged", f"the readout's multiplier is not measured "
-                                                                       f"({scale.how})"]
-            continue
-        m = scale.total
-        zero = len(init) and init["status"].iloc[0] == "zero"
-        i_exp = float(init["exponent"].iloc[0]) if len(init) else np.nan
-        l_exp = float(lr["exponent"].iloc[0]) if len(lr) else np.nan
-        lr_with, lr_without = READOUT_LR.get(family, (np.nan, np.nan))
-
-        def off(value: float, target: float) -> int:
-            return int(np.isfinite(value) and np.isfinite(target) and abs(value - target) > tol)
-
-        cost = {1: off(m, -1.0) + (0 if zero else off(i_exp, 0.0)) + off(l_exp, lr_with),
-                0: off(m, 0.0) + (0 if zero else off(i_exp, -1.0)) + off(l_exp, lr_without)}
-        design = min(cost, key=lambda d: (cost[d], -d))  # a tie: mup's form (MuReadout), the other said beside it
-        other = ("; or without a multiplier: init std ∝ 1/fan_in and lr * base_width / width — as many changes"
-                 if design and cost[0] == cost[1] else "")
-        for part, target, what in ((init, 0.0 if design else -1.0, "init"), (lr, lr_with if design else lr_without,
-                                                                             "lr")):
-            if part.empty or not np.isfinite(target):
-                continue
-            i = part.index[0]
-            if long.at[i, "status"] == "zero":
-                continue
-            keep = {"init": "an init std constant in width", "lr": "the base lr" if target == 0 else
-                    "lr x width / base_width (MuSGD)"}[what] if design else \
-                {"init": "an init std ∝ 1/fan_in", "lr": "lr * base_width / width"}[what]
-            e = float(long.at[i, "exponent"])
-            lo, hi = target - tol, target + tol
-            c_lo, c_hi = float(long.at[i, "ci_low"]), float(long.at[i, "ci_high"])
-            outside = not lo <= e <= hi
-            sig = (c_lo > hi or c_hi < lo) if np.isfinite(c_lo) else outside
-            long.loc[i, ["expected", "expected_low", "expected_high", "status", "reason"]] = [
-                target, lo, hi, ("fail" if sig else "inconclusive") if outside else "pass",
-                READOUT_WHY[design].format(how=scale.how, what=keep)]
-        mult_status = ("fail" if off(m, -1.0) else "pass") if design else "pass"
-        extra.append((cid, "none", name, module, int(weight["order"].iloc[0]), "output-like", family,
-                      weight["dims"].iloc[0], weight["grows"].iloc[0], "mult", np.nan, np.nan, "", m, m, m,
-                      -1.0 if design else 0.0, (-1.0 if design else 0.0) - tol, (-1.0 if design else 0.0) + tol,
-                      mult_status, f"measured: {scale.how}{other}"))
-    if extra:
-        long = pd.concat([long, pd.DataFrame(extra, columns=LONG_COLUMNS)], ignore_index=True)
-        long = long.sort_values(["config_id", "order"], kind="stable").reset_index(drop=True)
-    return long
+    return judge_readouts(df, outputs or {}, rules.tol)
 
 
 TABLE_COLUMNS = (["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims", "grows"]
@@ -501,100 +403,4 @@ def audit_evidence(long: pd.DataFrame) -> pd.DataFrame:
         "measure": e["quantity"], "exponent": e["exponent"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
         "expected_low": e["expected_low"], "expected_high": e["expected_high"], "violates": e["status"] == "fail",
         "order": e["order"], "step": 0, "role": e["class"], "status": e["status"],
-    }, columns=EVIDENCE_COLUMNS).reset_index(drop=True)
-
-
-# -- Adam's epsilon, measured (tensor "eps") -------------------------------------------------------------------------
-
-EPS_COLUMNS = ["config_id", "parametrization", "parameter", "layer_index", "role", "call_order", "step",
-               "narrow", "wide", "min_width", "max_width", "exponent", "ci_low", "ci_high", "grows", "material",
-               "violates"]
-
-
-def eps_table(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
-    """Per (configuration, parameter): the ε fraction (:mod:`coordcheck.record.eps`) over the last ``Rules.persist``
-    updated steps, at the narrowest and widest width (``narrow``, ``wide``: mean over those steps and seeds), its
-    exponent in width (slope of log2 fraction against log2 width over every (width, seed, step) point where it is
-    not zero, with a 95 % interval; the steps of one seed are not independent, so the interval is on the narrow
-    side), and the judgement:
-    ``grows`` (the interval lies above ``Rules.tol``, or it is zero at the narrowest width and not at the widest),
-    ``material`` (at least :data:`EPS_MATERIAL` at the widest width), ``violates`` (both). ``step``: the last
-    updated step.
-
-    Only the last steps are judged because ε can dominate for a few steps for a reason that passes: behind a
-    zero-initialised query the key's gradient is exactly zero at the first update and tiny (∝ the query, ∝ 1/width)
-    for the next few, so on the built-in GPT (MuAdam, ε = 1e-8, widths 64–512) the keys' fraction at width 512 is
-    79 % at step 3 and 0.4 % at step 10 (at width 64: 5 %, then 0); a fixed ε that is too large stays (the muP MLP
-    with ε = 1e-5 at width 1024: 89–92 % of the hidden weights' coordinates at step 2, still 38–49 % at step 10,
-    0–0.4 % at width 64; ``python experiments/eps.py --steps 10 --seeds 1``, ``--gpt``).
-    """
-    rules = _rules(rules)
-    e = frame[(frame["tensor"] == EPS_TENSOR) & (frame["stat"] == "mean") & (frame["step"] >= 1)
-              & (frame["module"] != LOSS_MODULE)]
-    if e.empty:
-        return pd.DataFrame(columns=EPS_COLUMNS)
-    last = e.groupby("config_id")["step"].transform("max")
-    e = e[e["step"] > last - rules.persist]  # the last persist updated steps: early transients are not judged
-    keys = ["config_id", "parametrization", "module", "layer_index", "role", "call_order"]
-    rows = []
-    for key, g in e.groupby(keys, sort=False, observed=True):
-        by_w = g.groupby(["width", "seed"])["value"].mean().groupby("width").mean().sort_index()
-        narrow, wide = float(by_w.iloc[0]), float(by_w.iloc[-1])
-        pos = g[g["value"] > 0]
-        slope = c_lo = c_hi = np.nan
-        if pos["width"].nunique() >= 2:
-            slope, c_lo, c_hi = _fit(pos["width"].to_numpy(dtype=float), pos["value"].to_numpy(dtype=float))
-        grows = bool((np.isfinite(c_lo) and c_lo > rules.tol) or (narrow == 0 and wide > 0))
-        material = wide >= EPS_MATERIAL
-        rows.append((*key, int(g["step"].max()), narrow, wide, int(by_w.index[0]), int(by_w.index[-1]), slope,
-                     c_lo, c_hi, grows, material, grows and material))
-    return pd.DataFrame(rows, columns=EPS_COLUMNS[:2] + ["parameter"] + EPS_COLUMNS[3:])
-
-
-EPS_FIX = "epsilon dominates the update at large width: scale eps by base_width/width or lower it"
-
-
-def eps_causes(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
-    """Cause rows (:data:`CAUSE_COLUMNS`, kind ``epsilon``, measure ``eps``) for the parameters whose ε fraction
-    grows with width and is material at the widest width (:func:`eps_table`), one per (configuration, role): "all 4
-    hidden parameters: ε ≥ 0.1·√v̂ on 3 % of coordinates at width 64, 61 % at width 1024 (fraction ∝ width^+1.9
-    [+1.6, +2.2]) — epsilon dominates the update at large width: scale eps by base_width/width or lower it"
-    (Everett et al. 2024). ``exponent``: of the fraction, NaN when it is zero at the narrowest width."""
-    t = eps_table(frame, rules)
-    bad = t[t["violates"]]
-    rows = []
-    for (cid, role), g in bad.groupby(["config_id", "role"], sort=False):
-        peers = t[(t["config_id"] == cid) & (t["role"] == role)]
-        names = list(g["parameter"])
-        what = (names[0] if len(names) == 1 else f"all {len(names)} {role} parameters" if len(names) == len(peers)
-                else f"{len(names)} of {len(peers)} {role} parameters")
-        w = g.loc[g["wide"].idxmax()]
-        expo = (f" (fraction ∝ width^{_num(w['exponent'])} [{_num(w['ci_low'])}, {_num(w['ci_high'])}])"
-                if np.isfinite(w["ci_low"]) else "")
-        line = (f"{what}: ε ≥ 0.1·√v̂ on {w['narrow']:.0%} of coordinates at width {w['min_width']}, {w['wide']:.0%} "
-                f"at width {w['max_width']}{expo} — {EPS_FIX}")
-        modules = list(dict.fromkeys(n.rpartition(".")[0] or "(root)" for n in names))
-        rows.append([cid, w["parametrization"], int(g["call_order"].min()), "epsilon", what, modules, "eps",
-                     int(w["step"]), float(w["exponent"]), float(w["ci_low"]), float(w["ci_high"]),
-                     f"fraction flat in width and below {EPS_MATERIAL:.0%}",
-                     "scale eps by base_width/width or lower it", line])
-    df = pd.DataFrame(rows, columns=CAUSE_COLUMNS)
-    if len(df):
-        df["order"] = df.groupby("config_id")["order"].rank(method="first").astype("int64") - 1
-    return df
-
-
-def eps_evidence(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
-    """The ε fraction's exponent per parameter (:func:`eps_table`) in the schema of ``Verdict.evidence``
-    (:data:`EVIDENCE_COLUMNS`, ``measure`` ``eps``): allowed up to ``Rules.tol`` (a fraction that does not grow with
-    width); ``violates`` as judged (growing and material); ``order``: the owning module's call order."""
-    rules = _rules(rules)
-    t = eps_table(frame, rules)
-    t = t[np.isfinite(t["exponent"].astype(float))]
-    return pd.DataFrame({
-        "config_id": t["config_id"], "parametrization": t["parametrization"], "name": t["parameter"],
-        "measure": "eps", "exponent": t["exponent"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
-        "expected_low": -np.inf, "expected_high": rules.tol, "violates": t["violates"].astype(bool),
-        "order": t["call_order"], "step": t["step"], "role": t["role"],
-        "status": np.where(t["violates"], "fail", "pass"),
     }, columns=EVIDENCE_COLUMNS).reset_index(drop=True)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["OutputScale", "output_scales"]
+__all__ = ["OutputScale", "output_scales", "judge_readouts"]
 
 
 @dataclass(frozen=True)
@@ -140,3 +140,88 @@ def output_scales(series: pd.DataFrame, facts: Iterable[Mapping[str, Any]]) -> d
             how.append(f"before {r}: not measured (a zero readout and no 'in' tensor)")
         out[str(cid)] = OutputScale(r, o, after, before, "; ".join(how))
     return out
+
+
+READOUT_WHY = {
+    1: "behind the 1/width multiplier on its output ({how}), muP's output weight keeps {what}",
+    0: "without a 1/width multiplier on its output ({how}), muP's output weight takes {what}",
+}
+READOUT_LR = {"adam": (0.0, -1.0), "adamw": (0.0, -1.0), "sgd": (1.0, -1.0)}  # family -> lr exponent (with, without)
+
+
+def judge_readouts(long: pd.DataFrame, outputs: Mapping[str, OutputScale], tol: float) -> pd.DataFrame:
+    """The output-like weights' rows under ``parametrization=none`` (the readout; a router inside the model), judged
+    against the muP design that needs the fewest of their knobs changed, given the multiplier on their output —
+    measured on the frame for the model's readout (``outputs``), none for the others (no multiplier a frame can
+    show: a router's logits go to its softmax) —: **with** a 1/width multiplier (the multiplier's exponent -1, a
+    constant init, Adam's base lr / SGD's lr x width — a ``MuReadout``) or **without** (no multiplier, init std and
+    Adam's or SGD's lr ∝ 1/width: Tensor Programs V, Table 3). A tie takes mup's form (a ``MuReadout``) and says the
+    other. A ``mult`` row (the multiplier's exponent) is added, failing where the design is the one with the
+    multiplier and it is missing; a zero init counts for both designs. With the readout's multiplier not measured its
+    init and lr rows are
+    ``not judged`` and say why."""
+    if long.empty:
+        return long
+    long = long.copy()
+    extra = []
+    cands = long[(long["class"] == "output-like") & (long["parametrization"] == "none")
+                 & long["parameter"].str.endswith("weight")]
+    for (cid, name), mine in cands.groupby(["config_id", "parameter"], sort=False):
+        if (mine["quantity"] == "mult").any():  # a MuReadout's multiplier: read, not measured
+            continue
+        module = str(mine["module"].iloc[0])
+        readout = outputs.get(str(cid))
+        scale = readout if readout is not None and readout.readout == module else OutputScale(
+            module, module, 0.0, 0.0, "no multiplier on its logits: an output-like matrix inside the model, a router")
+        weight = mine
+        rows = long.index[(long["config_id"] == cid) & (long["parameter"] == name)]
+        init = long.loc[rows][long.loc[rows, "quantity"] == "init"]
+        lr = long.loc[rows][long.loc[rows, "quantity"] == "lr"]
+        family = str(weight["family"].iloc[0])
+        if not scale.measured:
+            for i in (*init.index, *lr.index):
+                if long.at[i, "status"] not in ("zero", ""):
+                    long.loc[i, ["status", "reason"]] = ["not judged", f"the readout's multiplier is not measured "
+                                                                       f"({scale.how})"]
+            continue
+        m = scale.total
+        zero = len(init) and init["status"].iloc[0] == "zero"
+        i_exp = float(init["exponent"].iloc[0]) if len(init) else np.nan
+        l_exp = float(lr["exponent"].iloc[0]) if len(lr) else np.nan
+        lr_with, lr_without = READOUT_LR.get(family, (np.nan, np.nan))
+
+        def off(value: float, target: float) -> int:
+            return int(np.isfinite(value) and np.isfinite(target) and abs(value - target) > tol)
+
+        cost = {1: off(m, -1.0) + (0 if zero else off(i_exp, 0.0)) + off(l_exp, lr_with),
+                0: off(m, 0.0) + (0 if zero else off(i_exp, -1.0)) + off(l_exp, lr_without)}
+        design = min(cost, key=lambda d: (cost[d], -d))  # a tie: mup's form (MuReadout), the other said beside it
+        other = ("; or without a multiplier: init std ∝ 1/fan_in and lr * base_width / width — as many changes"
+                 if design and cost[0] == cost[1] else "")
+        for part, target, what in ((init, 0.0 if design else -1.0, "init"), (lr, lr_with if design else lr_without,
+                                                                             "lr")):
+            if part.empty or not np.isfinite(target):
+                continue
+            i = part.index[0]
+            if long.at[i, "status"] == "zero":
+                continue
+            keep = {"init": "an init std constant in width", "lr": "the base lr" if target == 0 else
+                    "lr x width / base_width (MuSGD)"}[what] if design else \
+                {"init": "an init std ∝ 1/fan_in", "lr": "lr * base_width / width"}[what]
+            e = float(long.at[i, "exponent"])
+            lo, hi = target - tol, target + tol
+            c_lo, c_hi = float(long.at[i, "ci_low"]), float(long.at[i, "ci_high"])
+            outside = not lo <= e <= hi
+            sig = (c_lo > hi or c_hi < lo) if np.isfinite(c_lo) else outside
+            long.loc[i, ["expected", "expected_low", "expected_high", "status", "reason"]] = [
+                target, lo, hi, ("fail" if sig else "inconclusive") if outside else "pass",
+                READOUT_WHY[design].format(how=scale.how, what=keep)]
+        mult_status = ("fail" if off(m, -1.0) else "pass") if design else "pass"
+        extra.append((cid, "none", name, module, int(weight["order"].iloc[0]), "output-like", family,
+                      weight["dims"].iloc[0], weight["grows"].iloc[0], "mult", np.nan, np.nan, "", m, m, m,
+                      -1.0 if design else 0.0, (-1.0 if design else 0.0) - tol, (-1.0 if design else 0.0) + tol,
+                      mult_status, f"measured: {scale.how}{other}"))
+    if extra:
+        long = pd.concat([long, pd.DataFrame(extra, columns=long.columns)], ignore_index=True)
+        long = long.sort_values(["config_id", "order"], kind="stable").reset_index(drop=True)
+    return long

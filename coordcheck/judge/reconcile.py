@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.judge.audit import EPS_MATERIAL, WHAT, fix_for, singular
+from coordcheck.judge.audit import WHAT, fix_for, singular
+from coordcheck.judge.eps import EPS_MATERIAL
 from coordcheck.judge.readout import OutputScale
 
 __all__ = ["reconcile", "CANDIDATES"]
@@ -178,7 +179,7 @@ def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame,
               outputs: Mapping[str, OutputScale], tol: float, eps: pd.DataFrame | None = None
               ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``causes`` and ``modules`` with every cause held against the facts (module docstring); ``eps``: Adam's ε
-    fraction per parameter (:func:`coordcheck.judge.audit.eps_table`), where the frame measured it."""
+    fraction per parameter (:func:`coordcheck.judge.eps.eps_table`), where the frame measured it."""
     if causes.empty:
         return causes, modules
     out, mods = [], modules.copy()
@@ -199,7 +200,7 @@ def reconcile(causes: pd.DataFrame, modules: pd.DataFrame, series: pd.DataFrame,
                 keep = [m for m in c["modules"] if said[m][0] == "unjudged" or m in confirmed
                         or (said[m][0] == "shares" and not confirmed)]  # beside one set apart, the rest follow
                 if not keep:
-                    taken = _eps_cause(c, direction, eps_of(cid, eps), tol) if q == "lr" else None
+                    taken = _eps_cause(c, direction, eps_of(cid, eps)) if q == "lr" else None
                     if taken is None:
                         refuted.append((c, said))
                         continue
@@ -286,9 +287,9 @@ def eps_of(cid: str, eps: pd.DataFrame | None) -> pd.DataFrame:
     return e.assign(module=[n.rpartition(".")[0] or "(root)" for n in e["parameter"]])
 
 
-def _eps_cause(c: pd.Series, direction: str, eps: pd.DataFrame, tol: float) -> pd.Series | None:
+def _eps_cause(c: pd.Series, direction: str, eps: pd.DataFrame) -> pd.Series | None:
     """A shrinking own update whose learning rate is right, explained by Adam's ε where the frame measured it taking
-    over (ε ≥ 0.1·√v̂ on at least :data:`coordcheck.judge.audit.EPS_MATERIAL` of the coordinates at the widest
+    over (ε ≥ 0.1·√v̂ on at least :data:`coordcheck.judge.eps.EPS_MATERIAL` of the coordinates at the widest
     width, and no fewer than at the narrowest): a step ∝ gradient/ε shrinks with the gradient (∝ 1/width for a
     hidden matrix), whatever the lr. None where ε was not measured or does not take over."""
     if direction != "shrinks" or eps.empty:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["CONFIG_COLUMNS", "SERIES_COLUMNS", "fit_slopes", "t_quantile"]
+__all__ = ["CONFIG_COLUMNS", "SERIES_COLUMNS", "fit_slopes", "fit_exponent", "t_quantile"]
 
 CONFIG_COLUMNS = ["config_id", "model", "parametrization", "optimizer", "lr", "data", "data_policy"]
 SERIES_COLUMNS = ["module", "layer_index", "role", "call_order", "tensor", "stat", "step"]
@@ -94,3 +94,19 @@ def fit_slopes(frame: pd.DataFrame, axis: str = "width", keys: list[str] | None 
         out = out.rename(columns={"n_widths": f"n_{axis}s", "min_width": f"min_{axis}", "max_width": f"max_{axis}"})
     types = {"layer_index": "int64", "call_order": "int64", "step": "int64", "lr": "float64"}
     return out.astype({c: t for c, t in types.items() if c in out.columns})
+
+
+def fit_exponent(widths: np.ndarray, values: np.ndarray) -> tuple[float, float, float]:
+    """Slope of log2 value vs log2 width over one point per width, and its 95 % interval (exact: zero width, for
+    values on a power law; NaN with fewer than three points)."""
+    x, y = np.log2(widths), np.log2(values)
+    slope, intercept = np.polyfit(x, y, 1)
+    slope = round(float(slope), 9) + 0.0  # a constant's slope is 0, not -2e-17 (nor -0.0)
+    n = len(x)
+    if n < 3:
+        return float(slope), np.nan, np.nan
+    resid = y - (slope * x + intercept)
+    sxx = ((x - x.mean()) ** 2).sum()
+    se = float(np.sqrt((resid ** 2).sum() / (n - 2) / sxx))
+    half = float(t_quantile(np.array([n - 2]))[0]) * se
+    return float(slope), float(slope - half), float(slope + half)
