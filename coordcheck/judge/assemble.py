@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,8 +28,7 @@ from coordcheck.judge.rules import RANK, Rules
 from coordcheck.judge.structure import structure_causes
 from coordcheck.record.shapes import shapes_by_config, width_problem
 
-if TYPE_CHECKING:
-    from coordcheck.judge.verdict import Verdict
+Verdict = Any  # coordcheck.judge.verdict.Verdict, which calls this module (so it is not imported here)
 
 __all__ = ["assemble_causes"]
 

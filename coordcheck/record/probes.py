@@ -104,39 +104,27 @@ from coordcheck.record.capture import MASK_BELOW, FunctionProbe
 from coordcheck.record.layout import (  # noqa: F401  (the layout names: re-exported for old imports)
     ATTENTION_NAME, CONTAINERS, NORM_TYPES, UNCALLED, find_blocks, infer_layout, module_ops,
 )
-from coordcheck.record.load import (
-    LOAD_OP, LOAD_SUFFIX, Choices, expert_members, expert_stacks, load_stats, pooled_layout, returned_choice,
-)
+from coordcheck.record.load import Choices, expert_members, expert_stacks, load_stats, pooled_layout
 from coordcheck.record.ranks import StepGather, merge_first_seen, pool_step, world
 from coordcheck.record.moments import (  # noqa: F401  (the moment names: re-exported for old imports)
     MOMENTS, NEEDS, STAT_FUNCS, batched_moments, masked_moments, moment_rows, moment_terms, moments, needed_moments,
     pool_calls, pool_moments, pool_ranks, stats_from_moments, N, MEAN, VAR, ABSSUM, ABSMAX,
 )
-from coordcheck.record.outputs import first_tensor, is_bare_loss, select_output  # noqa: F401  (re-exported)
+from coordcheck.record.outputs import (  # noqa: F401  (first_tensor, select_output: re-exported)
+    LOGITS_MODULE, LossLogits, first_tensor, is_bare_loss, select_output,
+)
+from coordcheck.record.routing import RouterHooks
 from coordcheck.record.own import OwnUpdate
 
 __all__ = ["Probes", "StepRecord", "moments", "batched_moments", "moment_rows", "masked_moments", "stats_from_moments",
            "pool_moments", "STAT_FUNCS", "first_tensor", "select_output", "infer_layout", "LOGITS_MODULE", "MASK_BELOW"]
 
-LOGITS_MODULE = "(logits)"  # the input of a model's final (log_)softmax, when no module returns it
 # What a capture is, by the function that computed it (a hand-written softmax's: capture.FunctionProbe decides)
 CAPTURE_OPS = {"(sdpa)": "qk", "(mha)": "qk", "(sdpa+mask)": "qk+mask", "(mha+mask)": "qk+mask"}
 
 
 BATCH_BUDGET = 1 << 26  # batched probes: float32 elements snapshotted (256 MiB) before a step reduces them early
 SCRATCH_MAX = 1 << 24  # per-hook probes: tensors up to this many elements (64 MiB) reduce in two reused buffers
-
-
-def _same(x: torch.Tensor, y: object) -> bool:
-    """Whether ``x`` is ``y`` or a view of all of it (``logits.view(-1, V)``)."""
-    if x is y:
-        return True
-    if not isinstance(y, torch.Tensor) or x.numel() != y.numel() or y.numel() == 0:
-        return False
-    try:
-        return x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # a tensor subclass without storage (a DTensor): not known the same
-        return False
 
 
 @dataclass
@@ -155,7 +143,7 @@ class StepRecord:
 
 
 @dataclass
-class Probes:
+class Probes(RouterHooks, LossLogits):
     """Forward hooks on every module of ``model`` and a function probe; see the module docstring."""
 
     model: nn.Module
@@ -328,82 +316,6 @@ class Probes:
         op = "qk-softmax" if self._mode.over_product(x) else "softmax"  # over q·kᵀ, or a projection (a router)
         x = x.detach()
         self._softmax_out = (result, self.capture("(softmax)", x, ~(x <= MASK_BELOW), op=op))
-
-    def routing(self, index: torch.Tensor, candidates: int, k: int, dim: int, ndim: int) -> None:
-        """A top-k of ``k`` of ``candidates`` over dimension ``dim`` of ``ndim`` inside the running module chose
-        ``index``: a router's choice of experts, counted under ``<module>.(load)`` (:class:`coordcheck.record.load.
-        Choices`: every call of one module in a forward adds up; a top-k that is no such choice is a note)."""
-        if not self._counts_load:
-            return
-        parent = self._parent()
-        if self.step == 0 and not self._choices.saw_top_k(parent, k, candidates, dim, ndim):
-            return  # (an auxiliary loss's top-k over every layer's logits, in the model's own forward: no router's)
-        if dim == ndim - 1 and k < candidates and parent != ROOT_MODULE:
-            self._functions_seen = True
-            self._count_choice(parent, index, candidates)
-
-    def _count_choice(self, router: str, index: torch.Tensor, experts: int) -> None:
-        name = self._choices.count(router, index, experts)
-        if name is not None and self.step == 0 and name not in self._captured:
-            self._fired.append(name)
-            self._captured[name] = router
-            self._capture_ops[name] = LOAD_OP
-
-    def _returned_choice(self, name: str, module: nn.Module, inputs: tuple, output: object) -> None:
-        """A router that returns the experts it chose and took no top-k (decided at step 0): count what it returned. At
-        step 0, also: an expert stack called with integer indices (a router's choice, for the notes)."""
-        if self.step == 0:
-            if name in self._stacks and any(isinstance(t, torch.Tensor) and not t.is_floating_point()
-                                            and t.dtype != torch.bool for t in inputs):
-                self._choices.given_indices(name, self._stacks[name])
-            took_top_k = f"{name}.{LOAD_SUFFIX}" in self._choices.counts
-            if isinstance(output, torch.Tensor) or name == ROOT_MODULE or took_top_k:
-                return
-            found = returned_choice(module, output)
-            if found is None or not bool(((found[0] >= 0) & (found[0] < found[1])).all()):  # (step 0 only: a sync)
-                return
-            self._choices.returned.add(name)
-        elif name in self._choices.returned:
-            found = returned_choice(module, output)
-            if found is None:
-                return
-        else:
-            return
-        self._count_choice(name, *found)
-
-    def loss_input(self, x: torch.Tensor) -> None:
-        """A loss function was called on ``x`` in the forward; the first call's input is kept until the root returns
-        (:meth:`_loss_logits`), with what it is: the latest module's output (a readout's logits), the latest softmax's
-        output (``nll_loss`` after ``log_softmax``) — either as it is or a view of it — or neither."""
-        if self._loss_in is not None:
-            return
-        if _same(x, self._last_out):
-            self._loss_in = (x, "readout", None)
-        elif self._softmax_out is not None and _same(x, self._softmax_out[0]):
-            self._loss_in = (x, "softmax", self._softmax_out[1])
-        else:
-            self._loss_in = (x, "", None)
-
-    def _loss_logits(self) -> None:
-        """The root returned its loss alone: record the logits the loss was computed from as ``(logits)`` (role
-        ``output``) — unless they are the readout's output, already recorded, or a softmax's output, whose input is the
-        logits (renamed ``(logits)`` as for a model that ends in a softmax)."""
-        found, self._loss_in = self._loss_in, None
-        if found is None:
-            return  # a loss written by hand: the readout module's output is the model's last measured output
-        x, kind, capture = found
-        self._functions_seen = True  # the record depends on the function probe at every step
-        if kind == "softmax":
-            self._ends_in_softmax(capture)
-        elif kind != "readout":
-            self._capture_ops.setdefault(LOGITS_MODULE, "logits")
-            grad = torch.is_grad_enabled()
-            torch._C._set_grad_enabled(False)
-            try:
-                with torch._C.DisableTorchFunction():
-                    self._record(LOGITS_MODULE, x)
-            finally:
-                torch._C._set_grad_enabled(grad)
 
     def _ends_in_softmax(self, capture: str | None) -> None:
         """The root returned the latest softmax: judge the logits, not the probabilities."""
