@@ -116,3 +116,16 @@ def test_a_symptom_whose_lr_is_right_inherits_from_the_real_cause_and_is_never_l
     assert list(causes["kind"]) == ["readout_lr"] and list(causes.iloc[0]["modules"]) == ["lm_head"]
     m = modules.set_index("module")
     assert m.loc["l0.experts", "inherited_from"] == "lm_head" and m.loc["l0.experts", "inherited_via"] == "backward"
+
+
+def test_a_router_whose_choice_was_not_counted_is_a_note_of_the_verdict():
+    """Issue 37: routing load for every router that chooses experts, or one line saying why not — in the report too."""
+    from coordcheck.judge.assemble import _note_routing
+
+    class V:
+        notes: list[str] = []
+
+    v = V()
+    facts = [{"routing_notes": {"model.layers.0.mlp.gate": "its top-k takes all 8 of 8 candidates"}}] * 3
+    _note_routing(v, facts)
+    assert v.notes == ["routing load not recorded for model.layers.0.mlp.gate: its top-k takes all 8 of 8 candidates"]

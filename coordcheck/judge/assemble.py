@@ -45,8 +45,20 @@ def assemble_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence[Mappi
     verdict.causes, verdict.modules = reconcile(verdict.causes, verdict.modules, verdict.series, long, outputs,
                                                 rules.tol, eps)
     _note_no_rule(verdict, long)
+    _note_routing(verdict, facts)
     _add_structure(verdict, facts)
     _lead_with_causes(verdict, facts)
+
+
+def _note_routing(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> None:
+    """One note per router whose choice of experts the probes did not count (the jobs' ``routing_notes``:
+    :class:`coordcheck.record.load.Choices`), once whatever the number of jobs: its load is not judged, and says
+    why."""
+    said: dict[str, str] = {}
+    for f in facts:
+        for module, why in (f.get("routing_notes") or {}).items():
+            said.setdefault(str(module), str(why))
+    verdict.notes += [f"routing load not recorded for {m}: {why}" for m, why in said.items()]
 
 
 def _note_no_rule(verdict: Verdict, long: pd.DataFrame | None) -> None:
