@@ -12,6 +12,11 @@ PASS; pairs: are both plants named; every cause whose fix would change a knob th
 
 Frames and facts are kept in ``--cache`` (default outputs/atlas/), so the judgement can be re-run alone; the scores
 go to ``outputs/atlas/scores.csv``.
+
+What it showed (2026-12-06, 260 runs in 458 s on 2 cores, then the judgement): 247 mutants and 13 bases, every base
+PASS; 241 first causes exact (97.6 %), both plants named in 53 of 54 pairs, 0 wrong fixes. The same frames judged as
+before issue 37 (the causes from the symptoms alone): 193 exact (78.1 %), 33 of 54 pairs, 44 wrong fixes in 40
+mutants (docs/verdict.md, "Is the cause right?").
 """
 
 from __future__ import annotations

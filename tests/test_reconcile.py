@@ -129,3 +129,10 @@ def test_a_router_whose_choice_was_not_counted_is_a_note_of_the_verdict():
     facts = [{"routing_notes": {"model.layers.0.mlp.gate": "its top-k takes all 8 of 8 candidates"}}] * 3
     _note_routing(v, facts)
     assert v.notes == ["routing load not recorded for model.layers.0.mlp.gate: its top-k takes all 8 of 8 candidates"]
+
+
+def test_an_optimizer_the_harness_does_not_know_gets_a_fix_from_the_measured_update_not_adams_rule():
+    long = _audit({"blocks.1.fc2": 0.0}, expected=None, family="Lion")  # no muP rule for Lion here: not judged
+    causes, _ = _run([_cause(["blocks.1.fc2"])], long)
+    fix = causes.iloc[0]["fix"]
+    assert "Lion" in fix and "(base_width / width)^0.35" in fix and "lr * base_width / width" not in fix

@@ -124,16 +124,16 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
 
 def _eps_corroborated(found: pd.DataFrame, verdict: Verdict) -> pd.DataFrame:
     """The ε causes that join the verdict: in a configuration that does not fail otherwise (ε growing with width and
-    material at the widest: a fault before the activations show it), or where the parameter's own module fails
-    shrinking (ε takes over its step). A failing configuration whose symptoms ε cannot explain (they grow) keeps ε as
+    material at the widest: a fault before the activations show it), or where the parameter's module's own update
+    fails shrinking (ε takes over its step; a change since step 0 that shrinks may be inherited from upstream). A failing configuration whose symptoms ε cannot explain (they grow) keeps ε as
     evidence only: a cause pass records it for a few steps after the first failure, where behind a zero-initialised
     query the keys' fraction is still high for a reason that passes (:func:`coordcheck.judge.audit.eps_table`)."""
     if found.empty:
         return found
     fails = verdict.configs.set_index("config_id")["status"] == "fail" if len(verdict.configs) else pd.Series()
     s = verdict.series
-    shrinking = set(zip(s.loc[(s["status"] == "fail") & (s["direction"] == "shrinks"), "config_id"],
-                        s.loc[(s["status"] == "fail") & (s["direction"] == "shrinks"), "module"]))
+    own = s[(s["status"] == "fail") & (s["direction"] == "shrinks") & (s["tensor"] == "own")]
+    shrinking = set(zip(own["config_id"], own["module"]))  # its own update (not what it inherits) shrinks
     keep = [not bool(fails.get(c["config_id"], False)) or any((c["config_id"], m) in shrinking for m in c["modules"])
             for _, c in found.iterrows()]
     return found[np.asarray(keep, dtype=bool)]
