@@ -125,9 +125,10 @@ def _add_parameter_causes(verdict: Verdict, frame: pd.DataFrame, facts: Sequence
 def _eps_corroborated(found: pd.DataFrame, verdict: Verdict) -> pd.DataFrame:
     """The ε causes that join the verdict: in a configuration that does not fail otherwise (ε growing with width and
     material at the widest: a fault before the activations show it), or where the parameter's module's own update
-    fails shrinking (ε takes over its step; a change since step 0 that shrinks may be inherited from upstream). A failing configuration whose symptoms ε cannot explain (they grow) keeps ε as
-    evidence only: a cause pass records it for a few steps after the first failure, where behind a zero-initialised
-    query the keys' fraction is still high for a reason that passes (:func:`coordcheck.judge.audit.eps_table`)."""
+    fails shrinking (ε takes over its step; a change since step 0 that shrinks may be inherited from upstream). In a
+    failing configuration whose symptoms ε cannot explain, ε is evidence only: a cause pass records it for a few steps
+    after the first failure, where behind a zero-initialised query the keys' fraction is still high for a reason that
+    passes (:func:`coordcheck.judge.eps.eps_table`)."""
     if found.empty:
         return found
     fails = verdict.configs.set_index("config_id")["status"] == "fail" if len(verdict.configs) else pd.Series()

@@ -386,7 +386,8 @@ def audit_causes(long: pd.DataFrame) -> pd.DataFrame:
                 f"{w['reason']}) — {fix}")
         rows.append([cid, w["parametrization"], int(g["order"].min()), "audit", what,
                      list(dict.fromkeys(g["module"])), f"audit:{quantity}", 0, float(w["exponent"]),
-                     float(w["ci_low"]), float(w["ci_high"]), expected, fix, line])
+                     float(w["ci_low"]), float(w["ci_high"]), expected, fix, line,
+                     "grows" if w["exponent"] > w["expected"] else "shrinks"])
     df = pd.DataFrame(rows, columns=CAUSE_COLUMNS)
     if len(df):
         df["order"] = df.groupby("config_id")["order"].rank(method="first").astype("int64") - 1

@@ -60,7 +60,7 @@ KINDS = {
                   "leaves (coordcheck.judge.reconcile)",
 }
 CAUSE_COLUMNS = ["config_id", "parametrization", "order", "kind", "what", "modules", "measure", "step", "exponent",
-                 "ci_low", "ci_high", "expected", "fix", "line"]
+                 "ci_low", "ci_high", "expected", "fix", "line", "direction"]  # direction: grows / shrinks
 EVIDENCE_COLUMNS = ["config_id", "parametrization", "name", "measure", "exponent", "ci_low", "ci_high",
                     "expected_low", "expected_high", "violates", "order", "step", "role", "status"]
 MODULE_COLUMNS = ["cause", "inherited_from", "inherited_via"]
@@ -414,7 +414,7 @@ def _grouped(found: list[dict], own: pd.DataFrame, logits: list[str], tol: float
                 f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] at step {int(r['step'])} (muP: {expected}) — {fix}")
         rows.append(dict(order=i, kind=kind, what=what, modules=names, measure=measure, step=int(r["step"]),
                          exponent=float(r["slope"]), ci_low=float(r["ci_low"]), ci_high=float(r["ci_high"]),
-                         expected=expected, fix=fix, line=line))
+                         expected=expected, fix=fix, line=line, direction=direction))
         what_of.update({n: what for n in names})
     return rows, what_of
 

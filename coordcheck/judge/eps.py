@@ -95,7 +95,7 @@ def eps_causes(frame: pd.DataFrame, rules: Rules | None = None) -> pd.DataFrame:
         rows.append([cid, w["parametrization"], int(g["call_order"].min()), "epsilon", what, modules, "eps",
                      int(w["step"]), float(w["exponent"]), float(w["ci_low"]), float(w["ci_high"]),
                      f"fraction flat in width and below {EPS_MATERIAL:.0%}",
-                     "scale eps by base_width/width or lower it", line])
+                     "scale eps by base_width/width or lower it", line, "grows"])
     df = pd.DataFrame(rows, columns=CAUSE_COLUMNS)
     if len(df):
         df["order"] = df.groupby("config_id")["order"].rank(method="first").astype("int64") - 1

@@ -53,5 +53,5 @@ def structure_causes(facts: Sequence[Mapping[str, Any]], series: pd.DataFrame) -
             words, slope, lo, hi, step = _measured(series, cid, module)
             line = f"{module} ({item['type']}): {item['problem']}; {words} — {item['fix']}"
             rows.append([cid, par.iloc[0] if len(par) else "mup", 0, "structure", module, [module], "structure", step,
-                         slope, lo, hi, "a mup.MuReadout", item["fix"], line])
+                         slope, lo, hi, "a mup.MuReadout", item["fix"], line, "grows" if slope > 0 else "shrinks"])
     return pd.DataFrame(rows, columns=CAUSE_COLUMNS)

@@ -23,7 +23,7 @@ Never imports torch.
     configurations  [{config_id, model, parametrization, optimizer, lr, data, data_policy,
                       status, reason, n_widths, window_end, first_unstable_step, instability}]
     causes          [{config_id, parametrization, order, kind, what, modules, measure, step,
-                      exponent, ci_low, ci_high, expected, fix, line}]: the causes, first in call
+                      exponent, ci_low, ci_high, expected, fix, line, direction}]: the causes, first in call
                     order first (coordcheck.judge.causes; empty for a frame without ``own`` rows)
     modules         [{config_id, module, layer_index, role, status, tensor, step, slope,
                       ci_low, ci_high, margin, transient_steps, diagnosis, cause, inherited_from,
