@@ -97,10 +97,11 @@ def test_the_default_command_names_each_planted_fault(monkeypatch, capsys, tmp_p
     """The command line a user types (no tensors=): the sweep fails, a cause pass records in/own for the failing jobs
     as far as the last failing step (one line), and every output names exactly the planted parameter."""
     code = run_in_process(monkeypatch, *PLANTED_CLI, override, f"hydra.sweep.dir={tmp_path}", "--multirun")
-    out, _ = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert code == 0
     said = [line for line in out.splitlines() if "a cause pass records in/own/eps for 3 job(s) up to step" in line]
     assert len(said) == 1, out
+    assert "][coordcheck][INFO] - cause pass: " in err and "[HYDRA] cause pass" not in err  # logged as a job logs
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["status"] == "fail"
     assert [(c["kind"], c["modules"]) for c in report["causes"]] == [(kind, modules)]

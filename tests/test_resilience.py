@@ -237,13 +237,25 @@ def test_a_mistake_in_a_sweep_is_one_line_before_any_job(monkeypatch, capsys, tm
     assert not sweep.exists()  # no job ran: nothing trained, nothing written
 
 
-def test_multirun_between_the_overrides_is_one_line():
-    with pytest.raises(CoordCheckError) as e:
-        check_command_line(["width=16,32", "--multirun", "steps=1"])
-    assert str(e.value) == ("--multirun goes before or after all the overrides, not between them (Hydra's argparse): "
-                            "width=16,32 steps=1 --multirun")
-    check_command_line(["width=16,32", "steps=1", "--multirun"])
-    check_command_line(["-m", "width=16,32", "steps=1"])
+def test_multirun_anywhere_on_the_command_line_is_put_after_the_overrides():
+    """The README's "add parametrization=sp to the command" appended after --multirun (issue 39): Hydra's argparse
+    refuses a flag between overrides, so the command line puts it after them."""
+    from coordcheck.app.overrides import multirun_last
+
+    assert multirun_last(["width=16,32", "--multirun", "steps=1"]) == ["width=16,32", "steps=1", "--multirun"]
+    assert multirun_last(["-m", "width=16,32"]) == ["width=16,32", "-m"]
+    assert multirun_last(["--cfg", "job", "-m", "x=1"]) == ["--cfg", "job", "x=1", "-m"]  # a flag keeps its value
+    assert multirun_last(["x=1", "steps=2"]) == ["x=1", "steps=2"]
+    check_command_line(multirun_last(["width=16,32", "--multirun", "steps=1"]))
+
+
+@pytest.mark.slow
+def test_an_override_after_multirun_runs(monkeypatch, capsys, tmp_path):
+    code = run_in_process(monkeypatch, "model=mlp", "width=16,32,64", "--multirun", "parametrization=sp", "steps=2",
+                          "seeds=1", "progress=false", "report.figures=false", f"hydra.sweep.dir={tmp_path}")
+    out, err = capsys.readouterr()
+    assert code == 0 and "error" not in err, err[-2000:]
+    assert (tmp_path / "report" / "report.json").exists() and "parametrization=sp" in out
 
 
 @pytest.mark.parametrize("args,message", BAD_JOB, ids=[" ".join(a) for a, _ in BAD_JOB])

@@ -17,10 +17,11 @@ records everything in the sweep itself (no pass).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -73,6 +74,34 @@ def run_cause_pass(sweep_dir: Path, verdict: Verdict, *, train: Callable[[DictCo
           f"{len(todo)} job(s) up to step {last} (cause_pass=false turns it off; "
           f"tensors=[out,delta,{','.join(CAUSE_PASS_TENSORS)}] records them in the sweep)", flush=True)
     t0, ran = time.perf_counter(), False
+    with _as_a_job():
+        ran = _train_all(sweep_dir, todo, train)
+        log.info("cause pass: %.1f s", time.perf_counter() - t0)
+    return ran
+
+
+JOB_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job logging (hydra/job_logging)
+
+
+@contextlib.contextmanager
+def _as_a_job() -> Iterator[None]:
+    """The pass's log lines as a job's are (``[coordcheck][INFO]``), not under the launcher's ``[HYDRA]`` tag: it
+    runs in the sweep's end callback, where Hydra's own logging formats the root logger's handler."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(JOB_FORMAT))
+    propagate, log.propagate = log.propagate, False
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
+
+
+def _train_all(sweep_dir: Path, todo: list[tuple[Path, int]], train: Callable[[DictConfig, Path, int], object]
+               ) -> bool:
+    """Train each job of ``todo`` again to its step; True when any ran. A job that fails is a warning."""
+    ran = False
     for job_dir, steps in todo:
         try:
             cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
@@ -82,5 +111,4 @@ def run_cause_pass(sweep_dir: Path, verdict: Verdict, *, train: Callable[[DictCo
             log.warning("cause pass: %s not recorded (%s: %s); the report names no cause for it",
                         job_dir.relative_to(sweep_dir), type(e).__name__, str(e).splitlines()[0] if str(e) else "")
             (job_dir / CAUSE_FRAME_NAME).unlink(missing_ok=True)
-    log.info("cause pass: %.1f s", time.perf_counter() - t0)
     return ran

@@ -48,6 +48,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from coordcheck.app.cause_pass import run_cause_pass
+from coordcheck.app.overrides import multirun_last
 from coordcheck.app.ranks import end_group, other_rank_dirs, parallel_rank, rank0_decides, rank_job_dir, rank_outcome
 from coordcheck.core.processes import process_rank
 from coordcheck.app.checks import (  # noqa: F401  (check_*: re-exported, users' scripts import them from here)
@@ -360,6 +361,7 @@ def run_command(task: Callable[[DictConfig], None], *, config_name: str = "confi
     :func:`check_choices` and :func:`check_command_line`'s (the coordinate check's by default)."""
     global OUTCOME
     outcome = OUTCOME = Outcome()
+    sys.argv[1:] = multirun_last(sys.argv[1:])  # --multirun anywhere: after the overrides for Hydra's argparse
     try:
         check_choices(sys.argv[1:], groups)
         check_command_line(sys.argv[1:], config_name=config_name, check=check, knobs=knobs)

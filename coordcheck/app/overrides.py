@@ -48,6 +48,24 @@ def _flags() -> dict[str, tuple[str, bool]]:
     return out
 
 
+def multirun_last(argv: list[str]) -> list[str]:
+    """``argv`` with ``--multirun`` (``-m``, ``--multi``) after the overrides wherever it was typed: Hydra's argparse
+    refuses it between two overrides (``width=256,512 --multirun parametrization=sp``), and its place means nothing.
+    Other flags and their values keep their order; an argument that is no Hydra flag is left as it is (the checks say
+    so in one line)."""
+    moved, rest = [], []
+    for a in argv:
+        try:
+            is_multirun = a.startswith("-") and a != "--" and hydra_flag(a) == ("--multirun", False)
+        except CoordCheckError:
+            is_multirun = False
+        (moved if is_multirun else rest).append(a)
+    if not moved:
+        return list(argv)
+    end = rest.index("--") if "--" in rest else len(rest)
+    return [*rest[:end], *moved, *rest[end:]]
+
+
 def hydra_flag(arg: str) -> tuple[str, bool]:
     """The long form of the Hydra flag ``arg`` names, and whether its value is in ``arg`` (``--cfg=job``, ``-cjob``),
     as argparse reads it: ``-m``, a unique prefix of a long flag (``--multi``), a short flag with its value attached.

@@ -380,6 +380,8 @@ def audit_causes(long: pd.DataFrame) -> pd.DataFrame:
         w = g.loc[(g["exponent"] - g["expected"]).abs().idxmax()]
         fix = fix_for(quantity, cls, family, float(w["expected"]))
         fix = singular(fix) if len(names) == 1 else fix
+        if w["parametrization"] == "sp":
+            fix += " (what standard parametrization does: expected for the SP control)"
         interval = f" [{_num(w['ci_low'])}, {_num(w['ci_high'])}]" if np.isfinite(w["ci_low"]) else ""
         expected = _num(w["expected"]) + (" or less" if np.isinf(w["expected_low"]) else "")
         line = (f"{what}: {WHAT[quantity]} ∝ width^{_num(w['exponent'])}{interval} (muP expects width^{expected}: "
