@@ -223,6 +223,11 @@ SWEPT_MISTAKES = [  # issue 20: these trained the good widths first, then exited
     (["+experiment=sp_vs_mup", 'hydra.sweeper.params.width="0,128"'], "width must be a positive integer, got 0"),
     (["seeds=1,0"], "seeds must be >= 1, got 0"),
     (["base_width=64,-8"], "base_width must be a positive integer, got -8"),
+    # issue 39: a builder keyword that does not exist, named before a sweep folder is made (it failed every job)
+    (["model=custom", "model._target_=cli_builders.no_readout", "data=mlp", "+model.widht=3"],
+     "model.widht: cli_builders.no_readout takes no keyword 'widht' (did you mean model.width?) (it takes width)"),
+    (["model=custom", "model._target_=coordcheck.testing.hand_gpt.build", "+model.n_layers=3"],
+     "model.n_layers: coordcheck.testing.hand_gpt.build (or what it hands its keywords to) takes no keyword"),
 ]
 
 

@@ -168,9 +168,14 @@ def check_targets(cfg: DictConfig, overrides: list) -> None:
             found = locate(target, key)
             found_of.setdefault(group, []).append((target, found))
             if group == "model" and callable(found):
-                from coordcheck.setup.parametrization import check_builder
+                from coordcheck.setup.parametrization import check_builder, check_builder_keywords
 
                 check_builder(found)
+                if target == node.get("_target_") and getattr(found, "check_node", None) is None:
+                    keywords = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items()
+                                if not str(k).startswith("_")}
+                    first = (swept.get("width") or [cfg.get("width")])[0]
+                    check_builder_keywords(found, keywords, int(first), cfg.get("base_width"))
                 check_node = getattr(found, "check_node", None)
                 if callable(check_node) and target == node.get("_target_"):
                     depths = swept.get("depth") or [cfg.get("depth")]
@@ -280,7 +285,7 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
     :data:`TRANSFER_REPORT`); a bad run key (:func:`check_run`); a mandatory value (``???``) left unset; a bad value
     of the experiment's own keys, every swept value included (``check(cfg, overrides)``: :func:`check_jobs` for the
     coordinate check); and a ``_target_`` that cannot be imported or a builder that takes no width
-    (:func:`check_targets`). The sweep's grid is the command line's and the config's ``hydra.sweeper.params`` (an
+    (:func:`check_targets`), or a model keyword the builder does not take. The sweep's grid is the command line's and the config's ``hydra.sweeper.params`` (an
     experiment's); a swept config group (``model=gpt,mlp``) is composed once per option and each is checked.
     Hydra's flags other than ``--multirun``, ``--run``, ``--cfg``, ``--package`` and ``--resolve`` (``-cd``,
     ``--help``, ...) leave the command line to Hydra, which types the report knobs against the same schema.

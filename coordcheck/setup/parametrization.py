@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ from mup.shape import zip_infshapes
 from torch import nn
 
 from coordcheck.core.errors import CoordCheckError, check_width
+from coordcheck.core.typos import did_you_mean
 from coordcheck.setup.blocks import find_blocks
 from coordcheck.setup.data import Batch, batch_for
 
@@ -93,6 +95,39 @@ def check_builder(build: Callable[..., object]) -> inspect.Signature | None:
             "it must be build(width: int, **kwargs) -> nn.Module"
         )
     return sig
+
+
+def check_builder_keywords(build: Callable[..., object], keywords: Mapping[str, object], width: int,
+                           base_width: int | None = None) -> None:
+    """One line, before any job runs, for a keyword the builder does not take (``+model.n_layers=4`` where it takes
+    ``n_layer``): from its signature when it names every keyword it takes; else (``**kwargs`` handed on to a config
+    class) from a build on the meta device — nothing allocated, the global RNG untouched — whose "unexpected keyword
+    argument" is the same mistake. Any other error is the job's to report."""
+    if not keywords:
+        return
+    sig = check_builder(build)
+    if sig is None:
+        return
+    params = sig.parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = [k for k in keywords if k not in params]
+        if unknown:
+            takes = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+            hint = did_you_mean(unknown[0], takes, prefix="model.")
+            raise CoordCheckError(f"model.{unknown[0]}: {qualified_name(build)} takes no keyword {unknown[0]!r}{hint} "
+                                  f"(it takes {', '.join(takes)}): remove it or fix its name")
+        return
+    kwargs = {"width": width, **named_keywords(build, base_width=base_width), **keywords}
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            build(**kwargs)
+    except TypeError as e:
+        found = re.search(r"unexpected keyword argument '(\w+)'", str(e))
+        if found and found.group(1) in keywords:
+            raise CoordCheckError(f"model.{found.group(1)}: {qualified_name(build)} (or what it hands its keywords to) "
+                                  f"takes no keyword {found.group(1)!r}: remove it or fix its name") from None
+    except Exception:  # noqa: BLE001 - a builder that cannot be built on the meta device: its jobs say why
+        pass
 
 
 def qualified_name(obj: object) -> str:
