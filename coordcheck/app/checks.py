@@ -285,8 +285,9 @@ def check_command_line(argv: list[str], *, config_name: str = "config",
     :data:`TRANSFER_REPORT`); a bad run key (:func:`check_run`); a mandatory value (``???``) left unset; a bad value
     of the experiment's own keys, every swept value included (``check(cfg, overrides)``: :func:`check_jobs` for the
     coordinate check); and a ``_target_`` that cannot be imported or a builder that takes no width
-    (:func:`check_targets`), or a model keyword the builder does not take. The sweep's grid is the command line's and the config's ``hydra.sweeper.params`` (an
-    experiment's); a swept config group (``model=gpt,mlp``) is composed once per option and each is checked.
+    (:func:`check_targets`), or a model keyword the builder does not take. The sweep's grid is the command line's and
+    the config's ``hydra.sweeper.params`` (an experiment's); a swept config group (``model=gpt,mlp``) is composed
+    once per option and each is checked.
     Hydra's flags other than ``--multirun``, ``--run``, ``--cfg``, ``--package`` and ``--resolve`` (``-cd``,
     ``--help``, ...) leave the command line to Hydra, which types the report knobs against the same schema.
 

@@ -22,7 +22,7 @@ from coordcheck.core.frame import atomic_write
 from coordcheck.core.text import md_escape
 from coordcheck.report.knobs import cli_flag
 
-__all__ = ["REPORT_DIR", "ERROR_NAME", "CONFIG_NAME", "ENVIRONMENT_KEYS", "run_lines", "write_config",
+__all__ = ["REPORT_DIR", "ERROR_NAME", "CONFIG_NAME", "ENVIRONMENT_KEYS", "run_lines", "write_config", "launched",
            "environment_line", "environments", "report_command", "ReportCommand"]
 
 REPORT_DIR = "report"
@@ -58,16 +58,28 @@ def write_config(out: Path, config: str | None) -> None:
 
 
 def environment_line(e: dict) -> str:
-    """``cuda:0 (NVIDIA H200), torch 2.11.0, CUDA 12.8, bf16`` — escaped for Markdown."""
+    """``cuda:0 (NVIDIA H200), torch 2.11.0, CUDA 12.8, bf16`` (``, 2 processes (ddp)`` under torchrun) — escaped for
+    Markdown."""
     cuda = f", CUDA {e['cuda']}" if e.get("cuda") else ""
-    return md_escape(f"{e.get('device')} ({e.get('device_name')}), torch {e.get('torch')}{cuda}, {e.get('precision')}")
+    many = f", {e['processes']} processes ({e['parallel']})" if (e.get("processes") or 1) > 1 else ""
+    return md_escape(f"{e.get('device')} ({e.get('device_name')}), torch {e.get('torch')}{cuda}, "
+                     f"{e.get('precision')}{many}")
+
+
+def launched(facts: list[dict]) -> str | None:
+    """The command that started a sweep's processes (``torchrun ...``, ``srun ...``: the jobs' ``parallel.launch``),
+    where several ran it; None for one process."""
+    return next((str(p["launch"]) for f in facts if (p := f.get("parallel") or {}).get("launch")), None)
 
 
 def environments(facts: list[dict]) -> list[dict]:
-    """The distinct (device, device_name, torch, cuda, precision) of some jobs' facts, in first-seen order."""
+    """The distinct (device, device_name, torch, cuda, precision, processes, parallel) of some jobs' facts, in
+    first-seen order."""
     out: list[dict] = []
     for f in facts:
         e = {k: f.get(k) for k in ENVIRONMENT_KEYS}
+        if f.get("parallel"):
+            e.update(processes=f["parallel"].get("processes"), parallel=f["parallel"].get("name"))
         if e["device"] is not None and e["torch"] is not None and e not in out:  # older jobs recorded none
             out.append(e)
     return out

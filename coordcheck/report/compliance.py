@@ -36,10 +36,12 @@ Never imports torch.
     instability     [{config_id, width, seed, unstable_step, reason}]
     figures         {name: relative path}
     notes           [figures that could not be drawn, and why]
-    environment     [{device, device_name, torch, cuda, precision}]: where the jobs ran (from job.json)
+    environment     [{device, device_name, torch, cuda, precision[, processes, parallel]}]: where the jobs ran (from
+                    job.json; under torchrun, how many processes and which wrapping)
     models          [{config_id, width, n_params, fingerprint}]: the model each width built (from job.json's
                     shapes; rule 9 fails widths that built the same one)
-    command, config the exact command line and resolved config, when known
+    command, config the exact command line (under torchrun or srun, the one that started the processes) and the
+                    resolved config, when known
     depth           null for a frame run at one depth; else the depth verdict (coordcheck.judge.depth):
                     {status, reason, width_status ("not judged (one width)" for a pure depth sweep, else the width
                      verdict's own status), matching (how series are matched across depths: places.MATCHING),
@@ -82,7 +84,7 @@ from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import atomic_write
 from coordcheck.judge.slopes import fit_slopes
 from coordcheck.report.axes import depth_lines, depth_payload, experts_lines, experts_payload
-from coordcheck.report.common import REPORT_DIR, environments, run_lines, write_config
+from coordcheck.report.common import REPORT_DIR, environments, launched, run_lines, write_config
 from coordcheck.report.knobs import DEFAULT_LAYOUT
 from coordcheck.run.sweep import JobProblem, Sweep, aggregate, job_facts, no_frame_error, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
@@ -460,6 +462,9 @@ def _judge_sweep(sweep_dir: Path, rules: Rules) -> Report:
     if sweep.frame.empty:
         raise no_frame_error(sweep_dir, sweep.problems)
     facts = [job_facts(sweep_dir / job) for job in sweep.jobs]
+    launch = launched(facts)  # several processes ran it: the command that started them runs it again
+    if launch is not None:
+        command = launch if not launch.endswith(" -m coordcheck") else sweep_config(sweep_dir, program=launch)[0]
     report = build_report(sweep.frame, rules=rules, problems=sweep.problems, jobs=sweep.jobs, command=command,
                           config=config, facts=facts)
     report.environment = environments(facts)

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from coordcheck.setup.data import Batch
 from coordcheck.setup.depth import Depth
-from coordcheck.setup.parallel import Parallel, ensure_group
+from coordcheck.setup.parallel import Parallel, ensure_group, launch_command
 from coordcheck.setup.device import autocast, environment, grad_scaler
 from coordcheck.core.errors import CoordCheckError, check_count
 from coordcheck.core.frame import COLUMNS, DEFAULT_TENSORS, LOSS_MODULE, ROOT_MODULE, STATS, conform
@@ -389,7 +389,7 @@ def run_width(
     frames, facts = [], {"config_id": identity.config_id, "width": width, "seeds": list(seeds), "diverged": [],
                          **depth.facts(), **environment(device, precision)}
     if parallel.active:
-        facts["parallel"] = {"name": parallel.name, "processes": world()[1]}
+        facts["parallel"] = {"name": parallel.name, "processes": world()[1], "launch": launch_command()}
     try:
         for seed in seeds:
             model, opt = build_on(device, build, width, seed, parametrization, base_width, optimizer, lr, init, depth,

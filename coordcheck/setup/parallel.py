@@ -31,7 +31,8 @@ from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.processes import several_processes
 from coordcheck.setup.data import Batch
 
-__all__ = ["Parallel", "PARALLEL", "TIMEOUT_S", "as_parallel", "collective_error", "ensure_group", "failure_elsewhere",
+__all__ = ["Parallel", "PARALLEL", "TIMEOUT_S", "launch_command",
+           "as_parallel", "collective_error", "ensure_group", "failure_elsewhere",
            "instantiate_parallel", "say_failed"]
 
 PARALLEL = ("none", "ddp", "fsdp")
@@ -113,6 +114,27 @@ class Parallel:
         p = next(model.parameters(), None)
         ids = [p.device.index] if p is not None and p.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=self.find_unused_parameters)
+
+
+def launch_command() -> str | None:
+    """The command that started these processes, to run the sweep again: torchrun's own command line (its agent is
+    this process's parent: read from ``/proc``), ``srun``'s under Slurm, else None (one process: the sweep's own
+    command says it). Where ``/proc`` cannot be read, torchrun's environment says how many processes it started."""
+    if os.environ.get("SLURM_NTASKS") and os.environ.get("SLURM_PROCID") is not None \
+            and "TORCHELASTIC_RUN_ID" not in os.environ:
+        return f"srun --ntasks {os.environ['SLURM_NTASKS']} python -m coordcheck"
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    try:
+        argv = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\0")
+        args = [a.decode() for a in argv if a]
+    except (OSError, UnicodeDecodeError):
+        args = []
+    for i, a in enumerate(args):  # python -m torch.distributed.run ..., /path/to/torchrun ..., torchrun ...
+        if a.endswith("torchrun") or (a == "torch.distributed.run" and i and args[i - 1] == "-m"):
+            return "torchrun " + " ".join(args[i + 1:])
+    n = os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "?"))
+    return f"torchrun --nproc-per-node {n} -m coordcheck"
 
 
 def ensure_group(parallel: Parallel, device: torch.device) -> None:

@@ -186,7 +186,12 @@ def test_torchrun_from_the_command_line_gives_the_one_process_frame_and_only_ran
     # counted once) included: float32 sums in another order, then pooled in float64
     np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-4, atol=1e-5)
     meta = json.loads(next(ddp.glob("*width=64*/job.json")).read_text())
-    assert meta["parallel"] == {"name": parallel, "processes": 2}
+    assert {k: meta["parallel"][k] for k in ("name", "processes")} == {"name": parallel, "processes": 2}
+    # the report says how many processes ran it, and the command that runs it again is torchrun's (issue 39)
+    report = json.loads((ddp / "report" / "report.json").read_text())
+    assert report["command"].startswith("torchrun --standalone --nproc-per-node=2 -m coordcheck")
+    assert f"parallel={parallel}" in report["command"] and report["command"].endswith("--multirun")
+    assert "2 processes" in (ddp / "report" / "report.md").read_text()
     assert not list(scratch.glob("coordcheck-rank1-*"))  # rank 1's scratch is gone
 
 
