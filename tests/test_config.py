@@ -402,3 +402,18 @@ def test_a_remote_launcher_imports_its_targets_where_the_jobs_run():
     with pytest.raises(CoordCheckError, match="module 'only_on_the_cluster' not found"):
         check_command_line(argv)
     check_command_line([*argv, "hydra/launcher=joblib"])  # as check_run leaves a remote device to the job
+
+
+@pytest.mark.parametrize("name", ["config", "transfer", "gradflow"])
+def test_every_key_a_command_takes_is_described_in_its_help(name):
+    """--help describes each key of a command from the comment beside it in conf/ (issue 39): a key added without
+    one would be listed in no help."""
+    from omegaconf import OmegaConf
+
+    from coordcheck.app.config import conf_text, key_comments
+
+    text = conf_text(f"{name}.yaml")
+    described = key_comments(text)
+    top = [k for k in OmegaConf.create(text) if k not in ("defaults", "hydra")]
+    undescribed = [k for k in top if k not in described and not any(d.startswith(f"{k}.") for d in described)]
+    assert not undescribed, f"conf/{name}.yaml: describe {undescribed} in a comment beside the key"

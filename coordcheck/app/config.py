@@ -13,9 +13,11 @@ width-dependent model fields). The checks of a command line before anything runs
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from enum import Enum
 from typing import Any
 
 from hydra.errors import InstantiationException
@@ -163,9 +165,102 @@ def help_groups(*, _root_: DictConfig) -> str:
     return "\n".join(lines)
 
 
+def conf_text(relative: str) -> str:
+    """A config file's text (``conf/<relative>``), from the checkout or the wheel; empty when it has none."""
+    try:
+        if CONF_DIR.startswith("pkg://"):
+            from importlib import resources
+
+            return resources.files("coordcheck.conf").joinpath(*relative.split("/")).read_text()
+        return (Path(CONF_DIR) / relative).read_text()
+    except (OSError, FileNotFoundError):
+        return ""
+
+
+_KEY_LINE = re.compile(r"^(\s*)([A-Za-z_][\w.]*):(.*?)(?:\s+#\s*(.*))?$")
+
+
+def key_comments(text: str) -> dict[str, str]:
+    """``{dotted key: its comment}`` of a YAML config file, from the comments written beside its keys (a comment's
+    continuation lines, ``#`` lines indented below it, are joined to it); ``defaults`` and ``hydra`` left out."""
+    out: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []  # (indent, key) of the nodes the current line is inside
+    last = None
+    for line in text.splitlines():
+        m = _KEY_LINE.match(line)
+        if not m or line.lstrip().startswith("-"):
+            tail = line.strip()
+            if last is not None and tail.startswith("#") and not line.startswith("#"):
+                out[last] += " " + tail.lstrip("# ").strip()
+            elif not tail.startswith("#") or line.startswith("#"):
+                last = None
+            continue
+        indent = len(m.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        key = ".".join([k for _, k in stack] + [m.group(2)])
+        stack.append((indent, m.group(2)))
+        last = None
+        if key.split(".")[0] in ("defaults", "hydra") or not m.group(4):
+            continue
+        out[key], last = m.group(4).strip(), key
+    return out
+
+
+def command_line_value(v: Any) -> str:
+    """A value as it is typed on the command line: ``true``, ``null``, ``[out,delta]``, ``std``."""
+    if isinstance(v, Enum):
+        v = v.value
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(command_line_value(x) for x in v) + "]"
+    return str(v)
+
+
+def help_keys(*, _root_: DictConfig) -> str:
+    """``--help``'s keys (``conf/hydra/help/coordcheck.yaml``): every key a user sets, with its value and what it is —
+    the command's own keys from the comments of its config file (``conf/config.yaml``), each chosen option's from its
+    file's (``conf/optimizer/adam.yaml``), and the report's knobs from their help (``coordcheck.report.knobs``)."""
+    from coordcheck.report.knobs import KNOB_SETS
+
+    name = str(_root_.hydra.job.config_name)
+    choices = {g: c for g, c in OmegaConf.to_container(_root_.hydra.runtime.choices).items()
+               if not g.startswith("hydra/") and c is not None}
+
+    def value(key: str) -> str:
+        try:
+            v = OmegaConf.select(_root_, key, throw_on_missing=False)
+        except Exception:  # noqa: BLE001 - an interpolation only a job resolves
+            return "?"
+        v = OmegaConf.to_container(v, enum_to_str=True) if OmegaConf.is_config(v) else v
+        return command_line_value(v)
+
+    def entry(key: str, text: str) -> list[str]:
+        return textwrap.wrap(f"{key}={value(key)}: {text}", width=100, initial_indent="  ",
+                             subsequent_indent="      ")
+
+    lines = ["Keys of this command (key=value on the command line):"]
+    for key, text in key_comments(conf_text(f"{name}.yaml")).items():
+        if key.split(".")[0] not in choices and key in _root_:
+            lines += entry(key, text)
+    for group, choice in sorted(choices.items()):
+        said = {k: t for k, t in key_comments(conf_text(f"{group}/{choice}.yaml")).items() if not k.startswith("_")}
+        if said:
+            lines.append(f"{group}={choice}:")
+            lines += [x for key, text in said.items() for x in entry(f"{group}.{key}", text)]
+    knobs = KNOB_SETS.get("report" if name == "config" else f"{name}_report")
+    if knobs is not None and "report" in _root_:
+        lines.append("report (the verdict's numbers and the report's own knobs):")
+        lines += [x for key, text in knobs.help.items() for x in entry(f"report.{key}", text)]
+    return "\n".join(lines).replace("$", "$$")  # Hydra's help is a string.Template: a $ of the text is not its
+
+
 for _name, _resolver in (("coordcheck_dirname", safe_dirname), ("coordcheck_not_in_dirname", not_in_dirname),
                          ("cc.ratio", width_ratio), ("cc.head_dim", head_dim),
-                         ("coordcheck_help_groups", help_groups)):
+                         ("coordcheck_help_groups", help_groups), ("coordcheck_help_keys", help_keys)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _resolver)
 

@@ -24,8 +24,8 @@ from coordcheck.core.errors import CoordCheckError, expected, in_range
 from coordcheck.core.typos import did_you_mean
 from coordcheck.judge.rules import Rules
 
-__all__ = ["Knobs", "REPORT", "ReportOptions", "KNOBS", "SIZES", "LAYOUTS", "DEFAULT_LAYOUT", "Stat", "Size", "Layout",
-           "cli_flag", "knob_error", "report_options", "rules_of"]
+__all__ = ["Knobs", "KNOB_SETS", "REPORT", "ReportOptions", "KNOBS", "SIZES", "LAYOUTS", "DEFAULT_LAYOUT", "Stat",
+           "Size", "Layout", "cli_flag", "knob_error", "report_options", "rules_of"]
 
 
 SIZES = ("paper", "slides")  # plot.Size and plot.Layout (plot imports matplotlib: too slow for the config path)
@@ -41,6 +41,9 @@ def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
 
 Stat = _choice("Stat", next(f for f in fields(Rules) if f.name == "stat").metadata["choices"])
 Size, Layout = _choice("Size", SIZES), _choice("Layout", LAYOUTS)
+
+
+KNOB_SETS: dict[str, "Knobs"] = {}  # each experiment's report knobs by name (report, transfer_report)
 
 
 def cli_flag(key: str) -> str:
@@ -86,6 +89,7 @@ class Knobs:
         self.help = {**{f.name: f.metadata.get("help", "") for f in fields(self.rules)},
                      **{n: h for n, _, _, h in self.own}}  # one line per knob, for --help (no % signs: argparse)
         ConfigStore.instance().store(group="schema", name=self.name, node=self.schema)
+        KNOB_SETS[self.name] = self  # --help describes each knob (coordcheck.app.config.help_keys)
 
     def expected(self, key: str) -> str:
         """What a knob takes, in words: ``a number > 0``, ``one of paper, slides``, ``true or false``."""

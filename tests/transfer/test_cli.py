@@ -119,8 +119,15 @@ def test_help_lists_the_groups_a_user_picks_from_and_no_internal_one(monkeypatch
     launchers only for the commands whose multirun ends in a report."""
     assert run_in_process(monkeypatch, "--help", module=module) == 0
     out = capsys.readouterr().out
-    listed = out.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    listed = out.split("== Configuration groups ==")[1].split("== Keys ==")[0]
     names = [line.split(":")[0] for line in listed.splitlines() if ":" in line and not line.startswith("Compose")]
     assert names == groups
     assert "schema" not in listed and "model: custom, gpt (default), hf, mlp" in listed
     assert out.startswith(f"python -m {module} {usage}")
+    # issue 39: every key described with its value, examples, exit codes, the other commands and the docs
+    keys = out.split("== Keys ==")[1].split("== Examples ==")[0]
+    assert "  seed=0: " in keys or "  seeds=" in keys
+    assert "  optimizer.eps=1e-08: " in keys or module == "coordcheck.transfer" or "optimizer=adam:" in keys
+    for part in ("== Examples ==", "== Exit status ==", "python -m coordcheck.report SWEEP_DIR", "Docs: "):
+        assert part in out, part
+    assert f"python -m {module}" in out.split("== Examples ==")[1].split("== Exit status ==")[0]
