@@ -98,6 +98,36 @@ class CoordCheckResult:
         """The compliance report as markdown (verdict first)."""
         return self._report.markdown()
 
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
+        """In a notebook: the verdict, the causes and the coord-check figure (a tooltip per line: the modules it pools,
+        their slopes and causes), the rest of the report folded (:func:`coordcheck.report.html.fragment`)."""
+        from coordcheck.report.html import notebook_bundle
+
+        v = self.verdict
+        return notebook_bundle(f"coordcheck: {v.status.upper()} — {v.reason}", self.report(), status=v.status,
+                               figure=self._figure_html, open_sections=("Cause",))
+
+    @functools.cached_property
+    def _figure_html(self) -> str:
+        """The coord-check figure (the guide layout, as the report draws it) as inline SVG, drawn once."""
+        from coordcheck.report.html import coord_figures_html, drawn, key_of
+
+        def draw() -> str:
+            import matplotlib.pyplot as plt
+
+            from coordcheck.plot import plot_coords
+            from coordcheck.report import coord_figure_options
+
+            frame = self._report.frame  # the judged roles: the panels the tooltips name
+            fig = plot_coords(frame, **coord_figure_options(self.verdict))
+            try:
+                key = key_of(*sorted(self.frame["config_id"].unique()), len(frame))
+                return coord_figures_html(fig, frame, self.verdict, "guide", key=key)[0]
+            finally:
+                plt.close(fig)
+
+        return drawn(draw)
+
     def write(self, out_dir: str | Path, *, figures: bool = True, size: str = "paper",
               layout: Literal["guide", "grid"] = DEFAULT_LAYOUT) -> Path:
         """Write report.md, report.json, the tables and (``figures``) the figures into ``out_dir``, as a sweep's

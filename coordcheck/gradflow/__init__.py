@@ -21,10 +21,10 @@ from coordcheck.gradflow.checks import (
 )
 from coordcheck.gradflow.plot import plot_gradflow
 from coordcheck.gradflow.registry import (
-    CHECKS, MAX_NAMES, Check, CheckSpec, Diagnosis, Finding, Severity, Status, StepView, check, exit_code, name_list,
-    status, step_views,
+    CHECKS, MAX_NAMES, Check, CheckSpec, Diagnoses, Diagnosis, Finding, Severity, Status, StepView, check, exit_code,
+    name_list, status, step_views,
 )
-from coordcheck.gradflow.report import layer_summary, markdown, payload, write_gradflow_report
+from coordcheck.gradflow.report import layer_summary, markdown, notebook_html, payload, write_gradflow_report
 from coordcheck.gradflow.schema import (
     ACTIVATION_STATS, COLUMNS, FIGURE_NAME, FRAME_NAME, GLOBAL_NAME, GLOBAL_STATS, JSON_NAME, PARAM_STATS, REPORT_NAME,
     SCHEMA, UNUSED,
@@ -39,11 +39,11 @@ __all__ = [
     # checks
     "MIN_TREND_LAYERS", "TREND_ROLES", "GRAD_TREND_DECADES", "NAME_DECADES", "ACT_GROWTH_PER_LAYER",
     "ACT_GROWTH_TOTAL", "SATURATION_FRAC", "RATIO_NOT_JUDGED", "MAX_NAMES", "Severity", "Status", "Diagnosis",
-    "Finding",
+    "Diagnoses", "Finding",
     "StepView", "Check", "CheckSpec", "CHECKS", "BLOCKING", "check", "name_list", "step_views", "diagnose", "notes",
     "zero_outputs", "exit_code", "status",
     # report and plot
-    "layer_summary", "payload", "markdown", "write_gradflow_report", "plot_gradflow",
+    "layer_summary", "payload", "markdown", "notebook_html", "write_gradflow_report", "plot_gradflow",
     # app (the command)
     "run", "main", "cli",
 ]

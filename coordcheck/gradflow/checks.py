@@ -44,15 +44,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from coordcheck.gradflow.registry import CHECKS, Diagnosis, Finding, StepView, check, name_list, step_views
+from coordcheck.gradflow.registry import CHECKS, Diagnoses, Diagnosis, Finding, StepView, check, name_list, step_views
 from coordcheck.gradflow.registry import MAX_NAMES, Check, CheckSpec, Severity, Status  # noqa: F401  (re-exported)
 from coordcheck.gradflow.registry import _wide, exit_code, status  # noqa: F401  (re-exported)
 from coordcheck.gradflow.schema import UNUSED
 
 __all__ = ["MIN_TREND_LAYERS", "TREND_ROLES", "GRAD_TREND_DECADES", "NAME_DECADES", "ACT_GROWTH_PER_LAYER",
            "ACT_GROWTH_TOTAL", "SATURATION_FRAC", "RATIO_NOT_JUDGED", "MAX_NAMES", "Severity", "Status", "Diagnosis",
-           "Finding", "StepView", "Check", "CheckSpec", "CHECKS", "BLOCKING", "check", "name_list", "step_views",
-           "diagnose", "notes", "zero_outputs", "exit_code", "status"]
+           "Diagnoses", "Finding", "StepView", "Check", "CheckSpec", "CHECKS", "BLOCKING", "check", "name_list",
+           "step_views", "diagnose", "notes", "zero_outputs", "exit_code", "status"]
 
 # -- thresholds -------------------------------------------------------------------------
 # Depth trends are fitted (least squares on log10 of per-layer medians) over at least this
@@ -346,9 +346,10 @@ BLOCKING = tuple(c for c, spec in CHECKS.items() if spec.severity == "error")
 
 
 # -- from a frame to diagnoses ----------------------------------------------------------
-def diagnose(frame: pd.DataFrame, *, learning: bool = True) -> list[Diagnosis]:
+def diagnose(frame: pd.DataFrame, *, learning: bool = True) -> Diagnoses:
     """Run every check on every probe step; one Diagnosis per code (names and steps merged),
-    errors first. ``learning``: every parameter is meant to train (frozen ones are flagged)."""
+    errors first (a list, :class:`~coordcheck.gradflow.registry.Diagnoses`, that a notebook shows with its figure).
+    ``learning``: every parameter is meant to train (frozen ones are flagged)."""
     found: dict[str, list[tuple[int, Finding]]] = {}
     views = step_views(frame, learning=learning)
     for v in views:
@@ -371,7 +372,7 @@ def diagnose(frame: pd.DataFrame, *, learning: bool = True) -> list[Diagnosis]:
         steps = tuple(s for s, _ in hits)
         message = first.message + (f" (steps {', '.join(map(str, steps))})" if len(views) > 1 else "")
         out.append(Diagnosis(code, severity, message, first.fix, names, steps))
-    return sorted(out, key=lambda d: d.severity != "error")  # stable: registry order within a severity
+    return Diagnoses(sorted(out, key=lambda d: d.severity != "error"), frame)  # stable: registry order per severity
 
 
 def zero_outputs(v: StepView) -> pd.DataFrame:

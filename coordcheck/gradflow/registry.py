@@ -21,8 +21,8 @@ import pandas as pd
 from coordcheck.core.errors import EXIT
 from coordcheck.gradflow.schema import ACTIVATION_STATS, PARAM_STATS
 
-__all__ = ["MAX_NAMES", "Severity", "Status", "Diagnosis", "Finding", "StepView", "Check", "CheckSpec", "CHECKS",
-           "check", "name_list", "step_views", "exit_code", "status"]
+__all__ = ["MAX_NAMES", "Severity", "Status", "Diagnosis", "Diagnoses", "Finding", "StepView", "Check", "CheckSpec",
+           "CHECKS", "check", "name_list", "step_views", "exit_code", "status"]
 
 MAX_NAMES = 6  # names spelled out in a message; Diagnosis.names keeps them all
 
@@ -44,6 +44,32 @@ class Diagnosis:
 
     def line(self) -> str:
         return f"{self.severity.upper()} {self.code}: {self.message} — fix: {self.fix}"
+
+
+class Diagnoses(list):
+    """What :func:`~coordcheck.gradflow.checks.diagnose` returns: its :class:`Diagnosis` list (errors first) with the
+    frame it read (``frame``), its ``status`` and ``exit_code``. In a notebook it shows itself: the status, each
+    diagnosis with its fix, the notes and the figure (drawn once), the per-layer table folded — the report of
+    :mod:`coordcheck.gradflow.report`, imported when first shown (it sits above this module)."""
+
+    def __init__(self, diagnoses: Iterable[Diagnosis] = (), frame: pd.DataFrame | None = None) -> None:
+        super().__init__(diagnoses)
+        self.frame = frame
+        self._figure: str | None = None
+
+    @property
+    def status(self) -> Status:
+        return status(self)
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self)
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
+        from coordcheck.gradflow.report import notebook_html
+
+        bundle, self._figure = notebook_html(self, self.frame, self._figure)
+        return bundle
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Stage: report (analysis side; never imports torch). Input: a gradient-flow frame (schema in
 :mod:`coordcheck.gradflow.schema`) and its diagnoses (:func:`coordcheck.gradflow.checks.diagnose`).
 Output: a per-layer summary (:func:`layer_summary`), the JSON document (:func:`payload`), the
-Markdown (:func:`markdown`), and the files, written atomically (:func:`write_gradflow_report`).
+Markdown (:func:`markdown`), the files, written atomically (:func:`write_gradflow_report`), and what a notebook shows
+(:func:`notebook_html`).
 
 ``gradflow.json`` (``"schema": "coordcheck.gradflow/1"``)::
 
@@ -40,10 +41,10 @@ from coordcheck.gradflow.checks import (
 )
 from coordcheck.gradflow.plot import plot_gradflow
 from coordcheck.gradflow.registry import Diagnosis, exit_code, name_list, status, step_views
-from coordcheck.gradflow.schema import FIGURE_NAME, JSON_NAME, REPORT_NAME, SCHEMA
+from coordcheck.gradflow.schema import COLUMNS, FIGURE_NAME, JSON_NAME, REPORT_NAME, SCHEMA
 from coordcheck.core.text import json_safe, md_escape, num, records, write_json
 
-__all__ = ["layer_summary", "payload", "markdown", "write_gradflow_report"]
+__all__ = ["layer_summary", "payload", "markdown", "notebook_html", "write_gradflow_report"]
 
 DIGITS = "{:.3g}"  # numbers in the Markdown table
 
@@ -157,6 +158,25 @@ def markdown(frame: pd.DataFrame, diagnoses: list[Diagnosis], figures: dict[str,
               f"total; saturation at >= {SATURATION_FRAC:.0%} of outputs. Blocking codes (exit 1): "
               f"{', '.join(BLOCKING)}. {RATIO_NOT_JUDGED[:1].upper()}{RATIO_NOT_JUDGED[1:]}."]
     return "\n".join(lines) + "\n"
+
+
+# -- in a notebook ----------------------------------------------------------------------
+def notebook_html(diagnoses: list[Diagnosis], frame: pd.DataFrame | None,
+                  figure: str | None = None) -> tuple[dict[str, str], str]:
+    """What :class:`~coordcheck.gradflow.registry.Diagnoses` shows in a notebook: ``(bundle, figure)`` — the status
+    line as text, and as HTML (:func:`coordcheck.report.html.fragment`) the status, the diagnoses with their fixes and
+    the notes, the figure (``figure`` when given: drawn before) and the rest folded."""
+    from coordcheck.report.html import drawn, notebook_bundle, svg_of
+
+    if frame is None:  # diagnoses without the frame they were read from: no figure, no table
+        frame = pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()})
+    if figure is None:
+        figure = drawn(lambda: svg_of(lambda: plot_gradflow(frame, diagnoses=diagnoses))) if len(frame) else ""
+    st = status(diagnoses)
+    text = f"coordcheck.gradflow: {st.upper()}" + "".join(f"\n{d.line()}" for d in diagnoses)
+    bundle = notebook_bundle(text, markdown(frame, diagnoses), status={"ok": "pass"}.get(st, st), figure=figure,
+                             open_sections=("Diagnoses", "Notes"))
+    return bundle, figure
 
 
 # -- files ------------------------------------------------------------------------------

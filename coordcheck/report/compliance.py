@@ -5,7 +5,9 @@ Stage: report. Input: a sweep directory (job frames on disk, any launcher) or a 
 ``slopes.parquet`` + ``slopes.csv``, ``verdict.csv`` (judged series), ``audit.csv`` (the parameter audit,
 :mod:`coordcheck.judge.audit`), the figures
 (``coord_check``, ``slopes``, ``loss``, ``causes``; PDF + PNG), ``report.md`` (verdict first, then the causes),
-``report.json`` (schema below) and ``config.yaml`` (the sweep's resolved config, linked from
+``report.json`` (schema below), ``report.html`` (report.md as one page that needs no network, the figures in it, the
+audit as a table; hovering a line of the coord-check figure shows its module, role, slope and cause:
+:mod:`coordcheck.report.html`) and ``config.yaml`` (the sweep's resolved config, linked from
 ``report.md``; when known). Every file is written atomically; re-running is safe.
 Never imports torch.
 
@@ -85,6 +87,7 @@ from coordcheck.core.frame import atomic_write
 from coordcheck.judge.slopes import fit_slopes
 from coordcheck.report.axes import depth_lines, depth_payload, experts_lines, experts_payload
 from coordcheck.report.common import REPORT_DIR, environments, launched, run_lines, write_config
+from coordcheck.report.html import HTML_NAME, audit_html, coord_figures_html, write_page
 from coordcheck.report.knobs import DEFAULT_LAYOUT
 from coordcheck.run.sweep import JobProblem, Sweep, aggregate, job_facts, no_frame_error, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
@@ -362,11 +365,15 @@ def write_report(
     atomic_write(out / "slopes.csv", lambda p: report.slopes.to_csv(p, index=False))
     atomic_write(out / "verdict.csv", lambda p: report.verdict.series.to_csv(p, index=False))
     atomic_write(out / AUDIT_NAME, lambda p: report.audit.to_csv(p, index=False))
+    shown: dict[str, str] = {}  # report.html's interactive figures, by the PNG report.md shows in their place
+    tips: dict[str, dict] = {}
     if figures:
-        report.figures = _write_figures(report, out, steps, size, layout)
+        report.figures = _write_figures(report, out, steps, size, layout, page=(shown, tips))
     write_json(out / "report.json", report.payload(), allow_nan=False)
     write_config(out, report.config)
     md = report.markdown()
+    write_page(out / HTML_NAME, md, title=report.verdict.title, status=report.status, images=shown, tips=tips,
+               after=audit_html(report.audit, AUDIT_NAME))
     return atomic_write(out / "report.md", lambda p: p.write_text(md))
 
 
@@ -392,9 +399,12 @@ def coord_figure_options(verdict: Verdict, *, row: str = "parametrization",
 
 def _write_figures(
     report: Report, out: Path, steps: list[int] | None, size: str, layout: str = DEFAULT_LAYOUT,
+    page: tuple[dict[str, str], dict[str, dict]] | None = None,
 ) -> dict[str, str]:
     """Coord-check figure (``layout``: guide or grid), slope heatmap, loss curves and, when the verdict has evidence,
-    the causes figure (PDF + PNG); a figure that cannot be drawn is noted."""
+    the causes figure (PDF + PNG); a figure that cannot be drawn is noted. ``page``: (figures, tooltips) of
+    report.html, to which the coord-check figure is added as inline SVG with a tooltip per line
+    (:func:`coordcheck.report.html.coord_figures_html`)."""
     import matplotlib.pyplot as plt
 
     from coordcheck import plot
@@ -431,10 +441,18 @@ def _write_figures(
     figures = {}
     for name, draw in jobs.items():
         try:
-            plt.close(draw())
+            fig = draw()
         except ValueError as e:  # e.g. several configurations that one panel cannot hold
             report.notes.append(f"figure {name} skipped: {e}")
             continue
+        if name == "coord_check" and page is not None:  # report.html: the same figure, a tooltip per line, and a
+            # line per module beside a figure that pools them
+            grid = None if layout == "grid" else lambda: plot.plot_coords(
+                frame, steps=steps, row=row, size=size, layout="grid",
+                **coord_figure_options(v, row=row, layout="grid"))
+            page[0][f"{name}.png"], more = coord_figures_html(fig, frame, v, layout, grid)
+            page[1].update(more)
+        plt.close(fig)
         figures.update({f"{name} ({ext})": f"{name}.{ext}" for ext in ("png", "pdf")})
     return figures
 

@@ -31,7 +31,7 @@ from coordcheck.setup.parametrization import (
 )
 from coordcheck.report import environments
 from coordcheck.run.train import Init, LossFn, OptimizerFactory, cross_entropy, resolve_seeds
-from coordcheck.transfer.verdict import TRANSFERS, TransferRules, TransferVerdict
+from coordcheck.transfer.verdict import DOES_NOT, TRANSFERS, TransferRules, TransferVerdict
 from coordcheck.transfer.frame import TransferIdentity, concat_frames
 from coordcheck.transfer.report import (
     DepthFit,
@@ -101,6 +101,24 @@ class TransferResult:
     def report(self) -> str:
         """The report as markdown (verdict first)."""
         return self._report.markdown()
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
+        """In a notebook: the verdict, the shift of the optimum per doubling and the figure (loss against learning
+        rate), the rest of the report folded (:func:`coordcheck.report.html.fragment`)."""
+        from coordcheck.report.html import notebook_bundle
+
+        status = self.status
+        css = {TRANSFERS: "pass", DOES_NOT: "fail"}.get(status, "inconclusive")
+        return notebook_bundle(f"coordcheck.transfer: {status.upper()} — {self.verdict.reason}", self.report(),
+                               status=css, figure=self._figure_html,
+                               open_sections=("Shift of the optimum per width doubling",))
+
+    @functools.cached_property
+    def _figure_html(self) -> str:
+        """The figure of :meth:`plot` as inline SVG, drawn once."""
+        from coordcheck.report.html import drawn, svg_of
+
+        return drawn(lambda: svg_of(self.plot))
 
     def write(self, out_dir: str | Path, *, figures: bool = True, size: str = "paper") -> Path:
         """Write transfer.md, transfer.json, the tables and the figures into ``out_dir``; return transfer.md."""
