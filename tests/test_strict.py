@@ -154,5 +154,5 @@ def test_layout_reaches_the_coord_check_figure(monkeypatch, sweep):
     assert run_in_process(monkeypatch, *PASSING, "report.figures=true", "report.layout=grid",
                           f"hydra.sweep.dir={sweep}", "--multirun") == 0
     assert report.main([str(sweep), "--layout", "grid"]) == 0
-    assert report.main([str(sweep)]) == 0  # the default: the paper figure
-    assert [layout for name, layout in seen if name == "plot_coords"] == ["grid", "grid", "guide"]
+    assert report.main([str(sweep)]) == 0  # the default: the paper figure, and report.html's line per module
+    assert [layout for name, layout in seen if name == "plot_coords"] == ["grid", "grid", "guide", "grid"]

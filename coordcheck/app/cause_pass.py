@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -87,7 +88,7 @@ JOB_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's j
 def _as_a_job() -> Iterator[None]:
     """The pass's log lines as a job's are (``[coordcheck][INFO]``), not under the launcher's ``[HYDRA]`` tag: it
     runs in the sweep's end callback, where Hydra's own logging formats the root logger's handler."""
-    handler = logging.StreamHandler()
+    handler = logging.StreamHandler(sys.stdout)  # where Hydra's job logging writes
     handler.setFormatter(logging.Formatter(JOB_FORMAT))
     propagate, log.propagate = log.propagate, False
     log.addHandler(handler)

@@ -58,7 +58,7 @@ def test_a_slurm_jobs_tasks_give_the_one_process_frame_and_only_rank_0_writes(tm
     np.testing.assert_allclose(_frames(sweep)["value"].to_numpy(), _frames(one)["value"].to_numpy(), rtol=1e-4,
                                atol=1e-5)
     meta = json.loads(next(sweep.glob("*width=64*/job.json")).read_text())
-    assert meta["parallel"] == {"name": "ddp", "processes": 2}
+    assert meta["parallel"] == {"name": "ddp", "processes": 2, "launch": "srun --ntasks 2 python -m coordcheck"}
     assert not list((tmp_path / "tmp").glob("coordcheck-rank*"))  # rank 1's scratch is gone
 
 
@@ -75,7 +75,8 @@ def test_under_hydras_slurm_launcher_every_task_runs_in_the_same_directory_and_o
                               f"hydra.run.dir={run}"])
     assert all(t.returncode == 0 for t in tasks), [t.stderr[-2000:] for t in tasks]
     meta = json.loads((run / "job.json").read_text())
-    assert meta["status"] == "ok" and meta["parallel"] == {"name": "ddp", "processes": 2}
+    assert meta["status"] == "ok"
+    assert meta["parallel"] == {"name": "ddp", "processes": 2, "launch": "srun --ntasks 2 python -m coordcheck"}
     assert (run / "frame.parquet").exists()
     log = next(run.glob("*.log")).read_text()
     assert log.count("width=64 model=mlp") == 1, log  # rank 0's line; rank 1's went nowhere near it
