@@ -111,6 +111,11 @@ def run_in_process(monkeypatch: pytest.MonkeyPatch, *args: str, module: str = "c
     monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # as run_cli: Hydra prints an error, it does not raise it
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    # transformers logs through its own handler, made once per process on the sys.stderr of the test that first
+    # imported it (a capture closed since): this test's stderr, or a warning of its is a "--- Logging error ---"
+    for h in logging.getLogger("transformers").handlers:
+        if type(h) is logging.StreamHandler:
+            h.setStream(sys.stderr)
     try:
         with pytest.raises(SystemExit) as done:
             cli()

@@ -114,9 +114,13 @@ def test_result_rules_decide_the_verdict():
 
 
 @pytest.mark.parametrize("layout", ["grid", "guide"])
-def test_result_plot_writes_pdf_and_png_titled_with_the_verdict(tmp_path, layout):
+def test_result_plot_writes_pdf_and_png_captioned_with_the_verdict(tmp_path, layout):
+    from coordcheck.plot import caption_of
+
     r = CoordCheckResult(make_frame(HEALTHY))
     fig = r.plot(tmp_path / "coord_check", layout=layout)
     assert (tmp_path / "coord_check.png").read_bytes()[:4] == b"\x89PNG"
-    assert (tmp_path / "coord_check.pdf").read_bytes()[:4] == b"%PDF"
-    assert fig.get_suptitle() == r.verdict.title
+    pdf = (tmp_path / "coord_check.pdf").read_bytes()
+    assert pdf[:4] == b"%PDF" and b"/FontFile2" in pdf and b"/Type3" not in pdf  # TrueType fonts, embedded
+    assert not fig.get_suptitle() and caption_of(fig) == r.verdict.caption  # the verdict under the figure
+    assert r.verdict.caption.startswith("Coordinate check (parametrization=mup) — PASS: ")

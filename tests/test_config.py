@@ -66,7 +66,7 @@ def test_the_transfer_report_knobs_are_the_fields_of_transfer_rules():
     ({"n": 1}, "report.n: must be an integer >= 2 (got 1)"),
     ({"n": "x"}, "report.n: must be an integer >= 2 (got 'x')"),
     ({"tols": 1}, "report.tols: unknown knob (did you mean report.tol?): choose one of tol, n, name, strict, size"),
-    ({"size": "huge"}, "report.size: must be one of paper, slides (got 'huge')"),
+    ({"size": "huge"}, "report.size: must be one of paper, column, slides (got 'huge')"),
     ({"strict": "maybe"}, "report.strict: must be true or false (got 'maybe')"),
     (3, "report: must hold the knobs tol, n, name, strict, size (got 3)"),
 ])
@@ -90,7 +90,7 @@ def test_a_bad_knob_is_named_as_the_user_wrote_it():
 def test_report_knobs_are_checked():
     assert transfer_options({"tol": 1})["tol"] == 1.0
     for bad, words in [({"tol": -1}, "report.tol: must be a number > 0"), ({"tols": 1}, "unknown knob"),
-                       ({"strict": "maybe"}, "true or false"), ({"size": "poster"}, "one of paper, slides")]:
+                       ({"strict": "maybe"}, "true or false"), ({"size": "poster"}, "one of paper, column, slides")]:
         with pytest.raises(CoordCheckError, match=words):
             transfer_options(bad)
 
@@ -103,7 +103,7 @@ def test_add_flags_makes_one_flag_per_knob_typed_by_the_schema():
     assert vars(args) == {"tol": 0.3, "n": 4, "name": "b", "strict": True, "size": "slides"}
     assert parser.parse_args(["--no-strict"]).strict is False
     usage = parser.format_help()
-    assert "how far it may move (default 0.5)" in usage and "--size {paper,slides}" in usage
+    assert "how far it may move (default 0.5)" in usage and "--size {paper,column,slides}" in usage
     with pytest.raises(SystemExit):
         parser.parse_args(["--size", "huge"])  # choices from the schema's enum
     with pytest.raises(SystemExit):
@@ -145,7 +145,7 @@ def test_report_knobs_are_the_fields_of_rules_then_the_reports_own(capsys):
 BAD_TYPES = [
     ("report.tol=abc", "report.tol: must be a number > 0 (got 'abc')"),
     ("report.stat=foo", "report.stat: must be one of std, l1, rms, mean, absmax (got 'foo')"),
-    ("report.size=huge", "report.size: must be one of paper, slides (got 'huge')"),
+    ("report.size=huge", "report.size: must be one of paper, column, slides (got 'huge')"),
     ("report.strict=maybe", "report.strict: must be true or false (got 'maybe')"),
     ("report.layout=foo", "report.layout: must be one of guide, grid (got 'foo')"),
     ("report.min_widths=2.5", "report.min_widths: must be an integer >= 2 (got '2.5')"),

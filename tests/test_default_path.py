@@ -101,7 +101,8 @@ def test_the_default_command_names_each_planted_fault(monkeypatch, capsys, tmp_p
     assert code == 0
     said = [line for line in out.splitlines() if "a cause pass records in/own/eps for 3 job(s) up to step" in line]
     assert len(said) == 1, out
-    assert "][coordcheck][INFO] - cause pass: " in err and "[HYDRA] cause pass" not in err  # logged as a job logs
+    assert "][coordcheck][INFO] - cause pass: " in out and "[HYDRA] cause pass" not in out + err  # as a job logs
+    assert not err.strip()
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["status"] == "fail"
     assert [(c["kind"], c["modules"]) for c in report["causes"]] == [(kind, modules)]

@@ -15,7 +15,7 @@ from matplotlib.container import ErrorbarContainer
 from coordcheck.core.frame import COLUMNS, LOSS_MODULE, FrameError, conform
 from coordcheck.plot import (
     DRAWN_COLUMNS, HIGHLIGHT_WIDTH, INSIDE_LABEL, NO_EVIDENCE, NO_SLOPE, VIOLATES_COLOUR, VIOLATES_LABEL,
-    activation_kind, plot_causes, plot_coords, plot_loss, plot_slopes,
+    activation_kind, caption_of, plot_causes, plot_coords, plot_loss, plot_slopes,
 )
 from coordcheck.judge.slopes import fit_slopes
 
@@ -165,8 +165,9 @@ def test_coords_lines_are_seed_geometric_means_one_per_module():
         np.testing.assert_allclose(line.get_ydata(), want.to_numpy(), rtol=1e-9)
     colours = [line.get_color() for line in ax.lines]
     assert colours[1] == colours[2] != colours[0]  # same layer index, same colour
-    (legend,) = fig.legends
-    assert [t.get_text() for t in legend.get_texts()][0] == "0: wte"
+    modules, band = fig.legends  # the modules, then what the shaded band is
+    assert [t.get_text() for t in modules.get_texts()][0] == "0: wte"
+    assert [t.get_text() for t in band.get_texts()] == ["band: min–max\nover 2 seeds"]
 
 
 def test_default_steps_are_spread_and_keep_first_and_last():
@@ -359,13 +360,15 @@ def test_guide_has_one_panel_per_kind_in_order_and_one_line_per_step():
     for ax in fig.axes:
         assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2 and ax.get_yscale() == "log"
         np.testing.assert_array_equal(ax.get_xticks(), WIDTHS)
-        assert len(ax.lines) == 5  # steps 0..4
+        assert len(ax.lines) == 4  # the chosen steps 0, 1, 2 and the last, 4
         colours = [matplotlib.colors.to_hex(line.get_color()) for line in ax.lines]
-        assert len(set(colours)) == 5  # hue differs between steps
-    (legend,) = fig.legends
-    assert legend.get_title().get_text() == "step"
-    assert [t.get_text() for t in legend.get_texts()] == ["0", "1", "2", "3", "4"]
-    assert fig.axes[0].get_ylabel() == "std of out" and fig.axes[-1].get_xlabel() == "width"
+        assert len(set(colours)) == 4  # colour and marker differ between steps
+        assert len({line.get_marker() for line in ax.lines}) == 4
+    steps, reading = fig.legends  # the steps, then how to read the panels
+    assert [t.get_text() for t in steps.get_texts()] == ["step 0 (init)", "step 1", "step 2", "step 4"]
+    assert [t.get_text() for t in reading.get_texts()] == ["band: min–max over 2 seeds"]
+    assert fig.get_supylabel() == "std of activations (log scale)"  # every panel labelled, once
+    assert fig.axes[-1].get_xlabel() == "width" and not fig.get_suptitle()
     assert _visible_labels(fig.axes[-1].get_xticklabels())[-1] == "256"
 
 
@@ -391,20 +394,23 @@ def test_guide_of_an_mlp_has_embedding_hidden_and_output_panels():
     fig = plot_coords(frame, layout="guide", steps=[0, 2])
     assert len(fig.axes) == 2 * 3  # rows mup, sp
     assert [ax.get_title() for ax in fig.axes[:3]] == ["embedding", "hidden", "output logits"]
-    assert [ax.get_ylabel() for ax in fig.axes[::3]] == ["mup\nstd of out", "sp\nstd of out"]
+    assert [t.get_text() for t in fig.texts if t.get_rotation() == 270] == ["mup", "sp"]  # each row named at its right
+    assert fig.get_supylabel() == "std of activations (log scale)"
     hidden = fig.axes[1]  # every hidden module, fc layers included: 2 * 2 * 3, geometric mean 6**(1/3)
     np.testing.assert_allclose(hidden.lines[0].get_ydata(), np.exp(np.log([2, 2, 3]).mean()) * np.exp(
         np.log([1.0, 1.1]).mean()), rtol=1e-9)
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["0", "2"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["step 0 (init)", "step 2"]
 
 
-def test_guide_defaults_to_every_step_up_to_eleven():
+def test_guide_defaults_to_the_chosen_steps_0_1_2_5_and_the_last():
     fig = plot_coords(tidy(modules=GPT_MODULES, parametrizations=("mup",), seeds=(0,), steps=range(8)), layout="guide")
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == [str(s) for s in range(8)]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["step 0 (init)", "step 1", "step 2", "step 5",
+                                                                  "step 7"]
+    assert len(fig.legends) == 1  # one seed: no band to explain
     fig = plot_coords(tidy(modules=GPT_MODULES, parametrizations=("mup",), seeds=(0,), steps=range(30)),
                       layout="guide")
     shown = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert len(shown) == 11 and shown[0] == "0" and shown[-1] == "29"
+    assert shown == ["step 0 (init)", "step 1", "step 2", "step 5", "step 20", "step 29"]  # at most six
 
 
 @pytest.mark.parametrize("parametrizations", [("mup",), ("mup", "sp")])
@@ -663,7 +669,7 @@ def test_result_plot_kind_causes_draws_the_verdicts_evidence():
         result.plot(kind="causes")
     result.verdict.evidence = evidence()
     fig = result.plot(kind="causes")
-    assert fig.get_suptitle() == result.verdict.title
+    assert not fig.get_suptitle() and caption_of(fig) == result.verdict.caption  # the verdict under it, not above
     assert [ax.get_title() for ax in fig.axes] == ["initialisation", "learning rate", "own update"]
     assert result.plot().axes[0].get_title() == "embedding"  # kind="coords" in the guide layout stays the default
     with pytest.raises(CoordCheckError, match="kind must be one of coords, causes"):

@@ -15,7 +15,8 @@ from matplotlib.patches import Rectangle
 from coordcheck.core.frame import COLUMNS, LOSS_MODULE, conform
 from coordcheck.judge.places import RESIDUAL, match_places
 from coordcheck.plot import (
-    DEPTH_KINDS, GRID_SERIES, depth_kinds, family_labels, has_depths, has_grid, plot_depth, plot_grid_slopes,
+    DEPTH_KINDS, GRID_SERIES, caption_of, depth_kinds, family_labels, has_depths, has_grid, plot_depth,
+    plot_grid_slopes,
 )
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
@@ -113,11 +114,12 @@ def test_plot_depth_draws_a_block_per_family_and_tensor_with_shared_y_per_kind()
     axes = _visible(fig)
     per_block = [len([k for k in DEPTH_KINDS if k != "hidden"]), len([k for k in DEPTH_KINDS if k != "hidden"]) - 1]
     assert len(axes) == 2 * sum(per_block)  # out (with loss) and delta (no loss) per family
-    ylabels = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
-    assert [lab for lab in ylabels if "\n" in lab] == [
-        "CompleteP\nwidth 64 · std of out", "CompleteP\nwidth 64 · std of delta",
-        "no depth scaling\nwidth 64 · std of out", "no depth scaling\nwidth 64 · std of delta"]
-    assert ylabels.count("std of out") == ylabels.count("std of delta") == 2  # the wrapped lines
+    assert [t.get_text() for t in fig.texts if t.get_rotation() == 270] == [  # each block named at its right
+        "CompleteP · activations", "CompleteP · change since step 0",
+        "no depth scaling · activations", "no depth scaling · change since step 0"]
+    assert fig.get_suptitle() == "width 64"  # what they share, above
+    assert fig.get_supylabel() == "std (log scale)"  # one y label for every panel but the loss, which has its own
+    assert [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()] == ["loss", "loss"]
     residual = [ax for ax in axes if ax.get_title() == "residual stream"]
     assert len(residual) == 4 and len({ax.get_ylim() for ax in residual}) == 2  # shared within out, within delta
     delta_lines = [ax for ax in residual if len(ax.lines) == len(STEPS) - 1]  # no delta at step 0
@@ -137,9 +139,10 @@ def test_plot_depth_on_a_grid_draws_a_row_per_width_or_the_width_given():
 def test_plot_depth_picks_steps_as_the_coords_figure_does():
     frame = sweep(depths=(2, 4), steps=range(21))
     fig = plot_depth(frame, tensor="out")
-    assert len(_visible(fig)[0].lines) == 11  # MAX_GUIDE_STEPS spread, first and last kept
+    assert len(_visible(fig)[0].lines) == 6  # the chosen steps: 0, 1, 2, 5, 10, 20
     legend = fig.legends[0]
-    assert [t.get_text() for t in legend.get_texts()][::10] == ["0", "20"]
+    assert [t.get_text() for t in legend.get_texts()] == ["step 0 (init)", "step 1", "step 2", "step 5", "step 10",
+                                                          "step 20"]
     fig = plot_depth(frame, tensor="out", steps=[0, 5])
     assert len(_visible(fig)[0].lines) == 2
     with pytest.raises(ValueError, match="not recorded"):
@@ -242,7 +245,8 @@ def test_a_real_tiny_grid_draws_both_figures_and_the_report_lists_them(tmp_path)
     titles = [ax.get_title() for ax in _visible(fig)]
     assert {"embedding", "residual stream", "final norm", "output logits", "loss"} <= set(titles)
     assert all(ax.get_xscale() == "log" for ax in _visible(fig))
-    assert "depth_scaling=completep" in fig.axes[0].get_ylabel()
+    assert "depth_scaling=completep" in fig.get_suptitle()
+    assert caption_of(fig) == result.verdict.caption
     grid = result.plot(tmp_path / "grid", kind="grid")
     assert len(grid.axes) == 3  # the pair of heatmaps and the colour bar
     assert {p.name for p in tmp_path.iterdir()} == {"depth.png", "depth.pdf", "grid.png", "grid.pdf"}

@@ -163,7 +163,7 @@ def _sp_control(steps=11):
 def test_the_figure_shows_the_failing_step_the_failing_tensor_and_the_judged_window(tmp_path):
     import matplotlib.pyplot as plt
 
-    from coordcheck.plot import NOT_JUDGED_FACE, plot_coords
+    from coordcheck.plot import FAIL_COLOUR, NOT_JUDGED_FACE, caption_of, plot_coords
     from coordcheck.report import build_report, coord_figure_options
 
     report = build_report(_sp_control())
@@ -180,9 +180,14 @@ def test_the_figure_shows_the_failing_step_the_failing_tensor_and_the_judged_win
     assert len(not_judged) == 2 and all("not judged" in [t.get_text() for t in ax.texts] for ax in not_judged)
     plt.close(fig)
     fig = plot_coords(report.frame, **coord_figure_options(v))  # the default, the paper figure: the same steps
-    (legend,) = fig.legends
-    assert [t.get_text() for t in legend.get_texts()] == ["0", "1", "2", "10 (not judged)"]
-    assert [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()] == ["std of out", "std of delta"]
+    steps = fig.legends[0]
+    assert [t.get_text() for t in steps.get_texts()] == ["step 0 (init)", "step 1", "step 2",
+                                                         "step 10 (not judged)"]
+    blocks = [t.get_text() for t in fig.texts if t.get_rotation() == 270]  # out, then delta, each named at its right
+    assert blocks == ["sp · activations", "sp · change since step 0"]
+    framed = [ax for ax in fig.axes if ax.spines["left"].get_edgecolor()[:3] == matplotlib.colors.to_rgb(FAIL_COLOUR)]
+    assert framed and all(any(t.get_text().startswith("slope +") for t in ax.texts) for ax in framed)
+    assert not fig.get_suptitle() and caption_of(fig) == v.caption  # the verdict is the caption, not the title
     plt.close(fig)
 
 

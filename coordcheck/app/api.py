@@ -136,7 +136,8 @@ class CoordCheckResult:
 
     def plot(self, path: str | Path | None = None, *, kind: PlotKind = "coords",
              layout: Literal["guide", "grid"] = DEFAULT_LAYOUT, **kwargs: object):
-        """A figure of the result; saved as PDF + PNG when ``path`` is given. The verdict is the title.
+        """A figure of the result; saved as PDF + PNG when ``path`` is given. The verdict is its caption (under it, as a
+        paper prints it; ``caption=`` your own, ``title=`` one above it).
 
         ``kind="coords"``: the coord-check figure (``coordcheck.plot.plot_coords``), in ``layout="guide"`` (the
         default, the paper figure: a panel per kind of activation, a line per step) or ``"grid"`` (a panel per step,
@@ -150,12 +151,12 @@ class CoordCheckResult:
         if kind == "causes":
             from coordcheck.plot import plot_causes
 
-            return plot_causes(self.verdict.evidence, path, **{"title": self.verdict.title, **kwargs})
+            return plot_causes(self.verdict.evidence, path, **{"caption": self.verdict.caption, **kwargs})
         if kind in ("depth", "grid"):
             from coordcheck import plot
 
             draw = plot.plot_depth if kind == "depth" else plot.plot_grid_slopes
-            defaults = {"title": self.verdict.title, "labels": plot.family_labels(self.frame, self.facts)}
+            defaults = {"caption": self.verdict.caption, "labels": plot.family_labels(self.frame, self.facts)}
             try:
                 return draw(self.frame, path, **{**defaults, **kwargs})
             except ValueError as e:  # not a depth sweep / not a grid: say so in one line

@@ -171,6 +171,11 @@ class Verdict:
                  + f": {row['status'].upper()}" for _, row in c.iterrows()]
         return f"coordinate check — {self.status.upper()} ({'; '.join(parts)}){depth}"
 
+    @property
+    def caption(self) -> str:
+        """The figures' caption, where a paper puts the verdict (not in the title): :attr:`title` then the reason."""
+        return f"{self.title[:1].upper()}{self.title[1:]}: {self.reason}"
+
     def worst_modules(self, n: int = 4) -> list[str]:
         """The ``n`` modules of the worst offending series (highlighted in the figures)."""
         return list(dict.fromkeys(self.worst(5 * n)["module"]))[:n]

@@ -45,9 +45,12 @@ from matplotlib.legend import Legend
 
 from coordcheck.core.frame import conform
 from coordcheck.plot.helpers import (
-    Size, add_legend, add_legend_below, check_one_config, check_steps, default_steps, facet_size,
-    figure_style, fit_log2_labels, fit_titles, label_log2, label_log_y, legend_line, module_order,
-    nothing_left, save_figure, seaborn_modules, tensor_rank,
+    Size, add_caption, add_legend, add_legend_below, check_one_config, check_steps, default_steps,
+    facet_size, figure_style, fit_log2_labels, fit_titles, label_log2, label_log_y, legend_line,
+    module_order, nothing_left, save_figure, seaborn_modules, tensor_rank,
+)
+from coordcheck.plot.steplines import (
+    FAIL_COLOUR, Block, Panel, chosen_steps, draw_blocks, pool, reading_handles, step_styles, summarise,
 )
 
 if TYPE_CHECKING:
@@ -57,8 +60,8 @@ if TYPE_CHECKING:
 
 __all__ = ["plot_coords", "activation_kind", "guide_kinds", "highlight_style", "Layout", "KINDS", "ROLE_STYLE",
            "HIGHLIGHT_COLOURS", "HIGHLIGHT_WIDTH", "HIGHLIGHT_MARKS", "HIGHLIGHT_LAYERS", "NOT_JUDGED_FACE",
-           "LAYER_CMAP", "LAYER_CMAP_RANGE", "STEP_PALETTE", "MAX_COLUMNS", "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND",
-           "MAX_GUIDE_STEPS"]
+           "LAYER_CMAP", "LAYER_CMAP_RANGE", "MAX_COLUMNS", "MAX_MODULE_LEGEND", "MAX_LAYER_LEGEND",
+           "MAX_GUIDE_COLUMNS", "FAIL_COLOUR"]
 
 Layout = Literal["guide", "grid"]  # the first is the default (coordcheck.report.knobs.LAYOUTS)
 
@@ -90,13 +93,9 @@ KINDS = ("embedding", "attention logits", "attention output", "MLP output", "hid
 _ROLE_KIND = {"input": "embedding", "attention": "attention logits", "output": "output logits"}
 _ATTENTION_PARTS = frozenset({"attn", "attention", "self_attn"})
 _MLP_PARTS = frozenset({"mlp", "ffn", "feed_forward", "fc", "w1", "w2", "w3"})
-STEP_PALETTE = "flare"  # light = early, dark = late
-MAX_GUIDE_STEPS = 11  # default number of step lines in the guide layout
-
-_STEP_STYLE = dict(linewidth=1.3, markersize=3.5, markeredgewidth=0)
-_INIT_STYLE = dict(linewidth=1.3, dashes=(3, 1.5), markersize=6, markerfacecolor="white", markeredgewidth=1.2)
-_COMPACT_LEGEND = dict(handlelength=1.4, handletextpad=0.4, columnspacing=1.0)  # a step legend in one row
-_GUIDE_MIN_HEIGHT = {"paper": 2.2, "slides": 0.0}  # five narrow panels on a page still get a y scale
+MAX_GUIDE_COLUMNS = {"paper": 6, "column": 2, "slides": 6}  # panels per line; more kinds wrap onto the next line
+_GUIDE_MIN_HEIGHT = {"paper": 2.0, "column": 1.4, "slides": 0.0}  # five narrow panels on a page still get a y scale
+_TENSOR_WORDS = {"out": "activations", "delta": "change since step 0"}
 
 
 def plot_coords(
@@ -113,6 +112,8 @@ def plot_coords(
     highlight: Sequence[str] = (),
     include_steps: Sequence[int] = (),
     window_end: dict | None = None,
+    caption: str | None = None,
+    failing: pd.DataFrame | None = None,
 ) -> Figure:
     """The coordinate-check figure: ``stat`` of the activations against width.
 
@@ -172,32 +173,39 @@ def plot_coords(
     check_one_config(data, by=[row], what=f"row={row!r}")
 
     recorded = np.sort(data["step"].unique())
-    n_steps = MAX_COLUMNS if layout == "grid" else MAX_GUIDE_STEPS
     judged_until = max(window_end.values()) if window_end else None
     if steps is None:
-        steps = default_steps(recorded, n_steps, judged_until, include_steps)
+        steps = (default_steps(recorded, MAX_COLUMNS, judged_until, include_steps) if layout == "grid"
+                 else chosen_steps(recorded, judged_until, include_steps))
     else:
         steps = check_steps(steps, recorded)
-        judged_until = None  # steps chosen by hand: titled as they are
+        judged_until, window_end = None, None  # steps chosen by hand: titled as they are
     data = data[data["step"].isin(steps)]
     levels = sorted(data[row].unique(), key=tensor_rank if row == "tensor" else None)
     data = data.assign(value=data["value"].abs()) if stat == "mean" else data
     magnitude = "|mean|" if stat == "mean" else stat
-    if row == "tensor" or len(tensors) == 1:
-        row_order = levels
-        ylabels = [f"{magnitude} of {level if row == 'tensor' else tensors[0]}" for level in levels]
-    else:  # a row per (level, tensor): the tensors of one level next to each other
-        row, panels = _PANEL_ROW, data[row].astype(str) + " · " + data["tensor"]
-        data = data.assign(**{row: panels})
-        row_order = [f"{level} · {t}" for level in levels for t in sorted(tensors, key=tensor_rank)
-                     if f"{level} · {t}" in set(panels)]
-        ylabels = [f"{magnitude} of {label.rsplit(' · ', 1)[1]}" for label in row_order]
-        levels = [label.rsplit(" · ", 1)[0] for label in row_order]
-    if row != "tensor" and len(set(levels)) > 1:
-        ylabels = [f"{level}\n{label}" for level, label in zip(levels, ylabels)]
-    draw = _coord_grid if layout == "grid" else _coord_guide
-    fig = draw(data, steps=list(steps), row=row, row_order=row_order, size=size, ylabels=ylabels,
-               highlight=list(highlight), title=title, judged_until=judged_until)
+    ordered = sorted(tensors, key=tensor_rank)
+    panel_rows = ([(level, level) for level in levels] if row == "tensor"  # (level of row, tensor) per row of panels
+                  else [(level, t) for level in levels for t in ordered
+                        if ((data[row] == level) & (data["tensor"] == t)).any()])
+    if layout == "guide":
+        fig = _coord_guide(data, steps=list(steps), row=row, panel_rows=panel_rows, size=size, magnitude=magnitude,
+                           title=title, window_end=window_end, failing=failing)
+    else:
+        if row == "tensor" or len(tensors) == 1:
+            row_order = levels
+            ylabels = [f"{magnitude} of {level if row == 'tensor' else tensors[0]}" for level in levels]
+        else:  # a row per (level, tensor): the tensors of one level next to each other
+            row, panels = _PANEL_ROW, data[row].astype(str) + " · " + data["tensor"]
+            data = data.assign(**{row: panels})
+            row_order = [f"{level} · {t}" for level, t in panel_rows]
+            ylabels = [f"{magnitude} of {t}" for _, t in panel_rows]
+            levels = [level for level, _ in panel_rows]
+        if row != "tensor" and len(set(levels)) > 1:
+            ylabels = [f"{level}\n{label}" for level, label in zip(levels, ylabels)]
+        fig = _coord_grid(data, steps=list(steps), row=row, row_order=row_order, size=size, ylabels=ylabels,
+                          highlight=list(highlight), title=title, judged_until=judged_until, failing=failing)
+    add_caption(fig, caption, size)
     save_figure(fig, path)
     return fig
 
@@ -244,15 +252,17 @@ def _sub_block(module: str) -> tuple[str, str]:
 
 
 def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: list, size: Size,
-                ylabels: list[str], highlight: list[str], title: str | None, judged_until: int | None) -> Figure:
+                ylabels: list[str], highlight: list[str], title: str | None, judged_until: int | None,
+                failing: pd.DataFrame | None = None) -> Figure:
     """Panels (row level, step); one line per module: colour = layer index, style = role; the steps after
-    ``judged_until`` titled "not judged"."""
+    ``judged_until`` titled "not judged"; a highlighted module with a series in ``failing`` named with its worst
+    slope."""
     widths = np.sort(data["width"].unique())
     modules = module_order(data)
     modules["role"] = modules["module"].map(data.drop_duplicates("module").set_index("module")["role"])
     picked = [m for m in dict.fromkeys(highlight) if m in set(modules["module"])]
     positive = np.isfinite(data["value"]) & (data["value"] > 0)  # what a log axis can show
-    data = data.loc[positive, list(dict.fromkeys([row, "step", "module", "role", "width", "value"]))]
+    data = data.loc[positive, list(dict.fromkeys([row, "step", "module", "role", "width", "seed", "value"]))]
     colours = _layer_colours(modules["layer_index"])
     palette = {m: colours[i] for m, i in zip(modules["module"], modules["layer_index"])}
     hot = {m: HIGHLIGHT_COLOURS[k % len(HIGHLIGHT_COLOURS)] for k, m in enumerate(picked)}
@@ -296,15 +306,21 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
                         bbox={"facecolor": NOT_JUDGED_FACE, "edgecolor": "none", "pad": 1})
         shown = modules if many else modules[~modules["module"].isin(picked)]  # highlighted: own legend
         handles, legend_title = _layer_legend(shown, colours, styled)
+        seeds = int(data["seed"].nunique()) if "seed" in data else 1
         legends = [add_legend(g.figure, handles, legend_title)]
+        if seeds > 1:  # what the shaded bands are
+            legends.append(add_legend(g.figure, reading_handles(seeds, False, False, narrow=True), ""))
         if many and len(role_order) > 1:  # the module legend above shows each module's style
             roles = {r: legend_line("0.35", markers[r], dashes[r]) for r in role_order}
             legends.append(add_legend(g.figure, roles, "role"))
         _stack_legends(g.figure, legends)
         if hot:
             order = dict(zip(modules["module"], modules["layer_index"]))
-            handles = {f"L{order[m]} {m}": legend_line(hot[m], *highlight_style(k, len(picked))[1],
-                                                       linewidth=HIGHLIGHT_WIDTH) for k, m in enumerate(picked)}
+            slopes = {m: _worst_failing(failing, "tensor", None, None, [m], steps) for m in picked}
+            handles = {f"L{order[m]} {m}" + (f" (slope {slopes[m][0]:+.2f}, step {slopes[m][1]})" if slopes[m]
+                                             else ""):
+                       legend_line(hot[m], *highlight_style(k, len(picked))[1], linewidth=HIGHLIGHT_WIDTH)
+                       for k, m in enumerate(picked)}
             for handle in handles.values():  # open markers, as drawn
                 handle.set_markerfacecolor("none")
                 handle.set_markeredgewidth(1.4)
@@ -343,9 +359,13 @@ def _lineplot_subset(*args, keep: list, data: pd.DataFrame, column: str = "modul
         sns.lineplot(*args, data=subset, **kwargs)
 
 
-def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: list, size: Size,
-                 ylabels: list[str], highlight: list[str], title: str | None, judged_until: int | None) -> Figure:
-    """Panels (row level, kind of activation); one line per step, modules pooled by geometric mean."""
+def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, panel_rows: list[tuple], size: Size,
+                 magnitude: str, title: str | None, window_end: dict | None,
+                 failing: pd.DataFrame | None) -> Figure:
+    """A block of panels per (level of ``row``, tensor), a panel per kind of activation (wrapped onto lines of
+    :data:`MAX_GUIDE_COLUMNS`), one line per step (:func:`~coordcheck.plot.steplines.draw_blocks`), modules pooled by
+    geometric mean; the panels where ``failing`` has a series, framed in red with its slope. The steps after a
+    level's ``window_end`` are dotted (and named "not judged" in the legend when every level's window ends there)."""
     widths = np.sort(data["width"].unique())
     data = data.assign(kind=guide_kinds(data, row))
     data = data[data["kind"].notna()]
@@ -353,42 +373,50 @@ def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, row_order: l
         raise ValueError("no module has a kind of activation that layout='guide' shows "
                          "(roles input, attention, hidden, output): use layout='grid'")
     kinds = [k for k in KINDS if k in set(data["kind"])]
-    data = data[np.isfinite(data["value"]) & (data["value"] > 0)]
-    keys = list(dict.fromkeys([row, "kind", "step", "width", "seed"]))
-    pooled = (data.assign(value=np.log(data["value"]))  # geometric mean over the kind's modules
-              .groupby(keys, observed=True)["value"].mean().pipe(np.exp).reset_index())
-    sns, _ = seaborn_modules()
-    palette = dict(zip(steps, sns.color_palette(STEP_PALETTE, len(steps))))
-
-    facet_w, facet_h = facet_size(size, len(row_order), len(kinds), legend_w=0.0)  # the legend goes below
-    facet_h = max(facet_h, _GUIDE_MIN_HEIGHT[size])  # narrow panels, but tall enough for a scale
-    with figure_style(size):
-        g = _log_width_facets(pooled, widths, row=row, row_order=row_order, col="kind", col_order=kinds, sharey="col",
-                              facet=(facet_w, facet_h))
-        common = dict(x="width", y="value", hue="step", hue_order=steps, palette=palette, errorbar=("pi", 100),
-                      err_kws={"alpha": 0.12, "linewidth": 0}, marker="o", legend=False)
-        later = [s for s in steps if s != 0]
-        if 0 in steps:  # initialisation: open rings, dashed, underneath; a step 1 that equals it stays visible
-            g.map_dataframe(_lineplot_subset, column="step", keep=[0], **common, **_INIT_STYLE,
-                            markeredgecolor=palette[0])
-        g.map_dataframe(_lineplot_subset, column="step", keep=later, **common, **_STEP_STYLE)
-        g.set_titles(col_template="{col_name}", row_template="")  # the row is named in the y label
-        _finish_facets(g, widths, ylabels, title)
-        drawn = set(pooled["step"]) or set(steps)  # no delta at step 0: no legend entry either
-        late = judged_until is not None
-        labels = {s: f"{s} (not judged)" if late and s > judged_until else str(s) for s in steps if s in drawn}
-        add_legend_below(g.figure, {label: _step_handle(palette[s], s) for s, label in labels.items()}, "step",
-                         **_COMPACT_LEGEND)
-    return g.figure
+    keys = list(dict.fromkeys([row, "tensor", "kind"]))
+    members = data.groupby(keys, observed=True)["module"].unique()  # the modules each panel pools
+    pooled = pool(data, [*keys, "step", "width", "seed"])  # geometric mean over the kind's modules
+    summary = summarise(pooled, keys, "width")
+    ends = {level: int(end) for level, end in (window_end or {}).items()}
+    shared_end = next(iter(set(ends.values()))) if len(set(ends.values())) == 1 and (
+        {lv for lv, _ in panel_rows} <= set(ends)) else None
+    one_tensor = len({t for _, t in panel_rows}) == 1
+    blocks = []
+    for level, tensor in panel_rows:
+        panels = []
+        for kind in kinds:
+            key = (level, kind) if row == "tensor" else (level, tensor, kind)
+            sel = summary[(summary[row] == level) & (summary["kind"] == kind)]
+            if row != "tensor":
+                sel = sel[sel["tensor"] == tensor]
+            panels.append(Panel(kind, sel, (kind, tensor),
+                                _worst_failing(failing, row, level, tensor, members.get(key, ()), steps)))
+        name = str(level) if one_tensor or row == "tensor" else f"{level} · {_TENSOR_WORDS.get(tensor, tensor)}"
+        blocks.append(Block(panels, name, ends.get(level) if shared_end is None else None))
+    what = f"{magnitude} of {_TENSOR_WORDS.get(panel_rows[0][1], panel_rows[0][1])}" if one_tensor else magnitude
+    return draw_blocks(blocks, step_styles(steps, shared_end), x="width", xs=widths, xlabel="width",
+                       ylabel=f"{what} (log scale)", size=size, max_cols=MAX_GUIDE_COLUMNS[size],
+                       min_height=_GUIDE_MIN_HEIGHT[size], seeds=int(data["seed"].nunique()), title=title)
 
 
-def _step_handle(colour, step: int):
-    """The legend handle of a step's line: :data:`_INIT_STYLE` for step 0, :data:`_STEP_STYLE` for the others."""
-    handle = legend_line(colour, "o", dashes=(3, 1.5) if step == 0 else "")
-    if step == 0:
-        handle.set_markerfacecolor("white")
-        handle.set_markeredgewidth(_INIT_STYLE["markeredgewidth"])
-    return handle
+def _worst_failing(failing: pd.DataFrame | None, row: str, level, tensor: str | None, modules, steps: list[int]):
+    """(slope, step) of the worst failing series (largest |slope|, at a drawn step when one is) among ``modules`` of
+    one panel (of ``tensor`` and the ``level`` of ``row``; None: any), or None. ``failing``: the verdict's failing
+    series (``module``, ``tensor``, ``step``, ``slope``, and ``row``'s column when it has it)."""
+    if failing is None or failing.empty:
+        return None
+    f = failing[failing["module"].isin(list(modules))]
+    if tensor is not None:
+        f = f[f["tensor"] == tensor]
+    if level is not None and row in f.columns and row != "tensor":
+        f = f[f[row].astype(str) == str(level)]
+    f = f[np.isfinite(f["slope"].astype(float))]
+    if f.empty:
+        return None
+    drawn = f[f["step"].isin(steps)]
+    f = drawn if len(drawn) else f
+    w = f.loc[f["slope"].astype(float).abs().idxmax()]
+    return float(w["slope"]), int(w["step"])
 
 
 def guide_kinds(data: pd.DataFrame, row: str) -> pd.Series:

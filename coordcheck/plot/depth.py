@@ -37,11 +37,11 @@ from matplotlib.patches import Rectangle
 
 from coordcheck.core.frame import conform
 from coordcheck.judge.places import match_places
-from coordcheck.plot.coords import KINDS, MAX_GUIDE_STEPS, STEP_PALETTE, guide_kinds
+from coordcheck.plot.coords import KINDS, guide_kinds
 from coordcheck.plot.helpers import (
-    FIGURE_WIDTH, Size, add_legend, check_steps, default_steps, facet_size, figure_style, fit_log2_labels, fit_titles,
-    label_log2, label_log_y, legend_line, nothing_left, save_figure, seaborn_modules,
+    FIGURE_WIDTH, Size, add_caption, check_steps, figure_style, nothing_left, save_figure, seaborn_modules,
 )
+from coordcheck.plot.steplines import Block, Panel, chosen_steps, draw_blocks, pool, step_styles, summarise
 from coordcheck.plot.slopes import SLOPE_CLIP, SLOPE_CMAP
 from coordcheck.judge.slopes import CONFIG_COLUMNS, fit_slopes
 from coordcheck.judge.verdict import Rules
@@ -65,9 +65,9 @@ GRID_SERIES: tuple[tuple[str, str, int | None], ...] = (
     ("embedding", "delta", None), (FINAL_NORM_KIND, "delta", None),
     ("output logits", "out", None), ("output logits", "delta", None),
 )
-MAX_DEPTH_COLUMNS = {"paper": 4, "slides": 8}  # panels per line of plot_depth; more kinds wrap onto the next line
-_STEP_LEGEND_W = {"paper": 0.7, "slides": 1.2}
-_MIN_HEIGHT = {"paper": 1.8, "slides": 0.0}
+MAX_DEPTH_COLUMNS = {"paper": 4, "column": 3, "slides": 8}  # panels per line of plot_depth; more wrap
+_MIN_HEIGHT = {"paper": 1.8, "column": 1.4, "slides": 0.0}
+_TENSOR_WORDS = {"out": "activations", "delta": "change since step 0"}
 _TENSOR_MARK = {"out": "out", "delta": "Δ"}
 _LABEL_COLUMNS = [c for c in CONFIG_COLUMNS if c != "config_id"]
 
@@ -154,25 +154,29 @@ def plot_depth(
     max_cols: int | None = None,
     window_end: int | None = None,
     include_steps: Sequence[int] = (),
+    caption: str | None = None,
 ) -> Figure:
     """The coordinate check against depth: ``stat`` of each kind of activation against depth, a line per step.
 
     One block of panels per (family, width) with two depths or more (families: ``family_id``, the configuration minus
     width and depth; ``width`` keeps one width of a grid) and per ``tensor`` (default ``out`` and ``delta``, one under
     the other: a depth verdict judges the residual stream's output at init and its change since step 0 after
-    updates; ``"out"``: the output alone); a panel per kind (:data:`DEPTH_KINDS`, each only where present; ``loss``
-    in the first tensor's block), wrapped onto lines of ``max_cols`` panels (default :data:`MAX_DEPTH_COLUMNS`). In
-    every panel x is depth on a log2 axis labelled with the depths present and y is the kind's geometric mean over its
-    places on a log axis, averaged over seeds in log space with the seed min-max as a band; panels of one kind and
-    tensor share their y axis, so the families compare directly. Depth-invariant (what depth-μP and CompleteP
-    promise for the residual stream) is flat; a line that rises with depth is a depth blow-up. Values that are not
-    finite and positive are left out.
+    updates; ``"out"``: the output alone), each block named at its right; a panel per kind (:data:`DEPTH_KINDS`, each
+    only where present; ``loss`` in the first tensor's block, with its own y label), wrapped onto lines of
+    ``max_cols`` panels (default :data:`MAX_DEPTH_COLUMNS`). In every panel x is depth on a log2 axis labelled with
+    the depths present and y is the kind's geometric mean over its places on a log axis, averaged over seeds in log
+    space with the seed min-max as a band, spanning at least a factor
+    :data:`~coordcheck.plot.steplines.MIN_Y_SPAN`; panels of one kind and tensor share their y axis, so the
+    families compare directly. Depth-invariant (what depth-μP and CompleteP promise for the residual stream) is
+    flat; a line that rises with depth is a depth blow-up. Zeros are drawn in a row at the floor labelled "0", values
+    missing or not finite in a row at the top labelled "n/a" (:mod:`~coordcheck.plot.steplines`).
 
-    ``steps`` (default: every recorded step, at most :data:`~coordcheck.plot.coords.MAX_GUIDE_STEPS` spread evenly,
-    the first and the last always; with ``window_end``, the last judged step, spread over the judged ones and the last
-    recorded step added; ``include_steps`` always) are drawn light (early) to dark (late). ``labels`` maps a family_id
-    to the name its rows get (default :func:`family_labels` of the frame); ``title`` (the verdict) becomes the
-    suptitle. Raises ValueError on a frame that is not a depth sweep.
+    ``steps`` (default :func:`~coordcheck.plot.steplines.chosen_steps`: 0, 1, 2, 5, ... and the last judged step
+    (``window_end``), the last recorded one when it lies after it, dotted, and ``include_steps``) are drawn light
+    (early) to dark (late), each with its own marker. ``labels`` maps a family_id to the name its blocks get (default
+    :func:`family_labels` of the frame); ``title`` becomes the suptitle (None: with one family, its label and width)
+    and ``caption`` (the verdict) the text under the figure (:func:`~coordcheck.plot.helpers.add_caption`). Raises
+    ValueError on a frame that is not a depth sweep.
     """
     places = _places(frame)
     tensors = [tensor] if isinstance(tensor, str) else list(dict.fromkeys(tensor))
@@ -188,87 +192,46 @@ def plot_depth(
     loss = places[places["kind"] == LOSS_KIND]
     data = pd.concat([acts, loss], ignore_index=True)
     data = data[data.set_index(["family_id", "width"]).index.isin(groups)]
-    data = data[np.isfinite(data["value"]) & (data["value"].abs() > 0)]
     data = data.assign(value=data["value"].abs())  # |mean| for stat="mean"; every other stat is >= 0
 
     recorded = np.sort(acts["step"].unique())
     if steps is None:
-        steps = default_steps(recorded, MAX_GUIDE_STEPS, window_end, include_steps)
+        steps = chosen_steps(recorded, window_end, include_steps)
     else:
         steps = check_steps(steps, recorded)
         window_end = None
     data = data[data["step"].isin(steps)]
-    keys = ["family_id", "width", "kind", "tensor", "depth", "seed", "step"]
-    pooled = (data.assign(value=np.log(data["value"]))  # geometric mean over the kind's places
-              .groupby(keys, observed=True)["value"].mean().pipe(np.exp).reset_index())
+    keys = ["family_id", "width", "kind", "tensor"]
+    summary = summarise(pool(data, [*keys, "depth", "seed", "step"]), keys, "depth")  # places pooled, then seeds
 
     names = {**family_labels(frame), **(labels or {})}
-    several = len(groups) > 1 or labels is not None
-    blocks = []  # (family, width, tensor, kinds)
-    for fam, w in sorted(groups, key=lambda g: (names.get(g[0], g[0]), g[1])):
-        for k, ten in enumerate(tensors):
-            here = set(pooled.loc[(pooled["family_id"] == fam) & (pooled["width"] == w) & (pooled["tensor"] == ten),
-                                  "kind"])
-            kinds = [kd for kd in DEPTH_KINDS if kd in here and kd != LOSS_KIND]
-            if k == 0 and LOSS_KIND in set(pooled.loc[(pooled["family_id"] == fam) & (pooled["width"] == w), "kind"]):
-                kinds.append(LOSS_KIND)
-            if kinds:
-                blocks.append((fam, w, ten, kinds))
-    n_cols = min(max(len(b[3]) for b in blocks), max_cols or MAX_DEPTH_COLUMNS[size])
-    lines = [(b, b[3][i:i + n_cols]) for b in blocks for i in range(0, len(b[3]), n_cols)]
-    depths = np.sort(pooled["depth"].unique())
-
-    sns, plt = seaborn_modules()
-    palette = dict(zip(steps, sns.color_palette(STEP_PALETTE, len(steps))))
-    facet_w, facet_h = facet_size(size, len(lines), n_cols, legend_w=_STEP_LEGEND_W[size])
-    facet_h = max(facet_h, _MIN_HEIGHT[size])
+    several = len({fam for fam, _ in groups}) > 1
+    widths_shown = len({w for _, w in groups}) > 1
     magnitude = "|mean|" if stat == "mean" else stat
-    with figure_style(size):
-        fig, axes = plt.subplots(len(lines), n_cols, figsize=(facet_w * n_cols, facet_h * len(lines)), squeeze=False)
-        shared: dict[tuple[str, str], list] = {}
-        previous = None
-        for (fam, w, ten, _), line_kinds, row in zip((b for b, _ in lines), (k for _, k in lines), axes):
-            for kind, ax in zip(line_kinds, row):
-                label_log2(ax, depths)
-                ax.set_yscale("log")  # before plotting: seaborn then averages the seeds in log space
-                tensor_of = "loss" if kind == LOSS_KIND else ten
-                panel = pooled[(pooled["family_id"] == fam) & (pooled["width"] == w) & (pooled["kind"] == kind)
-                               & (pooled["tensor"] == tensor_of)]
-                if len(panel):
-                    sns.lineplot(panel, x="depth", y="value", hue="step", hue_order=steps, palette=palette, ax=ax,
-                                 errorbar=("pi", 100), err_kws={"alpha": 0.12, "linewidth": 0}, linewidth=1.3,
-                                 marker="o", markersize=3.5, markeredgewidth=0, legend=False)
-                ax.set_title(kind)
-                ax.set_xlabel("depth")
-                ax.set_ylabel("")
-                shared.setdefault((kind, tensor_of), []).append(ax)
-            for ax in row[len(line_kinds):]:
-                ax.set_visible(False)
-            what = f"{magnitude} of {ten}"
-            first = (fam, w, ten) != previous  # the block's first line names it; wrapped lines only the tensor
-            previous = (fam, w, ten)
-            head = f"{names.get(fam, fam)}\nwidth {w} · " if several and first else ""
-            row[0].set_ylabel(head + what, fontsize="small" if head else None)
-        for group in shared.values():  # one y scale per kind and tensor: families side by side compare
-            lims = [ax.get_ylim() for ax in group if ax.lines]
-            if lims:
-                lo, hi = min(lo for lo, _ in lims), max(hi for _, hi in lims)
-                for ax in group:
-                    ax.set_ylim(lo, hi)
-        visible = [ax for ax in axes.flat if ax.get_visible()]
-        if title:
-            fig.suptitle(title, fontweight="bold")
-        fig.tight_layout()
-        for ax in visible:
-            label_log_y(ax)
-        fig.tight_layout()
-        fit_log2_labels(visible, depths)
-        for row in axes:
-            fit_titles([ax for ax in row if ax.get_visible()])
-        drawn = set(pooled["step"])
-        late = window_end is not None
-        add_legend(fig, {f"{s} (not judged)" if late and s > window_end else str(s): legend_line(palette[s], "o")
-                         for s in steps if s in drawn}, "step")
+    blocks = []
+    for fam, w in sorted(groups, key=lambda g: (names.get(g[0], g[0]), g[1])):
+        here = summary[(summary["family_id"] == fam) & (summary["width"] == w)]
+        for k, ten in enumerate(tensors):
+            kinds = [kd for kd in DEPTH_KINDS if kd != LOSS_KIND and kd in set(here.loc[here["tensor"] == ten, "kind"])]
+            panels = [Panel(kd, here[(here["kind"] == kd) & (here["tensor"] == ten)], (kd, ten)) for kd in kinds]
+            if k == 0 and LOSS_KIND in set(here["kind"]):
+                panels.append(Panel(LOSS_KIND, here[here["kind"] == LOSS_KIND], (LOSS_KIND,), ylabel="loss"))
+            if panels:
+                parts = ([names.get(fam, fam)] if several else []) + ([f"width {w}"] if widths_shown else [])
+                parts += [_TENSOR_WORDS.get(ten, ten)] if len(tensors) > 1 else []
+                blocks.append(Block(panels, " · ".join(parts)))
+    one = f"{magnitude} of {_TENSOR_WORDS.get(tensors[0], tensors[0])}" if len(tensors) == 1 else magnitude
+    if title is None:  # what every block shares, named above the panels (the verdict is the caption's)
+        fam, w = groups[0]
+        title = ", ".join(([] if several else [names.get(fam, fam)]) + ([] if widths_shown else [f"width {w}"])) or None
+    return _save(draw_blocks(blocks, step_styles(steps, window_end), x="depth", xs=np.sort(summary["depth"].unique()),
+                             xlabel="depth", ylabel=f"{one} (log scale)", size=size,
+                             max_cols=max_cols or MAX_DEPTH_COLUMNS[size], min_height=_MIN_HEIGHT[size],
+                             seeds=int(data["seed"].nunique()), title=title), path, caption, size)
+
+
+def _save(fig: Figure, path: str | Path | None, caption: str | None, size: Size) -> Figure:
+    add_caption(fig, caption, size)
     save_figure(fig, path)
     return fig
 
@@ -283,6 +246,7 @@ def plot_grid_slopes(
     labels: Mapping[str, str] | None = None,
     title: str | None = None,
     size: Size = "paper",
+    caption: str | None = None,
 ) -> Figure:
     """A width x depth grid at a glance: the width slope at each depth beside the depth slope at each width.
 
@@ -297,8 +261,8 @@ def plot_grid_slopes(
     :data:`GRID_SERIES`, is what a depth verdict judges. Colour: the slope on a diverging palette centred at 0,
     clipped at ±:data:`~coordcheck.plot.slopes.SLOPE_CLIP`; every cell prints its slope. ``band`` (default the
     verdict's flat band ``(-Rules().shrink_tol, Rules().tol)``) is marked on the colour bar; a cell whose slope lies
-    outside it prints in bold, and one whose whole 95% interval lies outside it is boxed. ``title`` (the verdict)
-    becomes the suptitle. Raises ValueError when no family is a grid.
+    outside it prints in bold, and one whose whole 95% interval lies outside it is boxed. ``title`` becomes the
+    suptitle, ``caption`` (the verdict) the text under the figure. Raises ValueError when no family is a grid.
     """
     places = _places(frame)
     fams = _grid_families(places)
@@ -377,5 +341,4 @@ def plot_grid_slopes(
         fig.supxlabel(f"band [{lo:+.2f}, {hi:+.2f}] marked on the colour bar; bold: slope outside it; "
                       f"boxed: whole 95% interval outside it", fontsize="small")
         fig.suptitle(title or f"width x depth grid: slopes of log2 {stat}", fontweight="bold")
-    save_figure(fig, path)
-    return fig
+    return _save(fig, path, caption, size)

@@ -7,8 +7,11 @@ the experts verdict's series). Output: a matplotlib Figure, and, when a path is 
 
 A panel per judged place, in the order of :data:`PANELS`: the routers' logits, each expert's change since step 0 (the
 expert stacks' or pooled expert lists'), the mixture-of-experts layer's output, and the routers' load entropy against
-its step-0 value. x is the number of experts on a log2 axis, y the panel's geometric mean over its modules and seeds
-(log axis), a line per step, light (early) to dark (late). Flat is what the experts verdict expects.
+its step-0 value (a ratio: its own y label). x is the number of experts on a log2 axis, y the panel's geometric mean
+over its modules, then over seeds with their min-max as a band (log axis, spanning at least a factor
+:data:`~coordcheck.plot.steplines.MIN_Y_SPAN`), a line per step, light (early) to dark (late), each with its own
+marker; zeros and missing values are marked, not left out (:mod:`~coordcheck.plot.steplines`). Flat is what the
+experts verdict expects.
 """
 
 from __future__ import annotations
@@ -20,11 +23,8 @@ import numpy as np
 import pandas as pd
 
 from coordcheck.core.frame import LOAD_TENSOR
-from coordcheck.plot.coords import MAX_GUIDE_STEPS, STEP_PALETTE
-from coordcheck.plot.helpers import (
-    Size, add_legend, default_steps, facet_size, figure_style, fit_titles, label_log2, label_log_y, legend_line,
-    save_figure, seaborn_modules,
-)
+from coordcheck.plot.helpers import Size, add_caption, save_figure
+from coordcheck.plot.steplines import Block, Panel, chosen_steps, draw_blocks, pool, step_styles, summarise
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,8 +34,11 @@ if TYPE_CHECKING:
 __all__ = ["plot_experts", "has_experts", "PANELS"]
 
 # (place kind, tensor, statistic, title): what each panel shows
+_LOAD_TITLE = "load entropy ÷ step 0"
 PANELS = (("router", "out", None, "router logits"), ("experts", "delta", None, "expert change"),
-          ("layer", "out", None, "MoE layer"), ("load", LOAD_TENSOR, "entropy", "load entropy ÷ step 0"))
+          ("layer", "out", None, "MoE layer"), ("load", LOAD_TENSOR, "entropy", _LOAD_TITLE))
+MAX_COLUMNS = {"paper": 4, "column": 2, "slides": 4}  # panels per line
+_MIN_HEIGHT = {"paper": 1.9, "column": 1.4, "slides": 0.0}
 
 
 def has_experts(frame: pd.DataFrame) -> bool:
@@ -47,11 +50,13 @@ def has_experts(frame: pd.DataFrame) -> bool:
 
 
 def plot_experts(frame: pd.DataFrame, places: pd.DataFrame, path: str | Path | None = None, *, stat: str = "std",
-                 steps: Sequence[int] | None = None, title: str | None = None, size: Size = "paper") -> Figure:
+                 steps: Sequence[int] | None = None, title: str | None = None, size: Size = "paper",
+                 caption: str | None = None) -> Figure:
     """The figure of the module docstring; ``places``: ``module`` and ``place_kind`` with the frame's columns that
     name a job or family (``config_id``, or ``family_id``/``width``/``depth`` as the experts verdict's series have
-    them). Raises ValueError
-    when the frame holds nothing to show."""
+    them). ``steps`` default to :func:`~coordcheck.plot.steplines.chosen_steps` (0, 1, 2, 5, ..., the last);
+    ``title`` (None: none) goes above the panels, ``caption`` (the verdict) under them. Raises ValueError when the
+    frame holds nothing to show."""
     on = [c for c in ("config_id", "family_id", "width", "depth", "module") if c in places.columns]
     df = frame[frame["experts"] > 0].merge(places[[*on, "place_kind"]].drop_duplicates(), on=on)
     parts = []
@@ -63,33 +68,18 @@ def plot_experts(frame: pd.DataFrame, places: pd.DataFrame, path: str | Path | N
                 pd.MultiIndex.from_frame(part[["config_id", "seed", "module"]])).to_numpy())
         parts.append(part.assign(panel=name))
     data = pd.concat(parts, ignore_index=True)
-    data = data[np.isfinite(data["value"]) & (data["value"] > 0)]
     if data.empty:
         raise ValueError("nothing to show against the number of experts (no router, expert or layer recorded)")
     recorded = np.sort(data["step"].unique())
-    steps = list(steps) if steps is not None else default_steps(recorded, MAX_GUIDE_STEPS, None, ())
-    data = data[data["step"].isin(steps)].assign(log=lambda d: np.log(d["value"]))
-    mean = data.groupby(["panel", "step", "experts"], as_index=False)["log"].mean().assign(
-        value=lambda d: np.exp(d["log"]))
-    sns, _ = seaborn_modules()
-    panels = [p[3] for p in PANELS if p[3] in set(mean["panel"])]
-    palette = dict(zip(steps, sns.color_palette(STEP_PALETTE, len(steps))))
-    facet_w, facet_h = facet_size(size, 1, len(panels), max_cols=4)
-    counts = np.sort(mean["experts"].unique())
-    with figure_style(size):
-        g = sns.FacetGrid(mean, col="panel", col_order=panels, sharey=False, height=facet_h, aspect=facet_w / facet_h)
-        g.map_dataframe(sns.lineplot, x="experts", y="value", hue="step", hue_order=steps, palette=palette,
-                        marker="o", markersize=4, linewidth=1.2, legend=False)
-        for ax in g.axes.flat:
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            label_log2(ax, counts)
-            label_log_y(ax)
-        g.set_titles(col_template="{col_name}")
-        fit_titles(list(g.axes.flat))
-        g.set_axis_labels("experts", stat)
-        add_legend(g.figure, {str(s): legend_line(palette[s], marker="o") for s in steps}, "step")
-        if title:
-            g.figure.suptitle(title, fontsize="medium", y=1.04)
-    save_figure(g.figure, path)
-    return g.figure
+    steps = list(steps) if steps is not None else chosen_steps(recorded)
+    data = data[data["step"].isin(steps)]
+    summary = summarise(pool(data, ["panel", "step", "experts", "seed"]), ["panel"], "experts")  # modules, then seeds
+    titles = [p[3] for p in PANELS if p[3] in set(summary["panel"])]
+    panels = [Panel(t, summary[summary["panel"] == t], t, ylabel="ratio" if t == _LOAD_TITLE else "")
+              for t in titles]
+    fig = draw_blocks([Block(panels)], step_styles(steps), x="experts", xs=np.sort(summary["experts"].unique()),
+                      xlabel="experts", ylabel=f"{stat} (log scale)", size=size, max_cols=MAX_COLUMNS[size],
+                      min_height=_MIN_HEIGHT[size], seeds=int(data["seed"].nunique()), title=title)
+    add_caption(fig, caption, size)
+    save_figure(fig, path)
+    return fig

@@ -6,8 +6,9 @@ Stage: figures (analysis side; never imports torch). Input: none (helpers called
 Output: the constants every figure shares (:data:`FIGURE_WIDTH`, :data:`PNG_DPI`, ...), a scoped theme, facet
 sizes, legend handles, one-line errors for tables that cannot be drawn, the default steps of a figure
 (:func:`default_steps`), log axes labelled with round numbers (:func:`label_log_y`) or the widths / depths present
-(:func:`label_log2`, :func:`fit_log2_labels`), titles that never touch (:func:`fit_titles`), and
-:func:`save_figure`, which writes ``<path>.pdf`` and ``<path>.png`` atomically next to each other.
+(:func:`label_log2`, :func:`fit_log2_labels`), titles that never touch (:func:`fit_titles`), a caption under the
+figure (:func:`add_caption`), and :func:`save_figure`, which writes ``<path>.pdf`` (vector, every font embedded as
+TrueType) and ``<path>.png`` atomically next to each other, the caption in both files' metadata.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 import math
 
@@ -34,21 +35,23 @@ from coordcheck.judge.slopes import CONFIG_COLUMNS
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["Size", "FIGURE_WIDTH", "SLIDE_HEIGHT", "WIDTH_PALETTE", "PNG_DPI", "seaborn_modules", "figure_style",
-           "facet_size", "module_order", "legend_line", "add_legend", "add_legend_below", "font_pt", "tensor_rank",
-           "check_columns",
-           "check_one_config", "nothing_left", "save_figure", "default_steps", "pick_steps", "check_steps",
-           "label_log_y", "plain_number", "label_log2", "log2_labels", "powers_of_two", "fit_log2_labels",
-           "fit_titles"]
+__all__ = ["Size", "SIZES", "FIGURE_WIDTH", "SLIDE_HEIGHT", "WIDTH_PALETTE", "PNG_DPI", "CAPTION_GID",
+           "seaborn_modules", "figure_style", "facet_size", "module_order", "legend_line", "add_legend",
+           "add_legend_below", "font_pt", "tensor_rank", "check_columns", "check_one_config", "nothing_left",
+           "save_figure", "add_caption", "caption_of", "default_steps", "pick_steps", "check_steps", "label_log_y",
+           "plain_number", "label_log2", "log2_labels", "powers_of_two", "fit_log2_labels", "fit_titles"]
 
-Size = Literal["paper", "slides"]
+Size = Literal["paper", "column", "slides"]
+SIZES: tuple[str, ...] = get_args(Size)  # coordcheck.report.knobs.SIZES repeats them (it must not import matplotlib)
 
 # Total figure widths in inches, and the seaborn plotting context used at that size.
-# "paper" spans a two-column page (~7 in); "slides" fills a 16:9 slide (12 x 6.75 in).
-FIGURE_WIDTH = {"paper": 7.0, "slides": 12.0}
+# "paper": the text width of a page (~7 in): a single-column paper's text, or both columns of a two-column paper
+# (figure*); "column": one column of a two-column paper (3.4 in); "slides" fills a 16:9 slide (12 x 6.75 in).
+FIGURE_WIDTH = {"paper": 7.0, "column": 3.4, "slides": 12.0}
 SLIDE_HEIGHT = 6.75
-_CONTEXT = {"paper": ("paper", 1.0), "slides": ("notebook", 1.15)}
-_LEGEND_W = {"paper": 1.3, "slides": 2.0}  # room kept for the legend on the right
+_CONTEXT = {"paper": ("paper", 1.0), "column": ("paper", 0.85), "slides": ("notebook", 1.15)}
+_LEGEND_W = {"paper": 1.3, "column": 0.9, "slides": 2.0}  # room kept for the legend on the right
+CAPTION_GID = "coordcheck-caption"  # the gid of the caption's Text (add_caption); save_figure copies it to metadata
 
 WIDTH_PALETTE = "flare"
 PNG_DPI = 200
@@ -110,12 +113,14 @@ def add_legend(fig: Figure, handles: dict, title: str) -> Legend:
                       bbox_to_anchor=(1.0, 0.5), frameon=False)
 
 
-def add_legend_below(fig: Figure, handles: dict, title: str, **kwargs) -> Legend:
+def add_legend_below(fig: Figure, handles: dict, title: str | None, under_legends: bool = False, **kwargs) -> Legend:
     """Figure legend under the panels, centred, in as many columns as the figure's width holds (one row when it
-    can): the panels keep the page's width. ``kwargs`` go to ``fig.legend``."""
+    can): the panels keep the page's width. ``under_legends``: under the figure's other legends too (a second row of
+    entries). ``kwargs`` go to ``fig.legend``."""
     renderer = fig.canvas.get_renderer()
     room = fig.get_figwidth() * fig.dpi
-    below = min((ax.get_tightbbox(renderer).y0 for ax in fig.axes), default=0.0)  # the lowest x label, in pixels
+    above = [*fig.axes, *(fig.legends if under_legends else [])]
+    below = min((a.get_tightbbox(renderer).y0 for a in above if a.get_visible()), default=0.0)  # the lowest label
     top = fig.transFigure.inverted().transform((0, below))[1]
     ncol = max(len(handles), 1)
     while True:
@@ -167,16 +172,74 @@ def nothing_left(df: pd.DataFrame, stat: str, tensor: str | None) -> str:
 
 
 def save_figure(fig: Figure, path: str | Path | None) -> None:
-    """Write ``fig`` to ``<path>.pdf`` and ``<path>.png`` (a .pdf/.png suffix is replaced)."""
+    """Write ``fig`` to ``<path>.pdf`` and ``<path>.png`` (a .pdf/.png suffix is replaced).
+
+    The PDF is vector with every font embedded as TrueType (``pdf.fonttype`` 42: no Type 3 fonts, which some
+    publishers refuse); the caption (:func:`add_caption`) and the title go into both files' metadata (the PDF's
+    Subject and Title, the PNG's Description and Title), so the verdict travels with a figure copied out of its
+    report."""
     if path is None:
         return
     path = Path(path)
     base = path.with_suffix("") if path.suffix.lower() in (".pdf", ".png") else path
-    for fmt in ("pdf", "png"):
-        target = base.with_name(f"{base.name}.{fmt}")
-        # the temporary name ends in .tmp, so the format is given explicitly
-        atomic_write(target, lambda tmp, fmt=fmt: fig.savefig(
-            tmp, format=fmt, dpi=PNG_DPI, bbox_inches="tight"))
+    caption, title = caption_of(fig), fig.get_suptitle()
+    metadata = {"pdf": {"Creator": "coordcheck", **({"Subject": caption} if caption else {}),
+                        **({"Title": title} if title else {})},
+                "png": {"Software": "coordcheck", **({"Description": caption} if caption else {}),
+                        **({"Title": title} if title else {})}}
+    with matplotlib.rc_context({"pdf.fonttype": 42, "ps.fonttype": 42}):
+        for fmt in ("pdf", "png"):
+            target = base.with_name(f"{base.name}.{fmt}")
+            # the temporary name ends in .tmp, so the format is given explicitly
+            atomic_write(target, lambda tmp, fmt=fmt: fig.savefig(
+                tmp, format=fmt, dpi=PNG_DPI, bbox_inches="tight", metadata=metadata[fmt]))
+
+
+def add_caption(fig: Figure, text: str | None, size: Size = "paper", gap_pt: float = 6.0) -> None:
+    """``text`` under everything the figure holds (panels, x labels, legends below them), from the left edge of the
+    leftmost label, wrapped to the figure's width, in the legend's font of ``size``: what a paper's caption would say
+    (the verdict). Call it once the layout is final; :func:`save_figure` copies it into the files' metadata. None or
+    "": nothing."""
+    if not text:
+        return
+    with figure_style(size):
+        pt = font_pt("legend.fontsize")
+    renderer = fig.canvas.get_renderer()
+    boxes = [a.get_tightbbox(renderer) for a in [*fig.axes, *fig.legends] if a.get_visible()]
+    boxes += [t.get_window_extent(renderer) for t in fig.texts if t.get_visible() and t.get_text()]  # supylabel
+    boxes = [b for b in boxes if b is not None]
+    to_fig = fig.transFigure.inverted()
+    left = min((b.x0 for b in boxes), default=0.0)
+    bottom = min((b.y0 for b in boxes), default=0.0) - gap_pt / 72 * fig.dpi
+    x, y = to_fig.transform((max(left, 0.0), bottom))
+    room = fig.get_figwidth() * fig.dpi - max(left, 0.0)
+    wrapped = _wrap(text, room, FontProperties(size=pt), renderer)
+    fig.text(x, y, wrapped, ha="left", va="top", fontsize=pt, color="0.15", gid=CAPTION_GID, linespacing=1.25,
+             parse_math=False)  # a "$" in a cause line is a dollar, not mathtext
+
+
+def caption_of(fig: Figure) -> str:
+    """The caption :func:`add_caption` wrote (its lines joined again), or ""."""
+    for text in fig.texts:
+        if text.get_gid() == CAPTION_GID:
+            return " ".join(text.get_text().split("\n"))
+    return ""
+
+
+def _wrap(text: str, width_px: float, font: FontProperties, renderer) -> str:
+    """``text`` with line breaks so that no line is wider than ``width_px`` (words are never split)."""
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split():
+            trial = f"{line} {word}" if line else word
+            if line and renderer.get_text_width_height_descent(trial, font, ismath=False)[0] > width_px:
+                lines.append(line)
+                line = word
+            else:
+                line = trial
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def default_steps(recorded: np.ndarray, n: int, judged_until: int | None, include: Sequence[int]) -> list[int]:
@@ -204,18 +267,24 @@ def check_steps(steps: Sequence[int], recorded: np.ndarray) -> list[int]:
     return steps
 
 
-def label_log_y(ax) -> None:
+def label_log_y(ax, within: tuple[float, float] | None = None, extra: dict[float, str] | None = None) -> None:
     """A few round values labelled as plain numbers (0.5, 2, 100) on a log y axis, chosen
     from the final limits and the panel's height: the sparsest of decades, 1-3, 1-2-5,
     1-1.5-2-3-5-7 that gives three labels, never closer than 1.6 label heights (decades
     are thinned, a narrow axis gets linear round values), so that a flat muP line still
-    has a scale and labels never touch."""
+    has a scale and labels never touch.
+
+    ``within``: the values are chosen between these (the data's range) instead of the axis limits, which may hold
+    rows of marks outside it; ``extra``: ``{y: label}`` ticks added as they are (the "0" of the zeros' row), the
+    round values too close to one left out."""
     lo, hi = ax.get_ylim()
     if not (0 < lo < hi):
         return
-    span = math.log10(hi / lo)
     height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
-    min_gap = 1.6 * font_pt("ytick.labelsize") / height_pt * span  # in decades
+    min_gap = 1.6 * font_pt("ytick.labelsize") / height_pt * math.log10(hi / lo)  # in decades
+    if within is not None:
+        lo, hi = max(lo, within[0]), min(hi, within[1])
+    span = math.log10(hi / lo)
 
     def fits(ticks):
         return len(ticks) < 2 or np.diff(np.log10(ticks)).min() >= min_gap
@@ -238,15 +307,22 @@ def label_log_y(ax) -> None:
         best = [t for t in MaxNLocator(nbins=n).tick_values(lo, hi) if lo <= t <= hi and t > 0]
         while len(best) > 1 and not fits(best):
             best = best[::2]
-    ax.yaxis.set_major_locator(FixedLocator(best))
     digits = next(d for d in range(3, 10) if len({plain_number(t, d) for t in best}) == len(best) or d == 9)
-    ax.yaxis.set_major_formatter(FixedFormatter([plain_number(t, digits) for t in best]))
+    labels = {t: plain_number(t, digits) for t in best}
+    for y, label in (extra or {}).items():
+        labels = {t: text for t, text in labels.items() if abs(math.log10(t / y)) >= min_gap}
+        labels[y] = label
+    ticks = sorted(labels)
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FixedFormatter([labels[t] for t in ticks]))
     ax.yaxis.set_minor_locator(NullLocator())
 
 
 def plain_number(x: float, digits: int = 3) -> str:
     """0.03, 1.5, 1000 as written by hand (``digits`` significant digits at most); 1e-05
     and 2e+06 as 1e-5 and 2e6."""
+    if x == 0:
+        return "0"
     if 1e-4 <= abs(x) < 1e6:
         return np.format_float_positional(float(f"{x:.{digits}g}"), trim="-")
     mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
@@ -310,19 +386,31 @@ def fit_log2_labels(axes: Sequence, values: np.ndarray) -> None:
         ax.tick_params(axis="x", labelsize=pt)
 
 
-def fit_titles(axes: Sequence, min_pt: float = 7.0) -> None:
-    """Shrink the titles of a row of panels (all alike) until neighbours leave a gap."""
+def fit_titles(axes: Sequence, min_pt: float = 7.0, wrap: bool = False) -> None:
+    """Shrink the titles of a row of panels (all alike) until neighbours leave a gap; with ``wrap``, titles of
+    several words first break onto two lines (at the space nearest their middle) when they would shrink."""
     if len(axes) < 2:
         return
     fig = axes[0].figure
     renderer = fig.canvas.get_renderer()
     titles = [ax.title for ax in axes]
     pt = titles[0].get_fontsize()
-    half = [max(renderer.get_text_width_height_descent(line, t.get_fontproperties(), ismath=False)[0]
-                for line in t.get_text().split("\n")) / 2 for t in titles]  # the widest line of each
     centres = [(ax.get_position().x0 + ax.get_position().x1) / 2 * fig.get_figwidth() * fig.dpi for ax in axes]
     pad = 2.0 * pt / 72 * fig.dpi  # two characters between titles
-    scale = min((c1 - c0 - pad) / (h0 + h1) for c0, c1, h0, h1 in zip(centres, centres[1:], half, half[1:]))
-    if scale < 1:
+
+    def scale() -> float:
+        half = [max(renderer.get_text_width_height_descent(line, t.get_fontproperties(), ismath=False)[0]
+                    for line in t.get_text().split("\n")) / 2 for t in titles]  # the widest line of each
+        return min((c1 - c0 - pad) / (h0 + h1) for c0, c1, h0, h1 in zip(centres, centres[1:], half, half[1:]))
+
+    if wrap and scale() < 1:
         for title in titles:
-            title.set_fontsize(max(min_pt, pt * scale))
+            text = title.get_text()
+            spaces = [i for i, c in enumerate(text) if c == " "]
+            if spaces and "\n" not in text:
+                at = min(spaces, key=lambda i: abs(i - len(text) / 2))
+                title.set_text(text[:at] + "\n" + text[at + 1:])
+    factor = scale()
+    if factor < 1:
+        for title in titles:
+            title.set_fontsize(max(min_pt, pt * factor))

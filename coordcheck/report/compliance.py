@@ -89,6 +89,7 @@ from coordcheck.report.axes import depth_lines, depth_payload, experts_lines, ex
 from coordcheck.report.common import REPORT_DIR, environments, launched, run_lines, write_config
 from coordcheck.report.html import HTML_NAME, audit_html, coord_figures_html, write_page
 from coordcheck.report.knobs import DEFAULT_LAYOUT
+from coordcheck.report.terminal import failing_table
 from coordcheck.run.sweep import JobProblem, Sweep, aggregate, job_facts, no_frame_error, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
 from coordcheck.judge.verdict import NOT_JUDGED, Rules, Verdict, judge
@@ -119,10 +120,12 @@ class Report:
         return self.verdict.status
 
     def summary(self, path: Path) -> list[str]:
-        """What the command line prints: the verdict, jobs that left no frame, where the report is, and last the first
-        cause when there is one."""
+        """What the command line prints: the verdict, the failing modules' table (:mod:`coordcheck.report.terminal`:
+        at most 100 columns), jobs that left no frame, where the report is, and last the first cause when there is
+        one."""
         first = self.verdict.first_cause
         return [f"coordcheck: {self.status.upper()} — {self.verdict.reason}",
+                *failing_table(self.verdict),
                 *(f"coordcheck: job {p.job} {p.status}: {p.error}" for p in self.problems),
                 f"coordcheck: report {path}",
                 *([f"coordcheck: first cause: {first}"] if first else [])]
@@ -382,14 +385,18 @@ def coord_figure_options(verdict: Verdict, *, row: str = "parametrization",
     """The coord-check figure's defaults (keywords of :func:`coordcheck.plot.plot_coords`) that show the verdict's
     evidence: its statistic and title; the step and tensor of each configuration's worst series (a failing
     ``delta`` gets rows of its own below ``out``; the step is always a column); each configuration's judged window
-    (``window_end``, by level of ``row``); in the grid layout the worst modules drawn thick."""
+    (``window_end``, by level of ``row``); the verdict as the caption, and its failing series (the panels where a
+    module fails are framed in red with its slope); in the grid layout the worst modules drawn thick."""
     worst = verdict.worst(len(verdict.series)).drop_duplicates("config_id")  # each configuration's worst series
     configs = verdict.configs
     ends = (dict(zip(configs[row], configs["window_end"].astype(int)))
             if len(configs) and row in configs and configs[row].is_unique else None)
+    series = verdict.series
     return {
         "stat": verdict.rules.stat,
-        "title": verdict.title,
+        "title": None,  # the verdict is the caption's, as a paper prints it
+        "caption": verdict.caption,
+        "failing": series[series["in_window"] & (series["status"] == "fail")],
         "tensor": ["out", *sorted(set(worst["tensor"]) - {"out"})],
         "include_steps": sorted({int(s) for s in worst["step"]}),
         "window_end": ends,
@@ -424,20 +431,20 @@ def _write_figures(
         "loss": lambda: plot.plot_loss(frame, out / "loss", size=size),
     }
     if len(v.evidence):  # which knob: written only when the verdict measured causes
-        jobs["causes"] = lambda: plot.plot_causes(v.evidence, out / "causes", size=size, title=v.title)
+        jobs["causes"] = lambda: plot.plot_causes(v.evidence, out / "causes", size=size, caption=v.caption)
     if plot.has_depths(frame):  # a depth sweep: the check against depth; a width x depth grid: both slopes. The
         # width figures hold one configuration per panel, and each depth is one: the depth figures replace them
         labels = plot.family_labels(frame, report.facts)
         jobs = {k: draw for k, draw in jobs.items() if k == "causes"}
         jobs["coord_check_depth"] = lambda: plot.plot_depth(frame, out / "coord_check_depth", steps=steps,
-                                                            size=size, title=v.title, labels=labels)
+                                                            size=size, caption=v.caption, labels=labels)
         if plot.has_grid(frame):
-            jobs["slopes_grid"] = lambda: plot.plot_grid_slopes(frame, out / "slopes_grid", size=size, title=v.title,
-                                                                labels=labels)
+            jobs["slopes_grid"] = lambda: plot.plot_grid_slopes(frame, out / "slopes_grid", size=size,
+                                                                caption=v.caption, labels=labels)
     if v.experts is not None and plot.has_experts(frame):  # the check against the number of experts; at one width
         jobs = {k: draw for k, draw in jobs.items() if k == "causes" or v.width_status != NOT_JUDGED}
         jobs["coord_check_experts"] = lambda: plot.plot_experts(frame, v.experts.series, out / "coord_check_experts",
-                                                                stat=stat, size=size, title=v.experts.summary)
+                                                                stat=stat, size=size, caption=v.experts.summary)
     figures = {}
     for name, draw in jobs.items():
         try:

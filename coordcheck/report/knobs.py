@@ -28,7 +28,8 @@ __all__ = ["Knobs", "KNOB_SETS", "REPORT", "ReportOptions", "KNOBS", "SIZES", "L
            "Size", "Layout", "cli_flag", "knob_error", "report_options", "rules_of"]
 
 
-SIZES = ("paper", "slides")  # plot.Size and plot.Layout (plot imports matplotlib: too slow for the config path)
+# plot.Size and plot.Layout (plot imports matplotlib: too slow for the config path)
+SIZES = ("paper", "column", "slides")
 
 
 LAYOUTS = ("guide", "grid")  # the coord-check figure's layouts (plot.Layout); the first is the default
@@ -164,7 +165,7 @@ def _steps(text: str) -> list[int]:
 REPORT = Knobs(
     name="report", schema_name="ReportOptions", rules=Rules,
     own=(("figures", bool, True, "draw the figures (coord_check, slopes, loss)"),
-         ("size", Size, Size.paper, "figure size: a paper column or 16:9 slides"),
+         ("size", Size, Size.paper, "figure size: paper (a page's width), column (one of two) or 16:9 slides"),
          ("steps", Optional[List[int]], None,
           "steps shown in the coord-check figure, e.g. 0,3,10 (null: up to 4 spread over the run)"),
          ("strict", bool, False, "exit 1 on fail, 2 when inconclusive, 0 on pass (a CI gate)"),
