@@ -145,6 +145,8 @@ def output_scales(series: pd.DataFrame, facts: Iterable[Mapping[str, Any]]) -> d
 READOUT_WHY = {
     1: "behind the 1/width multiplier on its output ({how}), muP's output weight keeps {what}",
     0: "without a 1/width multiplier on its output ({how}), muP's output weight takes {what}",
+    -1: "with a 1/width multiplier added on its output (it has none: {how}; both together), muP's output weight "
+        "keeps {what}",  # the design with the multiplier, chosen where it is missing: this change alone is not it
 }
 READOUT_LR = {"adam": (0.0, -1.0), "adamw": (0.0, -1.0), "sgd": (1.0, -1.0)}  # family -> lr exponent (with, without)
 
@@ -215,7 +217,7 @@ def judge_readouts(long: pd.DataFrame, outputs: Mapping[str, OutputScale], tol: 
             sig = (c_lo > hi or c_hi < lo) if np.isfinite(c_lo) else outside
             long.loc[i, ["expected", "expected_low", "expected_high", "status", "reason"]] = [
                 target, lo, hi, ("fail" if sig else "inconclusive") if outside else "pass",
-                READOUT_WHY[design].format(how=scale.how, what=keep)]
+                READOUT_WHY[-1 if design and off(m, -1.0) else design].format(how=scale.how, what=keep)]
         mult_status = ("fail" if off(m, -1.0) else "pass") if design else "pass"
         extra.append((cid, "none", name, module, int(weight["order"].iloc[0]), "output-like", family,
                       weight["dims"].iloc[0], weight["grows"].iloc[0], "mult", np.nan, np.nan, "", m, m, m,

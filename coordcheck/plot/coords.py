@@ -94,7 +94,7 @@ _ROLE_KIND = {"input": "embedding", "attention": "attention logits", "output": "
 _ATTENTION_PARTS = frozenset({"attn", "attention", "self_attn"})
 _MLP_PARTS = frozenset({"mlp", "ffn", "feed_forward", "fc", "w1", "w2", "w3"})
 MAX_GUIDE_COLUMNS = {"paper": 6, "column": 2, "slides": 6}  # panels per line; more kinds wrap onto the next line
-_GUIDE_MIN_HEIGHT = {"paper": 2.0, "column": 1.4, "slides": 0.0}  # five narrow panels on a page still get a y scale
+_GUIDE_MIN_HEIGHT = {"paper": 2.0, "column": 1.4, "slides": 0.0}  # narrow panels on a page still get a y scale
 _TENSOR_WORDS = {"out": "activations", "delta": "change since step 0"}
 
 
@@ -279,6 +279,7 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
 
     sns, _ = seaborn_modules()
     facet_w, facet_h = facet_size(size, len(row_order), len(steps))
+    facet_h = max(facet_h, _GUIDE_MIN_HEIGHT[size])  # a panel tall enough for a scale beside its legends
     with figure_style(size):
         g = _log_width_facets(data, widths, row=row, row_order=row_order, col="step", col_order=steps, sharey="row",
                               facet=(facet_w, facet_h))
