@@ -17,7 +17,7 @@ from coordcheck.core.errors import CoordCheckError
 moved.install()  # the flat modules' old paths (coordcheck.verdict, ...) still import, with a DeprecationWarning
 
 __all__ = ["coord_check", "CoordCheckResult", "CoordCheckError", "GradFlowProbe", "gradflow_once", "diagnose",
-           "transfer", "TransferResult", "CAUSE_TENSORS", "DepthScaling", "judge_depth"]
+           "transfer", "TransferResult", "CAUSE_TENSORS", "DepthScaling", "judge_depth", "record"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -35,6 +35,8 @@ _LAZY = {
 
 
 def __getattr__(name: str):
+    if name == "record":  # the recorder for any training loop: the subpackage coordcheck.record is callable
+        return import_module("coordcheck.record")
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'coordcheck' has no attribute {name!r}")

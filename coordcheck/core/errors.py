@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import field, fields
 from typing import Any
 
-__all__ = ["CoordCheckError", "JobsFailedError", "exit_status", "EXIT", "OK", "FAILED", "USER_ERROR", "check_count",
+__all__ = ["CoordCheckError", "JobsFailedError", "RefusedError", "exit_status", "EXIT", "OK", "FAILED", "USER_ERROR",
+           "check_count",
            "check_flag", "positive_number", "check_width", "resolve_seeds", "check_threads", "check_loss", "knob", "check_knobs", "expected", "in_range"]
 
 OK, FAILED, USER_ERROR = 0, 1, 2  # a job that failed, or a sweep with no report, exits FAILED
@@ -31,6 +32,13 @@ class CoordCheckError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))  # one line, always
+
+
+class RefusedError(CoordCheckError):
+    """Several user mistakes found at once (runs that cannot be judged together): ``head``, then one line each."""
+
+    def __init__(self, head: str, lines: list[str]):
+        ValueError.__init__(self, " ".join(head.split()) + "".join(f"\n  {' '.join(str(x).split())}" for x in lines))
 
 
 class JobsFailedError(CoordCheckError):

@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         argv, prog="python -m coordcheck.report", knobs=REPORT, report=report_sweep,
         description="Aggregate a coordcheck sweep directory, judge muP compliance and write report/.",
         sweep_help="the multirun directory (outputs/multirun/DATE/TIME); a learning-rate sweep's "
-                   "(outputs/transfer/...) gets the transfer report",
+                   "(outputs/transfer/...) gets the transfer report; or runs recorded elsewhere "
+                   "(coordcheck.record): their directories, a folder of them or a glob (runs/w*), judged as one sweep",
+        runs=True,
     )
 
 

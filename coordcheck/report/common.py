@@ -10,6 +10,7 @@ status. Never imports torch.
 from __future__ import annotations
 
 import argparse
+import glob
 import sys
 import time
 from collections.abc import Callable
@@ -86,15 +87,23 @@ def environments(facts: list[dict]) -> list[dict]:
 
 
 def report_command(argv: list[str], *, prog: str, description: str, knobs: Any, sweep_help: str,
-                   report: Callable[..., tuple[Any, Path]]) -> int:
+                   report: Callable[..., tuple[Any, Path]], runs: bool = False) -> int:
     """A report CLI: ``SWEEP_DIR`` and one flag per knob of ``knobs`` (a :class:`coordcheck.app.config.Knobs`), then
     ``report(sweep_dir, rules=..., <the report's own knobs>)``; the summary on stdout. Returns the exit status:
     2 for a bad flag or directory (one line), 1 for a sweep whose jobs all failed (as the sweep exited), else 0, or
-    with ``--strict`` the verdict's (``errors.EXIT``)."""
+    with ``--strict`` the verdict's (``errors.EXIT``). ``runs``: it also takes several paths or a glob (runs made
+    elsewhere, judged as one sweep: ``report([paths], ..., out=--out)``)."""
     p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("sweep_dir", type=Path, help=sweep_help)
+    p.add_argument("sweep_dir", nargs="+" if runs else None, help=sweep_help)
+    if runs:
+        p.add_argument("--out", type=Path, default=None,
+                       help="where the report goes (default: SWEEP_DIR/report, or report/ in the folder that holds "
+                            "the runs)")
     knobs.add_flags(p)
     args = p.parse_args(argv)
+    given = args.sweep_dir if runs else [args.sweep_dir]
+    several = len(given) > 1 or any(glob.has_magic(str(g)) for g in given)
+    target = [str(g) for g in given] if several else Path(given[0])
     t0 = time.perf_counter()
     rule_names = {f.name for f in fields(knobs.rules)}
     try:
@@ -102,7 +111,9 @@ def report_command(argv: list[str], *, prog: str, description: str, knobs: Any, 
         own = {k: v for k, v in opts.items() if k not in rule_names and k != "strict"}
         if "steps" in own:
             own["steps"] = own["steps"] or None
-        result, path = report(args.sweep_dir, rules=knobs.rules_of(opts), **own)
+        if runs and args.out is not None:
+            own["out"] = args.out
+        result, path = report(target, rules=knobs.rules_of(opts), **own)
     except CoordCheckError as e:
         print(f"{prog.removeprefix('python -m ')}: error: {e}", file=sys.stderr)
         return exit_status(e)  # 1 where the sweep's jobs all failed (the sweep exited 1 too), else 2

@@ -87,8 +87,10 @@ from coordcheck.core.frame import atomic_write
 from coordcheck.judge.slopes import fit_slopes
 from coordcheck.report.axes import depth_lines, depth_payload, experts_lines, experts_payload
 from coordcheck.report.common import REPORT_DIR, environments, launched, run_lines, write_config
-from coordcheck.report.html import HTML_NAME, audit_html, coord_figures_html, write_page
+from coordcheck.report.figures import coord_figure_options, write_figures
+from coordcheck.report.html import HTML_NAME, audit_html, write_page
 from coordcheck.report.knobs import DEFAULT_LAYOUT
+from coordcheck.report.runs import read_runs, recorded, runs_out
 from coordcheck.report.terminal import failing_table
 from coordcheck.run.sweep import JobProblem, Sweep, aggregate, job_facts, no_frame_error, sweep_config
 from coordcheck.core.text import md_escape, num, records, write_json
@@ -371,7 +373,7 @@ def write_report(
     shown: dict[str, str] = {}  # report.html's interactive figures, by the PNG report.md shows in their place
     tips: dict[str, dict] = {}
     if figures:
-        report.figures = _write_figures(report, out, steps, size, layout, page=(shown, tips))
+        report.figures = write_figures(report, out, steps, size, layout, page=(shown, tips))
     write_json(out / "report.json", report.payload(), allow_nan=False)
     write_config(out, report.config)
     md = report.markdown()
@@ -380,103 +382,32 @@ def write_report(
     return atomic_write(out / "report.md", lambda p: p.write_text(md))
 
 
-def coord_figure_options(verdict: Verdict, *, row: str = "parametrization",
-                         layout: str = DEFAULT_LAYOUT) -> dict[str, Any]:
-    """The coord-check figure's defaults (keywords of :func:`coordcheck.plot.plot_coords`) that show the verdict's
-    evidence: its statistic and title; the step and tensor of each configuration's worst series (a failing
-    ``delta`` gets rows of its own below ``out``; the step is always a column); each configuration's judged window
-    (``window_end``, by level of ``row``); the verdict as the caption, and its failing series (the panels where a
-    module fails are framed in red with its slope); in the grid layout the worst modules drawn thick."""
-    worst = verdict.worst(len(verdict.series)).drop_duplicates("config_id")  # each configuration's worst series
-    configs = verdict.configs
-    ends = (dict(zip(configs[row], configs["window_end"].astype(int)))
-            if len(configs) and row in configs and configs[row].is_unique else None)
-    series = verdict.series
-    return {
-        "stat": verdict.rules.stat,
-        "title": None,  # the verdict is the caption's, as a paper prints it
-        "caption": verdict.caption,
-        "failing": series[series["in_window"] & (series["status"] == "fail")],
-        "tensor": ["out", *sorted(set(worst["tensor"]) - {"out"})],
-        "include_steps": sorted({int(s) for s in worst["step"]}),
-        "window_end": ends,
-        **({"highlight": verdict.worst_modules()} if layout == "grid" else {}),
-    }
-
-
-def _write_figures(
-    report: Report, out: Path, steps: list[int] | None, size: str, layout: str = DEFAULT_LAYOUT,
-    page: tuple[dict[str, str], dict[str, dict]] | None = None,
-) -> dict[str, str]:
-    """Coord-check figure (``layout``: guide or grid), slope heatmap, loss curves and, when the verdict has evidence,
-    the causes figure (PDF + PNG); a figure that cannot be drawn is noted. ``page``: (figures, tooltips) of
-    report.html, to which the coord-check figure is added as inline SVG with a tooltip per line
-    (:func:`coordcheck.report.html.coord_figures_html`)."""
-    import matplotlib.pyplot as plt
-
-    from coordcheck import plot
-
-    frame, stat = report.frame, report.verdict.rules.stat
-    varying = [c for c in ("parametrization", "optimizer", "lr", "data", "model") if frame[c].nunique() > 1]
-    row = varying[0] if len(varying) == 1 else ("parametrization" if not varying else "config_id")
-    configs = report.verdict.configs
-    ends = dict(zip(configs["parametrization"], configs["window_end"].astype(int))) if len(configs) else None
-    v = report.verdict
-    shown = coord_figure_options(v, row=row, layout=layout)
-    jobs = {
-        "coord_check": lambda: plot.plot_coords(frame, out / "coord_check", steps=steps, row=row, size=size,
-                                                layout=layout, **shown),
-        "slopes": lambda: plot.plot_slopes(report.slopes, out / "slopes", stat=stat, size=size, window_end=ends,
-                                           title=v.title),
-        "loss": lambda: plot.plot_loss(frame, out / "loss", size=size),
-    }
-    if len(v.evidence):  # which knob: written only when the verdict measured causes
-        jobs["causes"] = lambda: plot.plot_causes(v.evidence, out / "causes", size=size, caption=v.caption)
-    if plot.has_depths(frame):  # a depth sweep: the check against depth; a width x depth grid: both slopes. The
-        # width figures hold one configuration per panel, and each depth is one: the depth figures replace them
-        labels = plot.family_labels(frame, report.facts)
-        jobs = {k: draw for k, draw in jobs.items() if k == "causes"}
-        jobs["coord_check_depth"] = lambda: plot.plot_depth(frame, out / "coord_check_depth", steps=steps,
-                                                            size=size, caption=v.caption, labels=labels)
-        if plot.has_grid(frame):
-            jobs["slopes_grid"] = lambda: plot.plot_grid_slopes(frame, out / "slopes_grid", size=size,
-                                                                caption=v.caption, labels=labels)
-    if v.experts is not None and plot.has_experts(frame):  # the check against the number of experts; at one width
-        jobs = {k: draw for k, draw in jobs.items() if k == "causes" or v.width_status != NOT_JUDGED}
-        jobs["coord_check_experts"] = lambda: plot.plot_experts(frame, v.experts.series, out / "coord_check_experts",
-                                                                stat=stat, size=size, caption=v.experts.summary)
-    figures = {}
-    for name, draw in jobs.items():
-        try:
-            fig = draw()
-        except ValueError as e:  # e.g. several configurations that one panel cannot hold
-            report.notes.append(f"figure {name} skipped: {e}")
-            continue
-        if name == "coord_check" and page is not None:  # report.html: the same figure, a tooltip per line, and a
-            # line per module beside a figure that pools them
-            grid = None if layout == "grid" else lambda: plot.plot_coords(
-                frame, steps=steps, row=row, size=size, layout="grid",
-                **coord_figure_options(v, row=row, layout="grid"))
-            page[0][f"{name}.png"], more = coord_figures_html(fig, frame, v, layout, grid)
-            page[1].update(more)
-        plt.close(fig)
-        figures.update({f"{name} ({ext})": f"{name}.{ext}" for ext in ("png", "pdf")})
-    return figures
-
-
 def report_sweep(
-    sweep_dir: str | Path, *, rules: Rules = Rules(), figures: bool = True, steps: list[int] | None = None,
+    sweep_dir: str | Path | list, *, rules: Rules = Rules(), figures: bool = True, steps: list[int] | None = None,
     size: str = "paper", layout: str = DEFAULT_LAYOUT, cause_pass: Callable[[Path, Verdict], bool] | None = None,
+    out: str | Path | None = None,
 ) -> tuple[Report, Path]:
-    """Aggregate a sweep directory from disk, judge it and write ``SWEEP_DIR/report/``.
+    """Aggregate a sweep directory from disk, judge it and write ``SWEEP_DIR/report/`` (``out``: elsewhere).
 
+    ``sweep_dir`` a list: runs made elsewhere (:func:`coordcheck.record`: run directories, folders of them, globs),
+    judged as one sweep (:mod:`coordcheck.report.runs`), the report in the folder that holds them all.
     ``cause_pass(sweep_dir, verdict)``: called once the sweep is judged, before anything is written; when it returns
     True (it recorded more in the job directories: :mod:`coordcheck.app.cause_pass`) the sweep is judged again."""
+    if not isinstance(sweep_dir, (list, tuple)) and Path(sweep_dir).is_dir() and recorded(Path(sweep_dir)):
+        sweep_dir = [sweep_dir]  # a folder of runs recorded elsewhere
+    if isinstance(sweep_dir, (list, tuple)):
+        runs = read_runs(sweep_dir)
+        report = build_report(runs.frame, rules=rules, jobs=runs.jobs, facts=runs.facts,
+                              command="python -m coordcheck.report " + " ".join(map(str, sweep_dir)))
+        report.environment, report.notes = environments(runs.facts), [*report.notes, *runs.notes]
+        path = Path(out) if out is not None else runs_out(sweep_dir)
+        return report, write_report(report, path, figures=figures, steps=steps, size=size, layout=layout)
     sweep_dir = Path(sweep_dir)
     report = _judge_sweep(sweep_dir, rules)
     if cause_pass is not None and cause_pass(sweep_dir, report.verdict):
         report = _judge_sweep(sweep_dir, rules)
-    path = write_report(report, sweep_dir / REPORT_DIR, figures=figures, steps=steps, size=size, layout=layout)
+    path = write_report(report, Path(out) if out is not None else sweep_dir / REPORT_DIR, figures=figures,
+                        steps=steps, size=size, layout=layout)
     return report, path
 
 
