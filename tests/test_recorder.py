@@ -300,3 +300,23 @@ def test_two_processes_under_torchrun_with_fsdp2_give_the_one_process_frame(tmp_
     np.testing.assert_allclose(both.loc[same, "value_two"] / both.loc[same, "value_one"],
                                np.sqrt((80 / 79) / (160 / 159)), rtol=1e-6)
     np.testing.assert_allclose(both.loc[~same, "value_two"], both.loc[~same, "value_one"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_loop_under_autocast_records_the_fp32_probe(tmp_path):
+    """The user's forward in bf16 autocast; the probe forward (outside it, after the update) is fp32 as a sweep's."""
+    torch.manual_seed(0)
+    model = MLP(64)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = probe_batch()
+    with coordcheck.record(model, width=64, out=tmp_path / "w", optimizer=opt, batch=(x, y), steps=3,
+                           precision="bf16") as rec:
+        for _ in range(3):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+    frame = pd.read_parquet(tmp_path / "w" / "frame.parquet")
+    assert sorted(frame["step"].unique()) == [0, 1, 2, 3] and np.isfinite(frame["value"]).all()
+    assert json.loads((tmp_path / "w" / "job.json").read_text())["precision"] == "bf16"  # as the run says
