@@ -9,6 +9,7 @@ loop, the sweep on disk), ``judge`` (slopes, rules, verdict, causes), ``plot`` a
 
 from __future__ import annotations
 
+import types
 from importlib import import_module
 
 from coordcheck.core import moved
@@ -34,8 +35,20 @@ _LAZY = {
 }
 
 
+class _Recorder(types.ModuleType):
+    """The class of the package :mod:`coordcheck.record`: ``coordcheck.record(model, width=..., out=...)`` is the
+    recorder for any training loop, :func:`coordcheck.run.recorder.record` (loaded when called), whether
+    ``coordcheck.record`` names the package (imported by any stage) or the function."""
+
+    def __call__(self, model, /, **kwargs):
+        return import_module("coordcheck.run.recorder").record(model, **kwargs)
+
+
+import_module("coordcheck.record").__class__ = _Recorder  # the package is a docstring: nothing heavy is imported
+
+
 def __getattr__(name: str):
-    if name == "record":  # the recorder for any training loop: the subpackage coordcheck.record is callable
+    if name == "record":
         return import_module("coordcheck.record")
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)

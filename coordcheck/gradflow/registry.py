@@ -22,9 +22,12 @@ from coordcheck.core.errors import EXIT
 from coordcheck.gradflow.schema import ACTIVATION_STATS, PARAM_STATS
 
 __all__ = ["MAX_NAMES", "Severity", "Status", "Diagnosis", "Diagnoses", "Finding", "StepView", "Check", "CheckSpec",
-           "CHECKS", "check", "name_list", "step_views", "exit_code", "status"]
+           "CHECKS", "NOTEBOOK_VIEW", "check", "name_list", "step_views", "exit_code", "status"]
 
 MAX_NAMES = 6  # names spelled out in a message; Diagnosis.names keeps them all
+# What a notebook shows of a list of diagnoses: coordcheck.gradflow.report.notebook_html registers itself here (the
+# package imports it), so that this module, below the report, never imports it
+NOTEBOOK_VIEW: list[Callable] = []
 
 Severity = Literal["error", "warning"]
 Status = Literal["ok", "warning", "error"]  # outcomes in coordcheck.core.errors.EXIT
@@ -66,9 +69,7 @@ class Diagnoses(list):
         return exit_code(self)
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
-        from coordcheck.gradflow.report import notebook_html
-
-        bundle, self._figure = notebook_html(self, self.frame, self._figure)
+        bundle, self._figure = NOTEBOOK_VIEW[0](self, self.frame, self._figure)
         return bundle
 
 

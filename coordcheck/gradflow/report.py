@@ -40,7 +40,7 @@ from coordcheck.gradflow.checks import (
     SATURATION_FRAC, notes,
 )
 from coordcheck.gradflow.plot import plot_gradflow
-from coordcheck.gradflow.registry import Diagnosis, exit_code, name_list, status, step_views
+from coordcheck.gradflow.registry import NOTEBOOK_VIEW, Diagnosis, exit_code, name_list, status, step_views
 from coordcheck.gradflow.schema import COLUMNS, FIGURE_NAME, JSON_NAME, REPORT_NAME, SCHEMA
 from coordcheck.core.text import json_safe, md_escape, num, records, write_json
 
@@ -195,3 +195,6 @@ def write_gradflow_report(frame: pd.DataFrame, diagnoses: list[Diagnosis], out_d
     write_json(out / JSON_NAME, payload(frame, diagnoses, written))
     md = markdown(frame, diagnoses, written)
     return atomic_write(out / REPORT_NAME, lambda p: p.write_text(md))
+
+
+NOTEBOOK_VIEW.append(notebook_html)  # what Diagnoses shows in a notebook (registry.Diagnoses._repr_mimebundle_)

@@ -10,14 +10,11 @@ that cannot be drawn is a note in the report. Never imports torch.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coordcheck.judge.verdict import NOT_JUDGED, Verdict
 from coordcheck.report.html import coord_figures_html
 from coordcheck.report.knobs import DEFAULT_LAYOUT
-
-if TYPE_CHECKING:
-    from coordcheck.report.compliance import Report
 
 __all__ = ["coord_figure_options", "write_figures"]
 
@@ -47,7 +44,7 @@ def coord_figure_options(verdict: Verdict, *, row: str = "parametrization",
 
 
 def write_figures(
-    report: Report, out: Path, steps: list[int] | None, size: str, layout: str = DEFAULT_LAYOUT,
+    report: Any, out: Path, steps: list[int] | None, size: str, layout: str = DEFAULT_LAYOUT,
     page: tuple[dict[str, str], dict[str, dict]] | None = None,
 ) -> dict[str, str]:
     """Coord-check figure (``layout``: guide or grid), slope heatmap, loss curves and, when the verdict has evidence,
