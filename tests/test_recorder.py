@@ -320,3 +320,36 @@ def test_a_loop_under_autocast_records_the_fp32_probe(tmp_path):
     frame = pd.read_parquet(tmp_path / "w" / "frame.parquet")
     assert sorted(frame["step"].unique()) == [0, 1, 2, 3] and np.isfinite(frame["value"]).all()
     assert json.loads((tmp_path / "w" / "job.json").read_text())["precision"] == "bf16"  # as the run says
+
+
+def test_steps_recorded_on_the_training_batches_say_so(tmp_path):
+    """rec.step(batch): the step's probe forward on the batch just trained on; the run and the report say so."""
+    for w in (64, 128, 256):
+        torch.manual_seed(0)
+        model = MLP(w)
+        opt = torch.optim.AdamW(groups(model, 1e-2, w))
+        g = torch.Generator().manual_seed(3)
+        with coordcheck.record(model, width=w, out=tmp_path / f"w{w}", optimizer=opt, batch=probe_batch(),
+                               steps=3) as rec:
+            for _ in range(3):
+                x, y = torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+                rec.step(batch=(x, y))
+    job = json.loads((tmp_path / "w64" / "job.json").read_text())
+    assert job["data_policy"] == "training"
+    assert (pd.read_parquet(tmp_path / "w64" / "frame.parquet")["data_policy"] == "training").all()
+    assert report_main([str(tmp_path), "--no-figures"]) == 0
+    notes = json.loads((tmp_path / "report" / "report.json").read_text())["notes"]
+    assert any(n.startswith("recorded on the training batches") for n in notes)
+
+
+def test_a_training_batch_of_another_shape_is_one_line_and_the_run_stopped(tmp_path):
+    model = MLP(64)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    with pytest.raises(CoordCheckError, match=r"rec.step\(batch=...\): inputs of shape \(4, 32\), the probe"):
+        with coordcheck.record(model, width=64, out=tmp_path / "w", optimizer=opt, batch=probe_batch()) as rec:
+            opt.step()
+            rec.step(batch=(torch.randn(4, 32), torch.zeros(4).long()))
+    assert json.loads((tmp_path / "w" / "job.json").read_text())["status"] == "stopped"

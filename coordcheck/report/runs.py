@@ -22,8 +22,11 @@ from coordcheck.core.errors import CoordCheckError, RefusedError
 from coordcheck.core.frame import FRAME_NAME, concat_frames
 from coordcheck.run.sweep import JOB_NAME, aggregate, job_facts
 
-__all__ = ["Runs", "expand", "read_runs", "runs_out", "recorded", "CAUSE_HINT"]
+__all__ = ["Runs", "expand", "read_runs", "runs_out", "recorded", "CAUSE_HINT", "TRAINING_NOTE"]
 
+TRAINING_NOTE = ("recorded on the training batches (rec.step(batch=...)), not one probe batch: the widths saw the "
+                 "same data only where their loaders gave the same batches, and delta holds the change of the data "
+                 "with the weights'")
 CAUSE_HINT = ("the causes need each parameter owner's input and own update, which {which} did not record: "
               "record(..., tensors=['out', 'delta', 'in', 'own', 'eps']) (the default) records them")
 
@@ -106,6 +109,7 @@ def read_runs(paths: Sequence[str | Path]) -> Runs:
     if len(kept) > 1:
         _same(kept, lambda f: (f.get("probe") or {}).get("hash"), "recorded on probe batch", refuse)
         _same(kept, lambda f: f.get("steps"), "recorded steps", refuse)
+        _same(kept, lambda f: f.get("data_policy", "fixed"), "recorded on batches", refuse)
         for name in ("model", "parametrization", "optimizer"):
             _same(kept, lambda f, n=name: _identity(f).get(n), f"{name}", refuse)
     if not refuse and len(widths) < 2:
@@ -116,6 +120,8 @@ def read_runs(paths: Sequence[str | Path]) -> Runs:
     frame = concat_frames([aggregate(d).frame for d, _ in kept])
     facts = [f for _, f in kept]
     notes = []
+    if any(f.get("data_policy") == "training" for _, f in kept):
+        notes.append(TRAINING_NOTE)
     missing = [str(d) for d, f in kept if not {"in", "own"} <= set(f.get("tensors") or [])]
     if missing:
         notes.append(CAUSE_HINT.format(which=", ".join(missing)))

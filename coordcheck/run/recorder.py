@@ -112,6 +112,7 @@ class Recorder:
         self.loss_fn = call.get("loss") or cross_entropy
         self.output, self.forward_targets = call.get("output"), call.get("forward_targets", False)
         self._given = batch
+        self.training = False  # a step was recorded on a training batch (step(batch=...))
         self._want_eps = EPS_TENSOR in tensors and optimizer is not None
         self.updates = 0  # rec.step() calls so far
         self.records: list[StepRecord] = []
@@ -146,14 +147,20 @@ class Recorder:
             raise
         return self
 
-    def step(self) -> None:
-        """One optimizer update is done: record it when it is a step to record. Call it on every process."""
+    def step(self, batch: object = None) -> None:
+        """One optimizer update is done: record it when it is a step to record. Call it on every process.
+
+        ``batch``: ``(inputs, targets)`` to record this step on instead of the probe batch (this process's own, in
+        the probe batch's shape: the batch just trained on, say). The run then says it was recorded on the training
+        batches (``data_policy`` ``training``), and the report says what that means: the widths see the same data
+        only where their loaders give the same batches, and ``delta`` holds the change of the data with the
+        weights'."""
         self.updates += 1
         if self.probes is None or self.updates not in self.steps:
             return
         if self.eps is not None:
             self.eps.record(self.updates)  # the state after this update, which this step's forward sees
-        self._probe(self.updates)
+        self._probe(self.updates, None if batch is None else self._training(batch))
         if self.updates == self.steps[-1]:  # the last step to record: nothing hooked into the loop from here
             self._detach()
 
@@ -200,14 +207,30 @@ class Recorder:
                           batch.targets[self.rank * b:(self.rank + 1) * b], batch.name, batch.policy)
         return Batch(batch.inputs.to(device), batch.targets.to(device), batch.name, batch.policy)
 
-    def _probe(self, step: int) -> None:
-        """The probe forward of ``step``: no gradients, the RNG as it was, the loss as the sweep computes it."""
+    def _training(self, batch: object) -> Batch:
+        """A training batch given to :meth:`step`, checked against the probe batch's shape, on the model's device."""
+        try:
+            b = as_batch(batch, name=self.batch.name)
+        except CoordCheckError as e:
+            raise CoordCheckError(f"rec.step(batch=...): {e}") from None
+        if tuple(b.inputs.shape) != tuple(self.batch.inputs.shape):
+            raise CoordCheckError(f"rec.step(batch=...): inputs of shape {tuple(b.inputs.shape)}, the probe batch's "
+                                  f"are {tuple(self.batch.inputs.shape)}: pass batches of the probe batch's shape "
+                                  f"(record(..., batch=one of them))")
+        self.training = True
+        return Batch(b.inputs.to(self.batch.inputs.device), b.targets.to(self.batch.inputs.device), b.name,
+                     "training")
+
+    def _probe(self, step: int, batch: Batch | None = None) -> None:
+        """The probe forward of ``step`` (on ``batch``, else the probe batch): no gradients, the RNG as it was, the
+        loss as the sweep computes it."""
+        batch = batch or self.batch
         t0 = time.perf_counter()
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # manual_seed seeds every GPU: keep them
         with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []), torch.no_grad():
             torch.manual_seed(PROBE_SEED)  # the same dropout masks at every step and width: delta is the weights'
             self.probes.begin_step(step)
-            loss = forward_loss(self.model, self.batch.inputs, self.batch.targets, self.loss_fn, output=self.output,
+            loss = forward_loss(self.model, batch.inputs, batch.targets, self.loss_fn, output=self.output,
                                 forward_targets=self.forward_targets, probes=self.probes)
             self.records.append(self.probes.end_step(loss))
         if not math.isfinite(self.records[-1].loss):
@@ -228,10 +251,12 @@ class Recorder:
         parametrization = str(self.facts.get("parametrization", "none"))
         optimizer = type(self.optimizer).__name__ if self.optimizer is not None else "none"
         lr = float(self.facts.get("lr", 0.0))
+        policy = "training" if self.training else self.batch.policy
         config = {"model": model, "parametrization": parametrization, "optimizer": optimizer, "lr": lr,
-                  "data": self.batch.name, "probe": self.probe_hash, "recorded_by": "record"}
+                  "data": self.batch.name, "probe": self.probe_hash, "recorded_by": "record",
+                  **({"data_policy": policy} if self.training else {})}
         return RunIdentity(config_id=digest(config), model=model, parametrization=parametrization,
-                           optimizer=optimizer, lr=lr, data=self.batch.name, data_policy=self.batch.policy)
+                           optimizer=optimizer, lr=lr, data=self.batch.name, data_policy=policy)
 
     def _frame(self):
         import pandas as pd
@@ -249,6 +274,7 @@ class Recorder:
         job = {"kind": "coordcheck", "recorded_by": "record", "config_id": identity.config_id, "width": self.width,
                "identity": {k: getattr(identity, k) for k in ("model", "parametrization", "optimizer", "lr")},
                "seeds": [int(self.facts.get("seed", 0))], "steps": self.steps, "updates": self.updates,
+               "data_policy": identity.data_policy,
                "probe": {"hash": self.probe_hash, "name": self.batch.name, "rows": int(self.batch.inputs.shape[0])
                          * self.processes},
                "tensors": [*self.tensors, *([EPS_TENSOR] if self._want_eps else [])],
