@@ -59,14 +59,14 @@ def main() -> None:
     for p, r in results.items():
         print(f"{p}: {r.verdict.status.upper()} — {r.verdict.reason}")
     widths = sorted(frame["width"].unique())
-    title = f"built-in GPT, widths {widths[0]}-{widths[-1]}: " + ", ".join(
-        f"{p} {r.verdict.status.upper()}" for p, r in results.items())
+    caption = f"The built-in GPT at widths {widths[0]}-{widths[-1]} (Adam, lr 0.01, 3 seeds, 10 steps): " + "; ".join(
+        f"{p}: {r.verdict.status.upper()}" for p, r in results.items()) + "."  # the verdict is the caption's
     out = args.out / "sp_vs_mup"
     args.out.mkdir(parents=True, exist_ok=True)
-    plot_coords(frame, out, stat="std", row="parametrization", layout="guide", title=title)
+    plot_coords(frame, out, stat="std", row="parametrization", layout="guide", caption=caption)
     worst = results["sp"].verdict.worst_modules()
     steps = [s for s in GRID_STEPS if s in set(frame["step"])]
-    plot_coords(frame, f"{out}_grid", stat="std", steps=steps, row="parametrization", layout="grid", title=title,
+    plot_coords(frame, f"{out}_grid", stat="std", steps=steps, row="parametrization", layout="grid", caption=caption,
                 highlight=worst)
     print(f"wrote {out}.png, {out}_grid.png and their PDFs")
 

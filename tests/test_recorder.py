@@ -271,12 +271,13 @@ def test_runs_without_in_and_own_say_the_causes_need_them(tmp_path):
 
 @pytest.mark.slow
 def test_two_processes_under_torchrun_with_fsdp2_give_the_one_process_frame(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        str(ROOT / "tests" / "parallel" / "record_job.py"),
+                        *(f"{tmp_path / 'fsdp' / f'w{w}'}:{w}" for w in (64, 128)), f"{tmp_path / 'meta'}:64:meta"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
     for w in (64, 128):
-        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                            str(ROOT / "tests" / "parallel" / "record_job.py"), str(tmp_path / "fsdp" / f"w{w}"),
-                            str(w)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"})
-        assert r.returncode == 0, r.stderr[-3000:]
         hand_loop(w, tmp_path / "one" / f"w{w}")
     job = json.loads((tmp_path / "fsdp" / "w64" / "job.json").read_text())
     assert job["status"] == "ok" and job["parallel"] == {"name": "record", "processes": 2}
@@ -284,11 +285,7 @@ def test_two_processes_under_torchrun_with_fsdp2_give_the_one_process_frame(tmp_
         runs_frame([tmp_path / "fsdp" / "w64", tmp_path / "fsdp" / "w128"]), on=KEYS, suffixes=("_one", "_two"),
         validate="one_to_one")
     assert len(both) and set(both["tensor"]) == {"out", "delta", "in", "own", "eps", "loss"}
-    meta = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           str(ROOT / "tests" / "parallel" / "record_job.py"), str(tmp_path / "meta"), "64", "meta"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert meta.returncode == 0, meta.stderr[-3000:]  # built on the meta device, sharded, then init_weights()
+    # built on the meta device, sharded, then init_weights(): recorded as any other run
     frame = pd.read_parquet(tmp_path / "meta" / "frame.parquet")
     assert json.loads((tmp_path / "meta" / "job.json").read_text())["status"] == "ok"
     assert sorted(frame["step"].unique()) == list(range(STEPS + 1)) and np.isfinite(frame["value"]).all()
