@@ -135,3 +135,13 @@ def test_the_causes_markers_agree_with_their_bands():
     assert "not judged" in [t.get_text() for t in fig.axes[0].texts]
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend[:3] == [INSIDE_LABEL, VIOLATES_LABEL, f"{OUTSIDE_LABEL}\n(why: the word beside it)"]
+
+
+def test_embedding_the_fonts_logs_nothing(tmp_path, caplog):
+    """fontTools logs each table it subsets at INFO: under Hydra's logging that was 237 lines at the end of a sweep."""
+    import logging
+
+    with caplog.at_level(logging.INFO):
+        plot_coords(tidy(modules=GPT_MODULES, parametrizations=("mup",)), tmp_path / "fig")
+    assert not [r for r in caplog.records if r.name.startswith("fontTools")]
+    assert b"/FontFile2" in (tmp_path / "fig.pdf").read_bytes()

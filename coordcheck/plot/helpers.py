@@ -13,6 +13,7 @@ TrueType) and ``<path>.png`` atomically next to each other, the caption in both 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -187,12 +188,18 @@ def save_figure(fig: Figure, path: str | Path | None) -> None:
                         **({"Title": title} if title else {})},
                 "png": {"Software": "coordcheck", **({"Description": caption} if caption else {}),
                         **({"Title": title} if title else {})}}
-    with matplotlib.rc_context({"pdf.fonttype": 42, "ps.fonttype": 42}):
-        for fmt in ("pdf", "png"):
-            target = base.with_name(f"{base.name}.{fmt}")
-            # the temporary name ends in .tmp, so the format is given explicitly
-            atomic_write(target, lambda tmp, fmt=fmt: fig.savefig(
-                tmp, format=fmt, dpi=PNG_DPI, bbox_inches="tight", metadata=metadata[fmt]))
+    subsetter = logging.getLogger("fontTools")  # it logs every font table it subsets at INFO (TrueType embedding):
+    level = subsetter.level  # hundreds of lines under Hydra's logging, which shows INFO
+    subsetter.setLevel(max(level, logging.WARNING))
+    try:
+        with matplotlib.rc_context({"pdf.fonttype": 42, "ps.fonttype": 42}):
+            for fmt in ("pdf", "png"):
+                target = base.with_name(f"{base.name}.{fmt}")
+                # the temporary name ends in .tmp, so the format is given explicitly
+                atomic_write(target, lambda tmp, fmt=fmt: fig.savefig(
+                    tmp, format=fmt, dpi=PNG_DPI, bbox_inches="tight", metadata=metadata[fmt]))
+    finally:
+        subsetter.setLevel(level)
 
 
 def add_caption(fig: Figure, text: str | None, size: Size = "paper", gap_pt: float = 6.0) -> None:
