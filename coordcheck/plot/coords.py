@@ -50,7 +50,7 @@ from coordcheck.plot.helpers import (
     module_order, nothing_left, save_figure, seaborn_modules, tensor_rank,
 )
 from coordcheck.plot.steplines import (
-    FAIL_COLOUR, Block, Panel, chosen_steps, draw_blocks, pool, reading_handles, step_styles, summarise,
+    FAIL_COLOUR, Block, Panel, chosen_steps, draw_blocks, pool, reading_handles, step_styles, summarise, worst_failing,
 )
 
 if TYPE_CHECKING:
@@ -317,7 +317,7 @@ def _coord_grid(data: pd.DataFrame, *, steps: list[int], row: str, row_order: li
         _stack_legends(g.figure, legends)
         if hot:
             order = dict(zip(modules["module"], modules["layer_index"]))
-            slopes = {m: _worst_failing(failing, "tensor", None, None, [m], steps) for m in picked}
+            slopes = {m: worst_failing(failing, "tensor", None, None, [m], steps) for m in picked}
             handles = {f"L{order[m]} {m}" + (f" (slope {slopes[m][0]:+.2f}, step {slopes[m][1]})" if slopes[m]
                                              else ""):
                        legend_line(hot[m], *highlight_style(k, len(picked))[1], linewidth=HIGHLIGHT_WIDTH)
@@ -391,33 +391,13 @@ def _coord_guide(data: pd.DataFrame, *, steps: list[int], row: str, panel_rows: 
             if row != "tensor":
                 sel = sel[sel["tensor"] == tensor]
             panels.append(Panel(kind, sel, (kind, tensor),
-                                _worst_failing(failing, row, level, tensor, members.get(key, ()), steps)))
+                                worst_failing(failing, row, level, tensor, members.get(key, ()), steps)))
         name = str(level) if one_tensor or row == "tensor" else f"{level} · {_TENSOR_WORDS.get(tensor, tensor)}"
         blocks.append(Block(panels, name, ends.get(level) if shared_end is None else None))
     what = f"{magnitude} of {_TENSOR_WORDS.get(panel_rows[0][1], panel_rows[0][1])}" if one_tensor else magnitude
     return draw_blocks(blocks, step_styles(steps, shared_end), x="width", xs=widths, xlabel="width",
                        ylabel=f"{what} (log scale)", size=size, max_cols=MAX_GUIDE_COLUMNS[size],
                        min_height=_GUIDE_MIN_HEIGHT[size], seeds=int(data["seed"].nunique()), title=title)
-
-
-def _worst_failing(failing: pd.DataFrame | None, row: str, level, tensor: str | None, modules, steps: list[int]):
-    """(slope, step) of the worst failing series (largest |slope|, at a drawn step when one is) among ``modules`` of
-    one panel (of ``tensor`` and the ``level`` of ``row``; None: any), or None. ``failing``: the verdict's failing
-    series (``module``, ``tensor``, ``step``, ``slope``, and ``row``'s column when it has it)."""
-    if failing is None or failing.empty:
-        return None
-    f = failing[failing["module"].isin(list(modules))]
-    if tensor is not None:
-        f = f[f["tensor"] == tensor]
-    if level is not None and row in f.columns and row != "tensor":
-        f = f[f[row].astype(str) == str(level)]
-    f = f[np.isfinite(f["slope"].astype(float))]
-    if f.empty:
-        return None
-    drawn = f[f["step"].isin(steps)]
-    f = drawn if len(drawn) else f
-    w = f.loc[f["slope"].astype(float).abs().idxmax()]
-    return float(w["slope"]), int(w["step"])
 
 
 def guide_kinds(data: pd.DataFrame, row: str) -> pd.Series:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["STEP_CMAP", "STEP_CMAP_RANGE", "STEP_MARKERS", "MAX_STEP_LINES", "MIN_Y_SPAN", "ZERO_TICK", "NA_TICK",
            "BAND_ALPHA", "NOT_JUDGED_DASHES", "FAIL_COLOUR", "StepStyle", "YRows", "Panel", "Block", "chosen_steps",
            "step_styles", "pool", "summarise", "draw_steps", "finish_y", "label_y", "step_handles", "reading_handles",
-           "draw_blocks"]
+           "draw_blocks", "worst_failing"]
 
 STEP_CMAP = "viridis"  # perceptually uniform, lightness rising monotonically: readable in grayscale and by all eyes
 STEP_CMAP_RANGE = (0.78, 0.0)  # early steps light green, late ones dark purple (viridis' last yellows vanish on white)
@@ -418,3 +418,23 @@ def draw_blocks(blocks: list[Block], styles: dict[int, StepStyle], *, x: str, xs
         if reading:  # how to read the panels, in a row of its own under the steps
             add_legend_below(fig, reading, None, under_legends=True, **_COMPACT_LEGEND)
     return fig
+
+
+def worst_failing(failing: pd.DataFrame | None, row: str, level, tensor: str | None, modules, steps: list[int]):
+    """(slope, step) of the worst failing series (largest |slope|, at a drawn step when one is) among ``modules`` of
+    one panel (of ``tensor`` and the ``level`` of ``row``; None: any), or None. ``failing``: the verdict's failing
+    series (``module``, ``tensor``, ``step``, ``slope``, and ``row``'s column when it has it)."""
+    if failing is None or failing.empty:
+        return None
+    f = failing[failing["module"].isin(list(modules))]
+    if tensor is not None:
+        f = f[f["tensor"] == tensor]
+    if level is not None and row in f.columns and row != "tensor":
+        f = f[f[row].astype(str) == str(level)]
+    f = f[np.isfinite(f["slope"].astype(float))]
+    if f.empty:
+        return None
+    drawn = f[f["step"].isin(steps)]
+    f = drawn if len(drawn) else f
+    w = f.loc[f["slope"].astype(float).abs().idxmax()]
+    return float(w["slope"]), int(w["step"])
