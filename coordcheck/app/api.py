@@ -41,7 +41,6 @@ from coordcheck.setup.parametrization import (
 from coordcheck.report import Report, build_report, environments, write_report
 from coordcheck.report.knobs import DEFAULT_LAYOUT
 from coordcheck.run.train import LossFn, OptimizerFactory, RunIdentity, cross_entropy, resolve_seeds, run_width
-from coordcheck.judge.cause_pass import CAUSE_PASS_TENSORS, cause_pass_steps, cause_rows
 from coordcheck.judge.verdict import Rules, Verdict
 
 __all__ = ["coord_check", "CoordCheckResult", "PlotKind"]
@@ -60,7 +59,7 @@ class CoordCheckResult:
     """What ``coord_check`` returns: the tidy frame, per-width facts, and the verdict on demand.
 
     ``.slopes`` (tidy slopes table), ``.verdict`` (:class:`coordcheck.judge.verdict.Verdict`),
-    ``.passed``, ``.audit`` (the parameter audit, :mod:`coordcheck.judge.audit`), ``.report()`` (markdown text),
+    ``.passed``, ``.audit`` (the measured facts, :mod:`coordcheck.judge.facts`), ``.report()`` (markdown text),
     ``.write(dir)`` (every report file) and ``.plot(path)`` are computed lazily with
     ``rules`` (default :class:`coordcheck.judge.verdict.Rules`).
     """
@@ -89,7 +88,7 @@ class CoordCheckResult:
 
     @functools.cached_property
     def audit(self) -> pd.DataFrame:
-        """The parameter audit (:func:`coordcheck.judge.audit.audit_table`): one row per (configuration, parameter) —
+        """The measured facts (:func:`coordcheck.judge.facts.audit_table`): one row per (configuration, parameter) —
         class, init std, learning rate, weight decay, Adam ε, output multiplier, each as an exponent in width beside
         what muP expects; judged under ``parametrization=mup|sp``."""
         return self._report.audit
@@ -216,7 +215,6 @@ def coord_check(
     progress: bool = True,
     rules: Rules | None = None,
     init: str | Callable[..., None] | None = None,
-    cause_pass: bool = True,
     **build_kwargs: object,
 ) -> CoordCheckResult:
     """Train ``build(width, **build_kwargs)`` at each width for ``steps`` updates and probe it.
@@ -242,9 +240,6 @@ def coord_check(
     (autocast and a gradient scaler); statistics are reduced in float32 either way. ``compile=True`` is
     refused with the reason (:mod:`coordcheck.setup.device`).
     ``rules``: the verdict's numbers (:class:`coordcheck.judge.verdict.Rules`).
-    ``cause_pass``: when the verdict fails and ``tensors`` did not record the causes' ``in`` and ``own``, train the
-    failing configurations again recording only them, to two steps past the first failing one, so that the verdict names
-    the cause (one log line; :mod:`coordcheck.judge.cause_pass`). ``False``: the first pass only.
 
     Depth (:mod:`coordcheck.setup.depth`): ``depths=[2, 4, 8, 16]`` with ``width=128`` sweeps the number of residual
     blocks
@@ -343,23 +338,6 @@ def coord_check(
             frame, fact = train(width, depth, identity, tensors, steps, bar)
             frames.append(frame)
             facts.append(fact)
-    finally:
-        bar.close()
-    result = CoordCheckResult(concat_frames(frames), facts, rules or Rules())
-    plan = cause_pass_steps(result.verdict) if cause_pass else {}
-    todo = [(w, d, i) for w, d, i in jobs if i.config_id in plan]
-    if not todo:
-        return result
-    log.info("FAIL without its cause measured: a cause pass records %s for %d width(s) up to step %d "
-             "(cause_pass=False turns it off; tensors=[*coordcheck.CAUSE_TENSORS, 'eps'] records them in the first "
-             "pass)",
-             "/".join(CAUSE_PASS_TENSORS), len(todo), max(plan.values()))
-    bar = tqdm(total=sum(len(seeds) * (plan[i.config_id] + 1) for _, _, i in todo), desc="cause pass",
-               disable=not progress)
-    try:
-        for width, depth, identity in todo:
-            rows = train(width, depth, identity, CAUSE_PASS_TENSORS, plan[identity.config_id], bar)[0]
-            frames.append(cause_rows(rows))
     finally:
         bar.close()
     return CoordCheckResult(concat_frames(frames), facts, rules or Rules())

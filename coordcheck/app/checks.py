@@ -141,7 +141,6 @@ JOB_CHECKS: dict[str, Callable[[Any], Any]] = {  # the keys every training job r
     "seeds": lambda v: resolve_seeds(OmegaConf.to_object(v) if OmegaConf.is_config(v) else v),
     "threads": one_value(check_threads, "threads"),
     "loss": check_loss,
-    "cause_pass": lambda v: _check_bool(v, "cause_pass"),
 }
 
 

@@ -41,7 +41,7 @@ __all__ = ["CONF_DIR", "GROUPS", "NOT_IN_JOB", "NOT_IN_ID", "NOT_IN_FAMILY", "RU
 
 REPO_CONF = Path(__file__).resolve().parents[2] / "conf"
 CONF_DIR = str(REPO_CONF) if REPO_CONF.is_dir() else "pkg://coordcheck.conf"
-NOT_IN_JOB = ("progress", "report", "threads", "logger", "cause_pass")  # keys that do not change a job's frame
+NOT_IN_JOB = ("progress", "report", "threads", "logger")  # keys that do not change a job's frame
 NOT_IN_ID = ("width", "device", "parallel", *NOT_IN_JOB)  # ... nor what a configuration is (a width on another
 # device, or over several processes, is the same configuration; its precision is not). A depth is part of a
 # configuration: each depth of a depth sweep is one configuration of the width verdict, and the depths of one

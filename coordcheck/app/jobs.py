@@ -47,7 +47,6 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from coordcheck.app.cause_pass import run_cause_pass
 from coordcheck.app.overrides import multirun_last
 from coordcheck.app.ranks import end_group, other_rank_dirs, parallel_rank, rank0_decides, rank_job_dir, rank_outcome
 from coordcheck.core.processes import process_rank
@@ -60,7 +59,6 @@ from coordcheck.app.config import (  # noqa: F401  (CONF_DIR ... RUN_DEFAULTS: r
 )
 from coordcheck.core.errors import EXIT, USER_ERROR, CoordCheckError, check_loss, check_threads, positive_number
 from coordcheck.core.frame import (
-    CAUSE_FRAME_NAME,
     FRAME_NAME,
     FrameError,
     atomic_write,
@@ -72,7 +70,6 @@ from coordcheck.report.common import ERROR_NAME, REPORT_DIR
 from coordcheck.report.knobs import (  # noqa: F401  (KNOBS ... Stat: re-exported, as above)
     KNOBS, LAYOUTS, REPORT, SIZES, Knobs, Layout, ReportOptions, Size, Stat, knob_error, report_options, rules_of,
 )
-from coordcheck.judge.cause_pass import CAUSE_PASS_TENSORS, cause_rows
 from coordcheck.run.sweep import JOB_NAME
 from coordcheck.core.text import write_json
 
@@ -96,11 +93,10 @@ def family_id(cfg: DictConfig) -> str:
     return digest(resolved_config(cfg, NOT_IN_FAMILY))
 
 
-def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None) -> dict:
+def run_job(cfg: DictConfig, output_dir: Path) -> dict:
     """Train ``cfg.width`` for every seed; write ``frame.parquet`` (the caller writes ``job.json``).
 
-    ``cause_pass``: record only what the causes need (:data:`coordcheck.judge.cause_pass.CAUSE_PASS_TENSORS`) up to
-    that step, into ``frame.causes.parquet``, under the job's own identity (:mod:`coordcheck.app.cause_pass`)."""
+    """
     import torch  # noqa: F401  (imported here so `--help` and config errors stay fast)
 
     from coordcheck.setup.data import as_batch, batch_for
@@ -152,16 +148,14 @@ def run_job(cfg: DictConfig, output_dir: Path, *, cause_pass: int | None = None)
     loss = check_loss(cfg.get("loss"))
     frame, facts = run_width(
         build, width, seeds=seeds, parametrization=parametrization, optimizer=optimizer, lr=lr,
-        batch=batch, steps=cause_pass or cfg.steps, identity=identity, base_width=cfg.base_width,
-        tensors=CAUSE_PASS_TENSORS if cause_pass else tuple(cfg.tensors), stats=tuple(cfg.stats),
-        progress=bool(cfg.progress) and not cause_pass,
+        batch=batch, steps=cfg.steps, identity=identity, base_width=cfg.base_width,
+        tensors=tuple(cfg.tensors), stats=tuple(cfg.stats),
+        progress=bool(cfg.progress),
         loss_fn=loss or cross_entropy, output=cfg.get("output"), forward_targets=cfg.get("forward_targets", False),
         grad_clip=cfg.get("grad_clip"), device=device, precision=precision, init=init, depth=depth,
         pool_experts=bool(cfg.get("pool_experts", True)), parallel=parallel,
     )
-    if cause_pass:
-        frame = cause_rows(frame)
-    write_frame(frame, output_dir / (CAUSE_FRAME_NAME if cause_pass else FRAME_NAME))
+    write_frame(frame, output_dir / FRAME_NAME)
     log.info(
         "width=%d done: %d parameters, %d rows, %.1f s%s", width, facts["n_params"], len(frame), facts["seconds"],
         f", diverged: {facts['diverged']}" if facts["diverged"] else "",
@@ -248,7 +242,7 @@ def execute(cfg: DictConfig, run: Callable[[DictConfig, Path], dict], label: Cal
     output_dir, drop = rank_job_dir(cfg, output_dir)  # under parallel only rank 0 writes the job's files (app.ranks)
     job = {"width": cfg.get("width"), "overrides": list(hc.overrides.task), "job_hash": key, "started": time.time()}
     write_json(output_dir / JOB_NAME, {**job, "status": "running"})
-    for stale in [*(name for name, _ in FRAME_FILES.values()), CAUSE_FRAME_NAME]:  # from another config: gone
+    for stale in [*(name for name, _ in FRAME_FILES.values()), "frame.causes.parquet"]:  # from another config: gone
         (output_dir / stale).unlink(missing_ok=True)
     restore = None
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
@@ -420,21 +414,11 @@ class SweepCallback(Callback):
         """Write the report of ``sweep_dir`` with the checked knobs ``opts``; return it and its path."""
         from coordcheck.report import report_sweep
 
-        def train(cfg: DictConfig, job_dir: Path, steps: int) -> dict:
-            return run_job(cfg, job_dir, cause_pass=steps)
-
-        causes = functools.partial(run_cause_pass, train=train) if getattr(self, "cause_pass", True) else None
         return report_sweep(sweep_dir, rules=self.knobs.rules_of(opts), figures=opts["figures"],
-                            steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"], cause_pass=causes)
+                            steps=opts["steps"] or None, size=opts["size"], layout=opts["layout"])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.started = time.time()  # the trackers' errors of this sweep's jobs, not of a resumed one's (log_sweep)
-        self.cause_pass = bool(config.get("cause_pass", True))  # a failing sweep records its causes afterwards
-        self.parallel = (config.get("parallel") or {}).get("name", "none") != "none"
-        if self.parallel and self.cause_pass:  # (it would train on rank 0 alone): the causes' tensors in the sweep
-            self.cause_pass = False
-            log.info("parallel=%s: no cause pass after the sweep; tensors=[out,delta,in,own] records the causes in "
-                     "it", config.parallel.name)
         try:
             self.knobs.values(config.get("report"))
         except CoordCheckError as e:  # an exception would only be a warning here: stop before any job runs

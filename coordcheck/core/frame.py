@@ -121,12 +121,15 @@ __all__ = [
     "NOT_ACTIVATIONS",
     "EPS_TENSOR",
     "LOAD_TENSOR",
+    "WEIGHT_TENSOR",
+    "UPDATE_TENSOR",
+    "GAIN_TENSOR",
+    "FACT_TENSORS",
     "LOAD_JUDGED",
     "DEFAULT_TENSORS",
     "CAUSE_TENSORS",
     "ROLES",
     "FRAME_NAME",
-    "CAUSE_FRAME_NAME",
     "LOSS_MODULE",
     "FrameError",
     "empty_frame",
@@ -137,7 +140,6 @@ __all__ = [
 ]
 
 FRAME_NAME = "frame.parquet"  # fixed file name; what varies lives in directory names
-CAUSE_FRAME_NAME = "frame.causes.parquet"  # a cause pass's in/own rows of the same job (coordcheck.app.cause_pass)
 LOSS_MODULE = "(loss)"
 ROOT_MODULE = "(root)"
 # Suffixes of captured attention logits that are exactly q k^T * scale (no additive bias or mask folded in):
@@ -145,16 +147,20 @@ ROOT_MODULE = "(root)"
 QK_LOGITS = ("(sdpa)", "(mha)")
 
 STATS = ("std", "l1", "rms", "mean", "absmax")
-TENSORS = ("out", "delta", "in", "own", "loss", "eps", "load")
-EPS_TENSOR = "eps"  # Adam's epsilon fraction per parameter (coordcheck.record.eps, judged by coordcheck.judge.audit)
+TENSORS = ("out", "delta", "in", "own", "loss", "eps", "load", "weight", "update", "gain")
+EPS_TENSOR = "eps"  # Adam's epsilon fraction per parameter (coordcheck.record.eps, read by coordcheck.judge.explain)
 LOAD_TENSOR = "load"  # a router's load over its experts (coordcheck.record.load; judged by its own rule)
 LOAD_JUDGED = "max_load"  # the load's statistic the verdict judges (its entropy is shown)
-NOT_ACTIVATIONS = ("loss", EPS_TENSOR, LOAD_TENSOR)  # tensor kinds the activation rules of the verdict do not judge
+# Facts measured from the weights (coordcheck.record.weights, judged by coordcheck.judge.facts): per parameter, W and
+# the change ΔW of a measured update (rms, fro, spec; the step's lr, wd and sgd_lr as labels); per matrix module, its
+# output over its weight applied to its input (gain, fit)
+WEIGHT_TENSOR, UPDATE_TENSOR, GAIN_TENSOR = "weight", "update", "gain"
+FACT_TENSORS = (WEIGHT_TENSOR, UPDATE_TENSOR, GAIN_TENSOR)
+NOT_ACTIVATIONS = ("loss", EPS_TENSOR, LOAD_TENSOR, *FACT_TENSORS)  # tensor kinds the activation rules do not judge
 DEFAULT_TENSORS = ("out", "delta")  # what the probes record unless told otherwise (config: tensors)
-# The causes' tensors (coordcheck.judge.causes: which parameter's init or learning rate is off): a setting, not the
-# default, because the own update costs more than the probes' target allows at small width (experiments/bench_probes.py,
-# variant f: GPT width 256 about 1.6x bare training against <= 1.30; width 1024 about 1.15x). A failing sweep's cause
-# pass records them (and Adam's ε: coordcheck.judge.cause_pass) without this setting.
+# Each parameter owner's input and own update (coordcheck.record.own): evidence shown beside the verdict, never
+# judged (the causes come from the facts measured from the weights, which every path records); a setting, since the own
+# update costs about one more forward of the probe batch
 CAUSE_TENSORS = ("out", "delta", "in", "own")
 ROLES = ("input", "hidden", "output", "attention", "norm", "loss")
 

@@ -19,7 +19,6 @@ from typing import Literal
 
 from coordcheck.core.errors import check_knobs, knob
 from coordcheck.core.frame import STATS
-from coordcheck.judge.causes import INIT_FIX, UPDATE_FIX
 
 __all__ = ["Rules", "STATUSES", "RANK", "Rule", "RULES", "DEPTH_RULES", "BANDS", "FACTS", "OPS", "PLACES", "EXPECT",
            "rule_named", "expected_band", "likely_cause", "rules_markdown", "rules_table"]
@@ -166,12 +165,6 @@ HIDDEN_GROWS = {
 }
 INPUT_GROWS = "input-layer features grow with width after updates: the input layer's learning rate or init is scaled " \
               "with width — keep them constant"
-OWN_INIT = {ANY: INIT_FIX.format(it="it")}
-OWN_ALONE = ("own update {direction} with width ({slope:+.2f} at step {step}) while the module's output and its change "
-             "since step 0 do not: not counted as a cause (an own update off the band that leaves the module's "
-             "features behaving like muP's shows no knob to turn)")
-READOUT_OWN = ("the readout's own gain is not judged (a multiplier on its input is divided out by rms(x)): the model's "
-               "output is judged on its out and delta")
 INNER_OUTPUT = "not the model's output (e.g. logits before an output multiplier): judged at {final}"
 QK_GROWS = {ANY: "attention logits do not shrink at initialisation (independent q and k give q.k ~ sqrt(d_head), which "
                  "q.k/d_head shrinks like width^{slope:.2g} where d_head grows like width{power}, as here: {dims}): "
@@ -200,8 +193,6 @@ LOAD_MEASURED = ("measured on the built-in MoE (model=moe, widths 64-512, 3 seed
                  "-0.09..+0.17, caught by its change since step 0 instead (experiments/moe_known_answers.py load)")
 ROUTER_MEASURED = ("measured on the built-in MoE (model=moe, widths 64-512, 40 steps): router logits -0.51 and -0.48 "
                    "at step 0, change since step 0 -0.38 .. -0.12 after it (experiments/moe_known_answers.py)")
-OWN_MEASURED = ("measured: experiments/own_update.py (muP in the mup package's form: own after updates flat for every "
-                "role; standard parametrization with Adam: hidden +0.8..+1.0)")
 
 RULES: tuple[Rule, ...] = (
     # -- shown, not judged ------------------------------------------------------------------------------------------
@@ -216,15 +207,11 @@ RULES: tuple[Rule, ...] = (
          source="Vankadara et al., NeurIPS 2024, On Feature Learning in Structured State Space Models: SSMs are not "
                 "tensor programs and muP's rules do not carry over to the scan",
          test="tests/test_rules.py::test_a_scan_is_shown_never_judged"),
-    Rule("readout-own-init", roles=("output",), tensors=("own",), steps="init", expect="no_growth", judged=False,
-         note=READOUT_OWN,
-         source="measured: coordcheck.testing's torchtitan-style LLaMA (a 1/width multiplier on the readout's input): "
-                "init gain +0.48 [+0.46, +0.51] while the logits shrink as muP wants",
-         test="tests/test_rules.py::test_the_readouts_own_gain_is_shown_never_judged"),
-    Rule("readout-own-updates", roles=("output",), tensors=("own",), steps="updates", judged=False,
-         note=READOUT_OWN,
-         source="as readout-own-init",
-         test="tests/test_rules.py::test_the_readouts_own_gain_is_shown_never_judged"),
+    Rule("own-evidence", roles=(), tensors=("own",), judged=False,
+         note="a module's own update (the tensor own): evidence, not judged — the causes come from the facts measured "
+              "from the weights (coordcheck.judge.facts), which every path records alike",
+         source="issue 42: a fact is measured from the weights, not read off a gain the input may carry",
+         test="tests/test_rules.py::test_own_updates_are_shown_never_judged"),
     Rule("inner-output", roles=("output",), tensors=("out",), facts=("inner_output",), expect="no_growth",
          judged=False, note=INNER_OUTPUT,
          source="hand-written muP (nanoGPT-mup, OLMo): logits = lm_head(x) * base_width / width outside the readout "
@@ -270,9 +257,6 @@ RULES: tuple[Rule, ...] = (
          source="frames written before the head_dim column (second release)",
          test="tests/test_rules.py::test_an_unrecorded_head_dimension_falls_back_to_no_growth_with_a_note"),
     # -- attention, output ------------------------------------------------------------------------------------------
-    Rule("attention-own-init", roles=("attention",), tensors=("own",), steps="init", expect="no_growth",
-         grows=OWN_INIT, source=f"{TP5}: a zero-initialised query is allowed (attention uniform at init)",
-         test="tests/test_rules.py::test_attention_modules_init_gain_may_shrink_but_not_grow"),
     Rule("attention-no-growth", roles=("attention",), tensors=("out", "delta"), expect="no_growth",
          grows=ATTENTION_GROWS,
          source=f"{TP5}: attention logits q.k/d stay Θ(1); a zero query makes them shrink at init, which is allowed",
@@ -285,7 +269,7 @@ RULES: tuple[Rule, ...] = (
          source=f"{TP5}: the output's change is Θ(1) (maximal update); one that vanishes is the lazy regime",
          test="tests/test_rules.py::test_the_outputs_change_must_neither_grow_nor_vanish"),
     # -- mixture of experts: the router (an output weight inside the model) and the routing over its logits --------
-    Rule("router-init-shrinks", roles=("router",), tensors=("out", "own"), steps="init", expect="shrink_half",
+    Rule("router-init-shrinks", roles=("router",), tensors=("out",), steps="init", expect="shrink_half",
          grows=ROUTER_INIT,
          source=f"{TP5} (output weights: init variance 1/fan_in², Adam lr 1/fan_in); {MOE}; {ROUTER_MEASURED}",
          test="tests/test_rules.py::test_a_routers_logits_must_shrink_at_init_like_an_output_weights"),
@@ -299,11 +283,6 @@ RULES: tuple[Rule, ...] = (
                 f"the logits like width^-1/2; {ROUTER_MEASURED}; GraniteMoe under granite_mup: -0.43 at step 3, "
                 "-0.17 at step 10",
          test="tests/test_rules.py::test_a_routers_logits_and_their_change_must_not_grow_after_updates"),
-    Rule("router-own-updates-flat", roles=("router",), tensors=("own",), steps="updates", expect="noisy_update",
-         grows=ROUTER_GROWS,
-         shrinks=ROUTER_SHRINKS, corroborate=("out", "delta"), alone=OWN_ALONE,
-         source=f"{MOE}; {ROUTER_MEASURED}",
-         test="tests/test_rules.py::test_a_routers_own_update_names_the_router_with_its_own_fix"),
     Rule("routing-no-growth", roles=("routing",), tensors=("out", "delta"), expect="no_growth", grows=ROUTING_GROWS,
          source=f"{MOE}: a softmax over router logits is routing, not attention; the logits may shrink (a router "
                 "initialised small or at zero routes uniformly at init)",
@@ -330,28 +309,6 @@ RULES: tuple[Rule, ...] = (
     Rule("updates-flat", roles=(), tensors=("out", "delta"), grows=HIDDEN_GROWS, shrinks=LAZY,
          source=f"{TP5}: every feature Θ(1) after updates (norm layers, and roles a model declares itself)",
          test="tests/test_rules.py::test_norms_and_other_roles_must_stay_flat_after_updates"),
-    # -- own updates: the causes' evidence --------------------------------------------------------------------------
-    Rule("own-init-flat", roles=(), tensors=("own",), steps="init", grows=OWN_INIT, shrinks=OWN_INIT,
-         source=f"{TP5}: init std ∝ fan_in^-1/2 keeps a module's init gain flat; {OWN_MEASURED}",
-         test="tests/test_rules.py::test_a_modules_init_gain_must_be_flat"),
-    Rule("input-own-updates-flat", roles=("input",), tensors=("own",), steps="updates",
-         grows={ANY: UPDATE_FIX[("input", "grows")].format(its="its")},
-         shrinks={ANY: UPDATE_FIX[("input", "shrinks")].format(its="its")},
-         corroborate=("out", "delta"), alone=OWN_ALONE, source=OWN_MEASURED,
-         test="tests/test_rules.py::test_own_updates_must_be_flat_and_count_only_with_the_modules_output"),
-    Rule("norm-own-updates-flat", roles=("norm",), tensors=("own",), steps="updates",
-         grows={ANY: UPDATE_FIX[("norm", "grows")]}, shrinks={ANY: UPDATE_FIX[("norm", "shrinks")]},
-         corroborate=("out", "delta"), alone=OWN_ALONE,
-         source=f"{OWN_MEASURED}; a correct muP Granite's norm gain +0.27 [+0.21, +0.32] at step 9 with every "
-                "activation flat (experiments/narrow.py): hence corroborate",
-         test="tests/test_rules.py::test_own_updates_must_be_flat_and_count_only_with_the_modules_output"),
-    Rule("own-updates-flat", roles=(), tensors=("own",), steps="updates",
-         grows={ANY: UPDATE_FIX[("hidden", "grows")].format(them="it")},
-         shrinks={ANY: UPDATE_FIX[("hidden", "shrinks")].format(them="it")},
-         corroborate=("out", "delta"), alone=OWN_ALONE,
-         source=f"{OWN_MEASURED}; a correct muP ResNet's strided 1x1 shortcut -0.43 [-0.50, -0.36] with every "
-                "activation flat (experiments/public_models.py): hence corroborate",
-         test="tests/test_rules.py::test_own_updates_must_be_flat_and_count_only_with_the_modules_output"),
 )
 DEPTH_SOURCE = ("CompleteP (Dey et al. 2025) and depth-μP (Yang et al. 2023); measured with "
                 "experiments/depth_known_answers.py on the built-in GPT, width 128, depths 2-16 (docs/depth.md)")

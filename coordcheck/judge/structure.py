@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.judge.causes import CAUSE_COLUMNS
+from coordcheck.judge.facts import CAUSE_COLUMNS
 
 __all__ = ["structure_causes"]
 

@@ -12,14 +12,10 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
 1. **Statistic.** Only ``Rules.stat`` is judged (default ``std``).
 2. **Flat.** ``out`` of input / hidden / norm layers and ``delta`` (change since step 0) of
    input / hidden / norm / output layers: slope in ``[-shrink_tol, tol]`` — growing means not
-   muP, a shrinking ``delta`` means the features barely learn (lazy regime).
-   ``own`` (the change of a parameter-owning module's output from its own parameters' update, as a
-   gain: issue 17's probes) of input / hidden / norm layers, at step 0 (the init gain) and after
-   updates: flat too. ``in`` (the module's input) is not judged (``skip``): it is some other
-   module's output, evidence for :mod:`coordcheck.judge.causes`; nor is the readout's ``own``
-   (:data:`READOUT_OWN`: a multiplier on its input hides in the gain's rms(x)).
-3. **No growth.** ``out`` of output layers and ``out``/``delta`` (and the step-0 ``own`` of a
-   parameter-owning attention module) of attention logits: slope <= ``tol``; they may shrink (the
+   muP, a shrinking ``delta`` means the features barely learn (lazy regime). ``in`` and ``own``
+   (a module's input and its own update, where recorded) are shown, never judged: what decides is
+   what every path records alike, and the causes come from the facts measured from the weights.
+3. **No growth.** ``out`` of output layers and ``out``/``delta`` of attention logits: slope <= ``tol``; they may shrink (the
    readout at initialisation shrinks like 1/width, or is exactly zero). Output rules apply to the
    model's output — the last output module to run; an output-role module that runs before it
    (logits before a hand-written output multiplier) is ``skip``. Captured pure ``q k^T * scale``
@@ -56,16 +52,13 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    narrowest and the widest width is larger at the widest. Identical models are flat at every step:
    without this rule they would pass. Jobs that recorded no shapes are not checked
    (:func:`_fail_fixed_models`).
-10. **Causes.** :func:`coordcheck.judge.causes.find_causes` walks each configuration's modules in call
-   order over these statuses: a module whose ``own`` fails is a cause, a failing module after it
-   inherits (``Verdict.causes``, ``Verdict.evidence``, the module table's ``cause`` /
-   ``inherited_from``); a failing configuration's reason leads with its first cause, and one without
-   a cause says what was seen instead. A frame without ``own`` rows is judged as before (no causes;
-   the report's Cause section says they need the ``own`` tensor). An undecided ``own`` series makes
-   no configuration undecided (:data:`DECIDING`): it is evidence, and only a failing one is a cause.
-   Then the parameter audit's and Adam's ε judged violations (:mod:`coordcheck.judge.audit`, from the jobs'
-   facts and ``eps`` rows) join the causes (:func:`_add_parameter_causes`): one the walk already named
-   is left out; a new one fails its configuration.
+10. **Causes.** :func:`coordcheck.judge.explain.explain`: each failing series explained by the violations
+   upstream of it in call order among the facts measured from the weights (:mod:`coordcheck.judge.facts`: each
+   parameter's effective init and update against muP's table for its class and optimizer); a violation that
+   explains one is a cause, a failing module inherits from the nearest (``Verdict.causes``,
+   ``Verdict.evidence``, ``Verdict.audit``, the module table's ``cause`` / ``inherited_from``); a failing
+   configuration's reason leads with its first cause, one without says what was seen and names no knob. A
+   violation no failing series shows is a note with its forecast: it never fails a configuration.
 11. **Overall.** ``fail`` if any configuration fails, else ``inconclusive`` if any is, else
    ``pass``.
 12. **Depth.** A frame run at two depths or more is also judged along depth (:mod:`coordcheck.judge.depth`,
@@ -86,11 +79,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from coordcheck.judge.assemble import assemble_causes
 from coordcheck.judge.axes import NOT_JUDGED, add_depth, add_experts
 from coordcheck.judge.depth import DepthVerdict
 from coordcheck.judge.experts import ExpertsVerdict
-from coordcheck.judge.causes import CAUSE_COLUMNS, EVIDENCE_COLUMNS, NOT_MEASURED_HINT, find_causes
+from coordcheck.judge.explain import CAUSE_COLUMNS, EVIDENCE_COLUMNS, explain
 from coordcheck.core.frame import LOAD_JUDGED, LOAD_TENSOR, NOT_ACTIVATIONS
 from coordcheck.judge.narrow import mark_narrow, narrow_reason
 from coordcheck.record.shapes import model_table, shapes_by_config, width_problem
@@ -127,7 +119,7 @@ class Verdict:
     divergence: list[str] = field(default_factory=list)
     models: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (configuration, width): n_params, fingerprint
     notes: list[str] = field(default_factory=list)  # what was judged otherwise than usual, or not at all, and why
-    causes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CAUSE_COLUMNS))  # coordcheck.judge.causes
+    causes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CAUSE_COLUMNS))  # judge.explain
     evidence: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVIDENCE_COLUMNS))
     depth: DepthVerdict | None = None  # the depth verdict of a depth sweep or grid; None otherwise
     experts: ExpertsVerdict | None = None  # the experts verdict of a sweep over the number of experts; None otherwise
@@ -135,7 +127,7 @@ class Verdict:
     # pure depth sweep)
     roles: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ROLE_COLUMNS))  # judge.roles: each
     # module's role and what decided it
-    audit: pd.DataFrame = field(default_factory=pd.DataFrame)  # the parameter audit, long (judge.audit.audit_long)
+    audit: pd.DataFrame = field(default_factory=pd.DataFrame)  # the measured facts, long (judge.facts.measured_facts)
 
     @property
     def passed(self) -> bool:
@@ -231,16 +223,14 @@ def _module_table(series: pd.DataFrame, min_window: int) -> pd.DataFrame:
 
 
 def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules = Rules(),
-          problems: Sequence[Any] = (), facts: Sequence[Mapping[str, Any]] = (),
-          audit: pd.DataFrame | None = None) -> Verdict:
+          problems: Sequence[Any] = (), facts: Sequence[Mapping[str, Any]] = ()) -> Verdict:
     """Judge a sweep's tidy frame; see the module docstring for the rules.
 
     ``problems``: the sweep's jobs that left no frame (objects with ``job`` and ``error``, as
     ``coordcheck.run.sweep.JobProblem``); any makes a passing verdict inconclusive (rule 8).
     ``facts``: the jobs' facts (``job.json``, or ``CoordCheckResult.facts``); their ``config_id``, ``width`` and
-    ``shapes`` say whether the model grows with width (rule 9), and feed the parameter audit (rule 10), judged here
-    with the readout's multiplier measured on the frame (:mod:`coordcheck.judge.readout`; ``Verdict.audit``);
-    ``audit``: an audit table to use where no facts are given.
+    ``shapes`` say whether the model grows with width (rule 9) and give each parameter's class and optimizer for the
+    measured facts (rule 10, ``Verdict.audit``).
     """
     roles = decide_roles(frame, facts)  # roles from measured facts (judge.roles), where the jobs recorded them
     frame = with_roles(frame, roles)
@@ -254,12 +244,23 @@ def judge(frame: pd.DataFrame, slopes: pd.DataFrame | None = None, rules: Rules 
         verdict.status = "inconclusive"
         verdict.reason = f"{len(problems)} job(s) left no frame ({problems[0].job}: {problems[0].error})"
     _fail_fixed_models(verdict, facts)
-    assemble_causes(verdict, frame, facts, rules, audit)
+    explain(verdict, frame, facts, rules)
+    _note_routing(verdict, facts)
     add_depth(verdict, frame, rules, facts)
     add_experts(verdict, frame, rules, facts)
     return verdict
 
 
+
+
+def _note_routing(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> None:
+    """One note per router whose choice of experts the probes did not count (the jobs' ``routing_notes``), once
+    whatever the number of jobs: its load is not judged, and says why."""
+    said: dict[str, str] = {}
+    for f in facts:
+        for module, why in (f.get("routing_notes") or {}).items():
+            said.setdefault(str(module), str(why))
+    verdict.notes += [f"routing load not recorded for {m}: {why}" for m, why in said.items()]
 
 
 def _fail_fixed_models(verdict: Verdict, facts: Sequence[Mapping[str, Any]]) -> None:
@@ -301,9 +302,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     series = mark_narrow(frame, series, rules.min_widths)  # issue 17 item 7: say narrow-width effects as such
     series = series.assign(in_window=in_window.astype(bool))
     series = corroborate(series)
-    walk = find_causes(series, _module_table(series, rules.min_window), frame[frame["tensor"] == "loss"], rules.tol,
-                       rules.shrink_tol, rules.gross)
-    modules = walk.modules
+    modules = _module_table(series, rules.min_window)
     for cid, cs in series.groupby("config_id", sort=False):
         ci = inst[inst["config_id"] == cid]
         n_widths = int(frame.loc[frame["config_id"] == cid, "width"].nunique())
@@ -331,12 +330,7 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
             names = list(dict.fromkeys(fails.sort_values("layer_index")["module"]))
             listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
             reason = (f"{len(names)} module(s) violate muP ({listed}); worst: {w['module']} {w['tensor']} at "
-                      f"step {w['step']}, slope {w['slope']:+.2f} — {w['diagnosis']}")
-            if cid in walk.measured:  # the causes replace the guess from the worst symptom
-                mine = walk.causes[walk.causes["config_id"] == cid]
-                more = "" if len(mine) < 2 else f"; {len(mine) - 1} more cause(s): " + ", ".join(mine["what"].iloc[1:])
-                reason = (f"cause: {mine['line'].iloc[0]}{more}; {len(names)} module(s) violate muP ({listed})"
-                          if len(mine) else f"{walk.findings[cid]}; {len(names)} module(s) violate muP ({listed})")
+                      f"step {w['step']}, slope {w['slope']:+.2f}")  # the causes lead it (judge.explain)
         elif n_widths < rules.min_widths:
             status, reason = "inconclusive", f"only {n_widths} width(s): at least {rules.min_widths} are needed"
         elif len(updated) < rules.min_window and unstable_txt:
@@ -350,16 +344,11 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
         elif ((judged["status"] == "inconclusive") & judged["tensor"].isin(DECIDING)).any():
             k = judged[(judged["status"] == "inconclusive") & judged["tensor"].isin(DECIDING)]
             status, narrow = "inconclusive", narrow_reason(k)  # every undecided series narrow-width: say so
-            reason = narrow or (f"{len(set(k['module']))} module(s) could not be decided (e.g. {k['module'].iloc[0]} "
-                      f"{k['tensor'].iloc[0]} step {k['step'].iloc[0]}: "
-                      f"{k['diagnosis'].iloc[0] or 'interval overlaps the band'})"
-                      " — add seeds or widths")
-            measured = cid in walk.measured
-            guessed = str(k["diagnosis"].iloc[0]).startswith(UNDECIDED_PREFIX)  # a knob guessed from the symptom
-            if not narrow and (measured or guessed) and walk.findings.get(cid):  # name no knob not shown wrong
-                seen = walk.findings[cid]
-                reason = seen if seen.endswith("lower the learning rate") else (
-                    f"{seen}, not decided — add seeds or widths" + ("" if measured else f"; {NOT_MEASURED_HINT}"))
+            r = k.iloc[0]
+            seen = (f"{r['module']} {r['tensor']} {r['direction'] or 'leaves its band'} with width "
+                    f"({r['slope']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] at step {r['step']})")
+            reason = narrow or (f"{len(set(k['module']))} module(s) could not be decided (e.g. {seen}: the interval "
+                                f"overlaps the band) — add seeds or widths")  # no knob named: none is shown wrong
         else:
             status, reason = "pass", f"every judged series is flat within tolerance over widths " \
                                      f"{int(cs['min_width'].min())}-{int(cs['max_width'].max())}"
@@ -378,4 +367,4 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
     worst = configs_df.loc[configs_df["status"].map(RANK).idxmax()]
     reason = worst["reason"] if len(configs_df) == 1 else f"{worst['parametrization']}: {worst['reason']}"
     return Verdict(worst["status"], reason, rules, series, modules, configs_df, inst, divergence,
-                   notes=rule_notes(series, rules), causes=walk.causes, evidence=walk.evidence)
+                   notes=rule_notes(series, rules))

@@ -1,7 +1,7 @@
 """The causes figure: which knob is off — each parameter's measured width exponents against the band muP allows.
 
 Stage: figures (analysis side; never imports torch). Input: the verdict's evidence table
-(``Verdict.evidence``, made by :mod:`coordcheck.judge.causes`): one row per (configuration, name,
+(``Verdict.evidence``, made by :mod:`coordcheck.judge.explain`): one row per (configuration, name,
 measure) with the columns :data:`DRAWN_COLUMNS` — ``name`` a parameter, module or class label,
 ``measure`` what was fitted against width (``init``: the initialisation gain at step 0, ``lr``:
 the effective learning rate, ``own``: the module's own update, ``eps``: Adam's epsilon share, or

@@ -11,7 +11,8 @@ Adam's update of a coordinate is ``m̂ / (√v̂ + ε)`` with ``v̂ = exp_avg_sq
 ε = 0 — more than the seed-to-seed scatter of a step, and at ``ε = √v̂`` it halves it. Under muP the gradient of a
 hidden matrix shrinks like 1/width, so √v̂ does too, and a fixed ε takes over the update at large width: the
 fraction grows with width (Everett et al. 2024, *Scaling exponents across parameterizations and optimizers*). The
-fraction is judged in :mod:`coordcheck.judge.audit` (:func:`coordcheck.judge.audit.eps_causes`).
+fraction is read by :mod:`coordcheck.judge.explain`: a note with its forecast where it grows, and the share beside a
+cause where an Adam-trained parameter's update falls short of its learning rate.
 
 Coordinates whose gradient has been exactly zero so far (``v̂ = 0``: upstream of a zero-initialised readout at the
 first update, say) are not counted: their step is zero with any ε.

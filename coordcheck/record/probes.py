@@ -212,7 +212,7 @@ class Probes(RouterHooks, LossLogits):
         # in / own: hooks of their own, registered after these, so they run after a module's output is recorded
         self._own = OwnUpdate(self) if {"in", "own"} & set(self.tensors) else None
         self._choices = Choices()  # the routers' choices of experts (record.load)
-        self._counts_load = "out" in self.tensors  # (the cause pass records in / own only: no load)
+        self._counts_load = "out" in self.tensors  # (a forward that records in / own only: no load)
         self._stacks = expert_stacks(self.model)  # modules holding a 3-D expert stack -> their number of experts
 
     # -- hooks ------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Stage: report. Input: a sweep directory (job frames on disk, any launcher) or a tidy frame
 (Python API). Output, in ``SWEEP_DIR/report/``: ``combined.parquet`` (all job frames),
 ``slopes.parquet`` + ``slopes.csv``, ``verdict.csv`` (judged series), ``audit.csv`` (the parameter audit,
-:mod:`coordcheck.judge.audit`), the figures
+:mod:`coordcheck.judge.facts`), the figures
 (``coord_check``, ``slopes``, ``loss``, ``causes``; PDF + PNG), ``report.md`` (verdict first, then the causes),
 ``report.json`` (schema below), ``report.html`` (report.md as one page that needs no network, the figures in it, the
 audit as a table; hovering a line of the coord-check figure shows its module, role, slope and cause:
@@ -26,7 +26,7 @@ Never imports torch.
                       status, reason, n_widths, window_end, first_unstable_step, instability}]
     causes          [{config_id, parametrization, order, kind, what, modules, measure, step,
                       exponent, ci_low, ci_high, expected, fix, line, direction}]: the causes, first in call
-                    order first (coordcheck.judge.causes; empty for a frame without ``own`` rows)
+                    explained first (coordcheck.judge.explain; empty without the weights' facts)
     modules         [{config_id, module, layer_index, role, status, tensor, step, slope,
                       ci_low, ci_high, margin, transient_steps, diagnosis, cause, inherited_from,
                       inherited_via}]
@@ -72,15 +72,14 @@ figure, by default).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from coordcheck.judge.audit import audit_table
-from coordcheck.judge.causes import CAUSE_COLUMNS, NO_OWN_NOTE, loss_jump
+from coordcheck.judge.explain import loss_jump
+from coordcheck.judge.facts import CAUSE_COLUMNS, audit_table
 from coordcheck.judge.roles import with_roles
 from coordcheck.core.errors import CoordCheckError
 from coordcheck.core.frame import atomic_write
@@ -99,7 +98,9 @@ from coordcheck.judge.verdict import NOT_JUDGED, Rules, Verdict, judge
 __all__ = ["Report", "build_report", "write_report", "report_sweep", "coord_figure_options"]
 
 SCHEMA = "coordcheck.report/1"
-AUDIT_NAME = "audit.csv"  # SWEEP_DIR/report/audit.csv: the parameter audit (judge.audit), linked from report.md
+AUDIT_NAME = "audit.csv"  # SWEEP_DIR/report/audit.csv: the measured facts (judge.facts), linked from report.md
+NO_FACTS_NOTE = ("not measured: the causes need the facts measured from the weights (weight, update and gain rows), "
+                 "which every sweep and recorder of this version records; this frame has none")
 @dataclass
 class Report:
     """A judged sweep: the verdict plus what the report files are made of."""
@@ -114,7 +115,7 @@ class Report:
     figures: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     environment: list[dict] = field(default_factory=list)  # where the jobs ran: device, torch, CUDA, precision
-    audit: pd.DataFrame = field(default_factory=pd.DataFrame)  # the parameter audit (coordcheck.judge.audit), audit.csv
+    audit: pd.DataFrame = field(default_factory=pd.DataFrame)  # the measured facts (coordcheck.judge.facts), audit.csv
     facts: list[dict] = field(default_factory=list)  # the jobs' facts (job.json): the depth figure's labels
 
     @property
@@ -285,8 +286,8 @@ class Report:
             if len(rows):
                 built.append(f"{c.parametrization + ': ' if len(v.configs) > 1 else ''}{models_line(rows)}")
         if len(self.audit):
-            built.append(f"parameter audit (class, init, learning rate, weight decay, ε, multiplier as exponents in "
-                         f"width): [{AUDIT_NAME}]({AUDIT_NAME})")
+            built.append(f"parameter facts (class; effective init, update per step and multiplier measured from the "
+                         f"weights, weight decay and ε as declared; exponents in width): [{AUDIT_NAME}]({AUDIT_NAME})")
         lines += run_lines(self.environment, self.command, self.config, more=built)
         return "\n".join(lines) + "\n"
 
@@ -304,9 +305,9 @@ def cause_lines(v: Verdict) -> list[str]:
             lines += [f"- {where}**{md_escape(r.what)}**: {md_escape(r.line.removeprefix(f'{r.what}: '))}"
                       for r in mine.itertuples()]
         elif c.config_id not in set(v.evidence["config_id"]):
-            lines.append(f"- {where}{md_escape(NO_OWN_NOTE)}")
+            lines.append(f"- {where}{md_escape(NO_FACTS_NOTE)}")
         elif c.status == "pass":
-            lines.append(f"- {where}none: no parameter's initialisation or own update violates muP")
+            lines.append(f"- {where}none: every judged series is within tolerance (a cause needs a symptom)")
         else:
             lines.append(f"- {where}{md_escape(c.reason)}")
     return lines + [""]
@@ -355,7 +356,7 @@ def build_report(
     verdict = judge(frame, slopes, rules, problems=problems, facts=facts)  # rules 8 and 9; the audit, once
     frame, slopes = with_roles(frame, verdict.roles), with_roles(slopes, verdict.roles)  # one story: the judged roles
     return Report(frame, slopes, verdict, problems, list(jobs or []), command, config,
-                  audit=audit_table(facts, rules, long=verdict.audit), facts=facts)
+                  audit=audit_table(verdict.audit), facts=facts)
 
 
 def write_report(
@@ -384,15 +385,12 @@ def write_report(
 
 def report_sweep(
     sweep_dir: str | Path | list, *, rules: Rules = Rules(), figures: bool = True, steps: list[int] | None = None,
-    size: str = "paper", layout: str = DEFAULT_LAYOUT, cause_pass: Callable[[Path, Verdict], bool] | None = None,
-    out: str | Path | None = None,
+    size: str = "paper", layout: str = DEFAULT_LAYOUT, out: str | Path | None = None,
 ) -> tuple[Report, Path]:
     """Aggregate a sweep directory from disk, judge it and write ``SWEEP_DIR/report/`` (``out``: elsewhere).
 
     ``sweep_dir`` a list: runs made elsewhere (:func:`coordcheck.record`: run directories, folders of them, globs),
-    judged as one sweep (:mod:`coordcheck.report.runs`), the report in the folder that holds them all.
-    ``cause_pass(sweep_dir, verdict)``: called once the sweep is judged, before anything is written; when it returns
-    True (it recorded more in the job directories: :mod:`coordcheck.app.cause_pass`) the sweep is judged again."""
+    judged as one sweep (:mod:`coordcheck.report.runs`), the report in the folder that holds them all."""
     if not isinstance(sweep_dir, (list, tuple)) and Path(sweep_dir).is_dir() and recorded(Path(sweep_dir)):
         sweep_dir = [sweep_dir]  # a folder of runs recorded elsewhere
     if isinstance(sweep_dir, (list, tuple)):
@@ -404,8 +402,6 @@ def report_sweep(
         return report, write_report(report, path, figures=figures, steps=steps, size=size, layout=layout)
     sweep_dir = Path(sweep_dir)
     report = _judge_sweep(sweep_dir, rules)
-    if cause_pass is not None and cause_pass(sweep_dir, report.verdict):
-        report = _judge_sweep(sweep_dir, rules)
     path = write_report(report, Path(out) if out is not None else sweep_dir / REPORT_DIR, figures=figures,
                         steps=steps, size=size, layout=layout)
     return report, path

@@ -144,7 +144,7 @@ _AUDIT_KNOBS = (("init", "init"), ("lr", "learning rate"), ("wd", "weight decay"
 
 
 def audit_html(audit: pd.DataFrame, link: str | None = None) -> str:
-    """The parameter audit (:func:`coordcheck.judge.audit.audit_table`) as a section: a row per parameter, each knob as
+    """The parameter audit (:func:`coordcheck.judge.facts.audit_table`) as a section: a row per parameter, each knob as
     its exponent in width beside muP's (a failing one marked), the parameter's status and what violates muP."""
     if audit.empty:
         return ""

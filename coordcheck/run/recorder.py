@@ -42,6 +42,7 @@ from coordcheck.record.eps import EPS_TENSOR, EpsProbe, eps_frame
 from coordcheck.record.param_facts import param_facts
 from coordcheck.record.probes import Probes, StepRecord
 from coordcheck.record.ranks import world
+from coordcheck.record.weights import WeightFacts, measured_steps
 from coordcheck.record.shapes import n_params, param_shapes
 from coordcheck.run.sweep import JOB_NAME
 from coordcheck.run.train import RunIdentity, cross_entropy, forward_loss, to_frame
@@ -118,6 +119,7 @@ class Recorder:
         self.records: list[StepRecord] = []
         self.probes: Probes | None = None
         self.eps: EpsProbe | None = None
+        self.weights: WeightFacts | None = None
         self._t0 = 0.0
         self._spent = 0.0  # seconds in the probe forwards
 
@@ -141,7 +143,11 @@ class Recorder:
             self.probes = Probes(self.model, tensors=self.tensors, stats=STATS, output=self.output,
                                  batch_shape=tuple(self.batch.inputs.shape))
             self.eps = EpsProbe(self.model, self.optimizer) if self._want_eps else None
+            self.weights = WeightFacts(self.model, [self.optimizer] if self.optimizer is not None else [],
+                                       measured_steps(self.steps), batch_shape=tuple(self.batch.inputs.shape))
+            self.weights.start()
             self._probe(0)
+            self.weights.expect(1)
         except BaseException as e:  # the with block never runs: no hook left on the model, the run marked stopped
             self.__exit__(type(e), e, e.__traceback__)
             raise
@@ -156,13 +162,17 @@ class Recorder:
         only where their loaders give the same batches, and ``delta`` holds the change of the data with the
         weights'."""
         self.updates += 1
-        if self.probes is None or self.updates not in self.steps:
+        if self.probes is None:
             return
-        if self.eps is not None:
-            self.eps.record(self.updates)  # the state after this update, which this step's forward sees
-        self._probe(self.updates, None if batch is None else self._training(batch))
+        self.weights.settle()  # without an optimizer to hook: this update's change, measured now
+        if self.updates in self.steps:
+            if self.eps is not None:
+                self.eps.record(self.updates)  # the state after this update, which this step's forward sees
+            self._probe(self.updates, None if batch is None else self._training(batch))
         if self.updates == self.steps[-1]:  # the last step to record: nothing hooked into the loop from here
             self._detach()
+        else:
+            self.weights.expect(self.updates + 1)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if not hasattr(self, "rank"):  # never entered
@@ -230,8 +240,12 @@ class Recorder:
         with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []), torch.no_grad():
             torch.manual_seed(PROBE_SEED)  # the same dropout masks at every step and width: delta is the weights'
             self.probes.begin_step(step)
-            loss = forward_loss(self.model, batch.inputs, batch.targets, self.loss_fn, output=self.output,
-                                forward_targets=self.forward_targets, probes=self.probes)
+            self.weights.gains.begin(step, self.weights.measuring_forward(step))
+            try:
+                loss = forward_loss(self.model, batch.inputs, batch.targets, self.loss_fn, output=self.output,
+                                    forward_targets=self.forward_targets, probes=self.probes)
+            finally:
+                self.weights.gains.end()
             self.records.append(self.probes.end_step(loss))
         if not math.isfinite(self.records[-1].loss):
             log.warning("record: the probe loss is %s at step %d", self.records[-1].loss, step)
@@ -242,6 +256,8 @@ class Recorder:
             self.layout = dict(self.probes.layout)
             self.probes.remove()
             self.probes = None
+        if self.weights is not None:
+            self.weights.remove()
 
     def identity(self) -> RunIdentity:
         """What the run is, the same at every width: the model's class, the parametrization it says, the optimizer's
@@ -266,6 +282,8 @@ class Recorder:
         frames = [to_frame(self.records, self.layout, identity, width=self.width, seed=seed, stats=STATS)]
         if self.eps:
             frames.append(eps_frame(self.eps, self.layout, identity.columns(width=self.width, seed=seed)))
+        if self.weights is not None:
+            frames.append(self.weights.frame(self.layout, identity.columns(width=self.width, seed=seed)))
         return pd.concat(frames, ignore_index=True)
 
     def _job(self) -> dict:

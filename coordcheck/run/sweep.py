@@ -1,7 +1,7 @@
 """Aggregation: combine the job directories of a sweep from the files on disk.
 
 Stage: aggregate. Input: a sweep directory (any launcher, any depth of job directories, each holding
-``frame.parquet`` and/or ``job.json``, and ``frame.causes.parquet`` after a cause pass). Output: a :class:`Sweep`
+``frame.parquet`` and/or ``job.json``). Output: a :class:`Sweep`
 with the combined tidy frame and the list of jobs that failed or left no complete frame — listed, never silently
 ignored. Never imports torch; never unpickles (parquet and JSON only).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from coordcheck.core.errors import CoordCheckError, JobsFailedError
-from coordcheck.core.frame import CAUSE_FRAME_NAME, FRAME_NAME, FrameError, concat_frames, read_frame
+from coordcheck.core.frame import FRAME_NAME, FrameError, concat_frames, read_frame
 
 __all__ = ["Sweep", "JobProblem", "aggregate", "no_frame_error", "sweep_config", "job_facts", "JOB_NAME"]
 
@@ -92,8 +92,6 @@ def aggregate(sweep_dir: str | Path, *, frame_name: str = FRAME_NAME, read: Call
             continue
         try:
             frames.append(read(job_dir / frame_name))
-            if frame_name == FRAME_NAME and (job_dir / CAUSE_FRAME_NAME).exists():  # a cause pass's in/own rows
-                frames.append(read(job_dir / CAUSE_FRAME_NAME))
             jobs.append(rel)
         except FrameError as e:
             problems.append(JobProblem(rel, "corrupt", str(e)))

@@ -45,6 +45,7 @@ from coordcheck.record.probes import Probes, StepRecord, first_tensor, select_ou
 from coordcheck.record.shapes import n_params, param_shapes
 from coordcheck.record.eps import EPS_TENSOR, EpsProbe, eps_frame
 from coordcheck.record.param_facts import param_facts
+from coordcheck.record.weights import WeightFacts, measured_steps
 
 __all__ = ["RunIdentity", "cross_entropy", "forward_loss", "train_with_probes", "to_frame", "run_width",
            "resolve_seeds"]
@@ -255,6 +256,7 @@ def train_with_probes(
     eps: EpsProbe | None = None,
     pool_experts: bool = True,
     trained: nn.Module | None = None,
+    weights: WeightFacts | None = None,
 ) -> tuple[list[StepRecord], dict[str, tuple[int, str, int]]]:
     """Train ``steps`` updates on the fixed batch; return the per-step records and the layout.
 
@@ -267,7 +269,8 @@ def train_with_probes(
     (:class:`coordcheck.record.eps.EpsProbe`) records Adam's ε fraction after each update; ``pool_experts``: an expert
     list's members recorded as one module per layer (:mod:`coordcheck.record.load`); ``trained``: the module the
     forward runs through when it is not ``model`` itself (a DDP wrapper around it: the probes hook ``model``, whose
-    names are the model's own).
+    names are the model's own); ``weights`` (:class:`coordcheck.record.weights.WeightFacts`) measures the weights,
+    their updates and the modules' gains at its steps.
     """
     check_count(steps, "steps")
     device = next(model.parameters(), torch.empty(0)).device
@@ -279,11 +282,18 @@ def train_with_probes(
     records: list[StepRecord] = []
     with Probes(model, tensors=tensors, stats=stats, output=output, pool_experts=pool_experts,
                 batch_shape=tuple(inputs.shape)) as probes:
+        if weights is not None:
+            weights.start()
         for step in range(steps + 1):
             probes.begin_step(step)
+            if weights is not None:
+                weights.gains.begin(step, weights.measuring_forward(step))
             with autocast(device, precision):
                 loss = forward_loss(trained, inputs, targets, loss_fn, output=output,
                                     forward_targets=forward_targets, probes=probes)
+            if weights is not None:
+                weights.gains.end()
+                weights.expect(step + 1)
             rec = probes.end_step(loss)
             records.append(rec)
             if on_step is not None:
@@ -396,17 +406,19 @@ def run_width(
                                   shard=parallel.shard_model if parallel.shards else None)
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.record.shapes)
             facts["n_params"] = n_params(facts["shapes"])
-            if "audit" not in facts:  # judge.audit, from the first seed (setdefault would build it every seed)
+            if "audit" not in facts:  # the labels beside judge.facts, from the first seed (setdefault would build it every seed)
                 facts["audit"] = param_facts(model, opt, parametrization.name)
-            if parametrization.structure:  # what does not fit the parametrization (judge.causes.structure_causes)
+            if parametrization.structure:  # what does not fit the parametrization (judge.structure.structure_causes)
                 facts["structure"] = parametrization.structure
             eps = EpsProbe(model, opt) if EPS_TENSOR in tensors else None
+            weights = WeightFacts(model, [opt], measured_steps(range(steps + 1)), batch_shape=tuple(batch.inputs.shape))
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
                 on_step=lambda rec: bar.update(1), output=output, forward_targets=forward_targets, grad_clip=grad_clip,
                 precision=precision, skipped_out=(skipped := []), eps=eps, pool_experts=pool_experts,
-                trained=parallel.wrap(model),
+                trained=parallel.wrap(model), weights=weights,
             )
+            weights.remove()
             facts.setdefault("modules", records[0].modules)  # each recorded module's op (coordcheck.judge.roles)
             if records[0].notes and "routing_notes" not in facts:  # routers whose choice was not counted: said once
                 facts["routing_notes"] = dict(records[0].notes)
@@ -421,6 +433,7 @@ def run_width(
             frames.append(to_frame(records, layout, identity, width=width, seed=seed, stats=stats))
             if eps:
                 frames.append(eps_frame(eps, layout, identity.columns(width=width, seed=seed)))
+            frames.append(weights.frame(layout, identity.columns(width=width, seed=seed)))
     finally:
         if bar is not progress:
             bar.close()

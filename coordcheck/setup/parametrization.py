@@ -142,7 +142,7 @@ def short_name(target: str, package: str) -> str:
 
 
 # What a structural mismatch with muP is called and how it is fixed (job facts ``structure``; the judge makes each a
-# cause: coordcheck.judge.causes.structure_causes).
+# cause: coordcheck.judge.structure.structure_causes).
 PLAIN_READOUT = "maps the width to a fixed size but is not a mup.MuReadout"
 PLAIN_READOUT_FIX = ("make it a mup.MuReadout, or use parametrization=none with your own output multiplier "
                      "(logits * base_width / width)")

@@ -1,0 +1,467 @@
+"""The causes: each failing series explained by the measured violations upstream of it in call order.
+
+Stage: judge (the last step of :func:`coordcheck.judge.verdict.judge`). Input: the verdict's judged series (status,
+direction, stability window, call order) and module table, the measured facts (:func:`coordcheck.judge.facts.
+measured_facts`: every parameter's effective init and update against muP's table for its class and optimizer), the
+jobs' facts (a structure that does not fit the parametrization) and the loss rows. Output, on the verdict: ``causes``
+(:data:`CAUSE_COLUMNS`), ``evidence`` (:data:`EVIDENCE_COLUMNS`), ``audit`` (the facts), the module table's
+``cause`` / ``inherited_from`` / ``inherited_via``, ``notes``, and each failing configuration's reason led by its first
+cause. The CLI, report.md, report.json, the API, the pytest gate and the recorder's report all read what is set here.
+
+One step, per configuration:
+
+1. **Violations**: the facts that fail (an effective init or update whose exponent and whole interval lie outside muP's
+   band), each with its direction.
+2. **A failing series is explained** (an ``out`` or ``delta`` series that fails inside the stability window) by each
+   violation that can produce it: the same direction, at the series' own module or upstream of it in call order — an
+   init at any step, an update from step 1 on; for captured attention logits, only the violations of the attention
+   module that computed them. A series nothing upstream explains is explained by an update violation downstream of
+   it, through the backward pass.
+3. **A cause** is a violation that explains a failing series, in the terms of the optimizer that trains it: an
+   Adam-trained parameter whose update falls short of the learning rate its group held during the step has its step
+   taken over by ε (kind ``epsilon``), not a learning rate to change; the readout's knobs are fixed whole (its init, its
+   learning rate and its multiplier together: the form that needs the fewest changes). Captured attention logits
+   failing at initialisation that no violation explains: the attention scale. Causes are ordered by the first step they
+   explain (what shows at initialisation first), then call order, and grouped by knob, class, optimizer and direction.
+4. **No knob**: a failing configuration without a cause says what was seen and names no knob (kind ``candidates``).
+5. **A cause needs a symptom**: a violation that explains no failing series — and weight decay and ε as the optimizer
+   declared them, which ten steps cannot show — is a note with its forecast, and never fails a configuration.
+
+Never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from coordcheck.core.frame import EPS_TENSOR
+from coordcheck.judge.eps import eps_table
+from coordcheck.judge.facts import ADAM, CAUSE_COLUMNS, EVIDENCE_COLUMNS, WHAT, measured_facts, num
+from coordcheck.judge.rules import RANK, Rules
+from coordcheck.judge.structure import structure_causes
+
+__all__ = ["KINDS", "CAUSE_COLUMNS", "EVIDENCE_COLUMNS", "explain", "loss_jump", "finding"]
+
+KINDS = {
+    "init": "a parameter's effective init (std × multiplier) does not scale like muP's",
+    "lr": "a parameter's update per step does not scale like muP's (its learning rate)",
+    "epsilon": "Adam's ε takes over a parameter's step at large width",
+    "output_multiplier": "the readout's 1/width multiplier is missing (its fix is whole: the multiplier with a constant "
+                         "init and the base lr, or neither)",
+    "attention_scale": "attention logits scaled 1/sqrt(d_head) instead of 1/d_head",
+    "structure": "the model's structure does not fit the parametrization (a plain nn.Linear readout under mup)",
+    "candidates": "a failing series that no measured fact explains: what was seen, no knob named",
+}
+JUMP = 0.05  # a loss "jump": some width's loss rises this fraction above its running minimum
+PLURAL = {"hidden": "hidden matrices", "input-like": "input-like matrices", "output-like": "output-like matrices",
+          "vector": "vectors", "fixed": "fixed-size parameters"}
+SP = " (what standard parametrization does: expected for the SP control)"
+ATTENTION_FIX = "attention logits scaled 1/sqrt(d_head) instead of 1/d_head: use q·k / d_head (muP attention)"
+EPS_FIX = "lower Adam's ε (or scale it by base_width / width)"
+FORECAST_WIDTH = 4096
+
+
+def loss_jump(loss: pd.DataFrame) -> tuple[int, int, float, float, str] | None:
+    """The first (step, width, before, after, where) at which some width and seed's loss rises more than :data:`JUMP`
+    above its running minimum, and at which widths it jumps by then ("every width" or a list)."""
+    best, jumped = None, {}
+    for (w, _), g in loss.sort_values("step").groupby(["width", "seed"], sort=True):
+        v = g["value"].to_numpy(dtype=float)
+        steps = g["step"].to_numpy()
+        running = np.minimum.accumulate(np.where(np.isfinite(v), v, np.inf))
+        before = np.concatenate([[np.inf], running[:-1]])
+        hit = np.flatnonzero((np.arange(len(v)) > 0) & np.isfinite(v) & (v > (1 + JUMP) * before))
+        if len(hit):
+            jumped[int(w)] = min(jumped.get(int(w), steps[hit[0]]), steps[hit[0]])
+        if len(hit) and (best is None or steps[hit[0]] < best[0]):
+            best = (int(steps[hit[0]]), int(w), float(before[hit[0]]), float(v[hit[0]]))
+    if best is None:
+        return None
+    by_then = [w for w, t in sorted(jumped.items()) if t <= best[0]]
+    where = "every width" if len(by_then) == loss["width"].nunique() else "width " + ", ".join(map(str, by_then))
+    return (*best, where)
+
+
+WORDS = {"out": "output", "delta": "change since step 0", "load": "load"}
+
+
+def finding(failing: pd.DataFrame, loss: pd.DataFrame, facts_measured: bool) -> str:
+    """What a failing configuration without a cause saw: its earliest failing series in call order, and the loss if it
+    jumped; naming no knob."""
+    if failing.empty:
+        return ""
+    first = failing.assign(_later=failing["tensor"] != "out").sort_values(["call_order", "step", "_later"]).iloc[0]
+    rows = failing[(failing["module"] == first["module"]) & (failing["direction"] == first["direction"])]
+    w = rows.loc[rows["margin"].fillna(np.inf).sort_values(kind="stable").index[0]]
+    seen = (f"{first['module']} {WORDS.get(first['tensor'], first['tensor'])} {first['direction']} with width from "
+            f"step {int(first['step'])} on ({w['slope']:+.2f} [{w['ci_low']:+.2f}, {w['ci_high']:+.2f}] at step "
+            f"{int(w['step'])})")
+    head = ("no measured fact explains it: every parameter's effective init and update upstream are as muP expects"
+            if facts_measured else "the weights' facts were not recorded")
+    jump = loss_jump(loss)
+    if jump is not None and int(first["step"]) >= 1 and jump[0] <= int(rows["step"].max()):
+        step, width, a, b, where = jump
+        return (f"{seen} while the loss jumps at step {step} ({where}; width {width}: {a:.3g} -> {b:.3g}): "
+                f"dynamics at the edge of stability — lower the learning rate; {head}")
+    return f"{seen} — {head}"
+
+
+def _failing(series: pd.DataFrame) -> pd.DataFrame:
+    s = series[series["in_window"].astype(bool) & (series["status"] == "fail")
+               & series["direction"].isin(["grows", "shrinks"]) & series["tensor"].isin(["out", "delta", "load"])]
+    return s
+
+
+def _attention_home(module: str) -> str | None:
+    """The module that computed captured logits (``blocks.0.attn.(sdpa)`` -> ``blocks.0.attn``), else None."""
+    return module.rsplit(".(", 1)[0] if module.endswith(")") and ".(" in module else None
+
+
+def _explains(v: pd.Series, s: pd.Series) -> bool:
+    """Whether violation ``v`` can produce failing series ``s`` from upstream (or its own module)."""
+    if v["direction"] != s["direction"] or (v["quantity"] == "lr" and int(s["step"]) < 1):
+        return False
+    home = _attention_home(str(s["module"])) if s["role"] == "attention" else None
+    if home is not None:
+        return str(v["module"]) == home or str(v["module"]).startswith(home + ".")
+    return int(v["order"]) <= int(s["call_order"])
+
+
+def _knob(v: pd.Series, tol: float) -> str:
+    """The knob a violation turns: ``init``; an update's ``lr``, or ``epsilon`` for an Adam-trained parameter whose
+    update falls short of the learning rate its group held (its lr as muP expects); the readout's whole fix decides
+    its own (:func:`_readout_fix`)."""
+    if v["quantity"] == "init":
+        return "init"
+    if v["family"] in ADAM and v["direction"] == "shrinks" and np.isfinite(float(v["declared"])):
+        if float(v["exponent"]) - float(v["gain"]) - float(v["declared"]) < -tol:  # the step falls short of lr
+            return "epsilon"
+    return "lr"
+
+
+def _readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tuple[str, str]:
+    """``(kind, fix)`` for a readout whose facts fail: the muP form (a 1/width multiplier with a constant init and the
+    base lr, or no multiplier with init and lr ∝ 1/fan_in, or its own multiplier kept) that needs the fewest changes,
+    every change it needs said."""
+    rows = mine[mine["module"] == module].set_index("quantity")
+    m = float(rows.at["mult", "exponent"]) if "mult" in rows.index and np.isfinite(rows.at["mult", "exponent"]) \
+        else 0.0
+    init = float(rows.at["init", "exponent"]) - m if "init" in rows.index and rows.at["init", "status"] != "zero" \
+        else -np.inf
+    lr = float(rows.at["lr", "exponent"]) - (2 if family == "sgd" else 1) * m if "lr" in rows.index else np.nan
+    k = 2 if family == "sgd" else 1
+    lr_target = (lambda mt: -1 - k * mt) if family in (*ADAM, "sgd") else (lambda mt: np.nan)
+    designs = {}
+    for mt in dict.fromkeys([round(m, 2), -1.0, 0.0]):
+        changes = []
+        if abs(mt - m) > tol:
+            changes.append("mult")
+        if init > -1 - mt + tol:
+            changes.append("init")
+        if np.isfinite(lr) and np.isfinite(lr_target(mt)) and abs(lr - lr_target(mt)) > tol:
+            changes.append("lr")
+        designs[mt] = changes
+    mt = min(designs, key=lambda d: (len(designs[d]), d != -1.0, d != round(m, 2)))  # a tie: mup's form (MuReadout)
+    words = []
+    for c in designs[mt]:
+        if c == "mult":
+            words.append("multiply its output by base_width / width (a 1/width multiplier, as mup.MuReadout)" if mt < m
+                         else "drop the width-dependent multiplier on its output")
+        elif c == "init":
+            words.append("initialise it with a std constant in width (or zero)" if mt <= -1 + tol else
+                         f"initialise it with std ∝ width^{num(-1 - mt)} (or zero)")
+        elif c == "lr":
+            t = lr_target(mt)
+            words.append("give it the base lr, constant in width" if abs(t) < 1e-9 else
+                         f"give it lr × (base_width / width)^{-t:g}" if t < 0 else f"give it lr × (width / base_width)^{t:g}")
+    kind = "output_multiplier" if "mult" in designs[mt] else "init" if "init" in designs[mt] else "lr"
+    form = ("with a 1/width multiplier, muP's output weight keeps a constant init and the base lr" if mt <= -1 + tol
+            else "without a multiplier, muP's output weight takes init and lr ∝ 1/fan_in")
+    return kind, "; ".join(words) + f" ({form})" if words else form
+
+
+def _lr_fix(v: pd.Series, n: int) -> str:
+    them = "them" if n > 1 else "it"
+    d = float(v["exponent"]) - float(v["expected"])
+    d = round(d * 2) / 2
+    fam, cls = str(v["family"]), str(v["class"])
+    if fam == "muon" and cls == "hidden":
+        return (f"keep {them}r Muon lr constant in width, times Muon's shape factor sqrt(max(1, fan_out / fan_in)) "
+                "(torch.optim.Muon's adjust_lr_fn='original')").replace("themr", "their").replace("itr", "its")
+    factor = f"(base_width / width)^{d:g}" if d > 0 else f"(width / base_width)^{-d:g}"
+    if abs(d - 1) < 1e-9:
+        factor = "base_width / width"
+    elif abs(d + 1) < 1e-9:
+        factor = "width / base_width"
+    hint = {("hidden", "adam"): " (MuAdam's hidden lr: lr × base_width / width)",
+            ("hidden", "sgd"): " (MuSGD's hidden lr: constant for square growth)",
+            ("input-like", "adam"): " (the base lr, constant in width: vector-like in MuAdam)",
+            ("vector", "adam"): " (the base lr, constant in width: vector-like in MuAdam)",
+            ("input-like", "sgd"): " (MuSGD: lr × width / base_width)",
+            ("vector", "sgd"): " (MuSGD: lr × width / base_width)"}.get((cls, "adam" if fam in ADAM else fam), "")
+    if fam not in (*ADAM, "sgd", "muon"):
+        return f"multiply {them}r lr by {factor} so that ‖ΔW‖₂ ∝ √(fan_out/fan_in)".replace("themr", "their").replace(
+            "itr", "its")
+    return f"multiply {them}r learning rate by {factor}{hint}".replace("themr", "their").replace("itr", "its")
+
+
+def _init_fix(v: pd.Series, n: int) -> str:
+    it = "them" if n > 1 else "it"
+    return {"hidden": f"initialise {it} with std ∝ fan_in^-1/2 (nn.init.normal_(w, std=fan_in ** -0.5))",
+            "input-like": f"initialise {it} with a std constant in width (an input weight's fan-in does not grow)",
+            }.get(str(v["class"]), f"initialise {it} with a std constant in width")
+
+
+def _group_name(names: list[str], cls: str, n_class: int) -> str:
+    if len(names) == 1:
+        return names[0]
+    plural = PLURAL.get(cls, "parameters")
+    return f"all {len(names)} {plural}" if len(names) == n_class else f"{len(names)} of {n_class} {plural}"
+
+
+def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, series: pd.DataFrame, tol: float,
+               eps: pd.DataFrame) -> tuple[list[dict], set[int]]:
+    """The cause rows of one configuration, and the indices of the violations that explain something."""
+    viol = facts[facts["status"].eq("fail") & facts["quantity"].isin(["init", "lr"])
+                 & facts["direction"].isin(["grows", "shrinks"])]
+    if viol.empty and failing.empty:
+        return [], set()
+    first_step: dict[int, int] = {}
+    unexplained = []
+    for _, s in failing.sort_values(["step", "call_order"]).iterrows():
+        up = [i for i, v in viol.iterrows() if _explains(v, s)]
+        if not up and int(s["step"]) >= 1:  # through the backward pass: an update downstream
+            up = [i for i, v in viol.iterrows() if v["quantity"] == "lr" and v["direction"] == s["direction"]
+                  and int(v["order"]) > int(s["call_order"])]
+        for i in up:
+            first_step[i] = min(first_step.get(i, 10 ** 9), int(s["step"]))
+        if not up:
+            unexplained.append(s)
+    causes: list[dict] = []
+    used = set(first_step)
+    readout = set(facts.loc[facts["class"].eq("output-like") & facts["role"].eq("output"), "module"])
+    groups: dict[tuple, list[int]] = {}
+    whole: dict[tuple, tuple[str, str]] = {}  # a readout's group -> its whole fix (kind, fix)
+    for i in sorted(first_step, key=lambda i: (first_step[i], int(viol.at[i, "order"]))):
+        v = viol.loc[i]
+        if v["module"] in readout:
+            key = ("readout", v["module"])
+            whole[key] = _readout_fix(facts, str(v["module"]), str(v["family"]), tol)
+        else:
+            key = (_knob(v, tol), v["class"], v["family"], v["direction"], v["quantity"])
+        groups.setdefault(key, []).append(i)
+    for key, members in groups.items():
+        rows = viol.loc[members]
+        w = rows.loc[(rows["exponent"] - rows["expected"]).abs().idxmax()]
+        if key in whole:
+            kind, fix = whole[key]
+            what = str(key[1])
+            quantities = ", ".join(dict.fromkeys(WHAT[q] for q in rows["quantity"]))
+            facts_text = "; ".join(f"{WHAT[r.quantity]} ∝ width^{num(r.exponent)} (muP: {_band(r)}; {r.how})"
+                                   for r in rows.itertuples())
+            line = f"{what}: {quantities} off — {facts_text} — {fix}"
+        else:
+            kind = key[0]
+            peers = facts[(facts["quantity"] == w["quantity"]) & (facts["class"] == w["class"])
+                          & (facts["family"] == w["family"]) & facts["status"].isin(["pass", "fail", "inconclusive"])]
+            names = list(rows["parameter"])
+            what = _group_name(names, str(w["class"]), len(peers))
+            interval = f" [{num(w['ci_low'])}, {num(w['ci_high'])}]" if np.isfinite(w["ci_low"]) else ""
+            head = f"{what}: {WHAT[w['quantity']]} ∝ width^{num(w['exponent'])}{interval} (muP: {_band(w)}; {w['how']})"
+            if kind == "epsilon":
+                fix = EPS_FIX
+                mine = eps[eps["parameter"].isin(names)] if len(eps) else eps
+                share = ""
+                if len(mine):
+                    e = mine.loc[mine["wide"].idxmax()]
+                    share = (f"; ε ≥ 0.1·√v̂ on {e['narrow']:.0%} of its coordinates at width {int(e['min_width'])}, "
+                             f"{e['wide']:.0%} at width {int(e['max_width'])}")
+                line = (f"{head}: its step falls short of its learning rate by width^{num(w['exponent'] - w['declared'])}"
+                        f" — Adam's ε, not the learning rate, sets it{share} — {fix}")
+            else:
+                fix = _init_fix(w, len(names)) if kind == "init" else _lr_fix(w, len(names))
+                line = f"{head} — {fix}"
+        if par == "sp":
+            fix, line = fix + SP, line + SP
+        modules = list(dict.fromkeys(rows["module"]))
+        step = min(first_step[i] for i in members)
+        causes.append(dict(config_id=cid, parametrization=par, order=len(causes), kind=kind, what=what,
+                           modules=modules, measure=str(w["quantity"]), step=step, exponent=float(w["exponent"]),
+                           ci_low=float(w["ci_low"]), ci_high=float(w["ci_high"]), expected=_band(w), fix=fix,
+                           line=line, direction=str(w["direction"])))
+    # attention logits at init that no violation explains: the scale in the op
+    att = [s for s in unexplained if s["role"] == "attention" and int(s["step"]) == 0 and s["direction"] == "grows"]
+    if att:
+        mods = list(dict.fromkeys(str(s["module"]) for s in att))
+        s = max(att, key=lambda s: float(s["slope"]))
+        n_logits = series.loc[series["role"].eq("attention"), "module"].nunique()
+        what = mods[0] if len(mods) == 1 else _group_name(mods, "", n_logits).replace("parameters", "attention logits")
+        fix = str(s.get("diagnosis") or "") or ATTENTION_FIX
+        line = (f"{what}: output grows like width^{s['slope']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] at step 0 "
+                f"with no parameter's init upstream off — {fix}")
+        causes.insert(0, dict(config_id=cid, parametrization=par, order=0, kind="attention_scale", what=what,
+                              modules=mods, measure="out", step=0, exponent=float(s["slope"]),
+                              ci_low=float(s["ci_low"]), ci_high=float(s["ci_high"]), expected="≤ 0 (may shrink)",
+                              fix=fix, line=line, direction="grows"))
+    for k, c in enumerate(sorted(causes, key=lambda c: (c["step"] > 0, c["step"], 0))):
+        c["order"] = k
+    return sorted(causes, key=lambda c: c["order"]), used
+
+
+def _band(r: Any) -> str:
+    lo, hi = float(_get(r, "expected_low")), float(_get(r, "expected_high"))
+    e = float(_get(r, "expected"))
+    return f"width^{num(e)}" if np.isfinite(lo) else f"width^{num(e)} or less"
+
+
+def _get(r: Any, k: str) -> Any:
+    return r[k] if isinstance(r, (pd.Series, dict)) else getattr(r, k)
+
+
+def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]], rules: Rules,
+            findings_only: bool = False) -> None:
+    """Everything after the series (module docstring), in place on ``verdict``."""
+    series = verdict.series
+    long = measured_facts(frame, facts, series, rules)
+    verdict.audit = long
+    eps = eps_table(frame, rules) if (frame["tensor"] == EPS_TENSOR).any() else pd.DataFrame()
+    loss = frame[frame["tensor"] == "loss"]
+    all_causes, used_all = [], set()
+    findings: dict[str, str] = {}
+    for c in verdict.configs.itertuples():
+        cid = c.config_id
+        s = series[series["config_id"] == cid]
+        mine = long[long["config_id"] == cid]
+        failing = _failing(s) if c.status == "fail" else s.iloc[0:0]
+        rows, used = _causes_of(cid, str(c.parametrization), mine, failing, s, rules.tol,
+                                eps[eps["config_id"] == cid] if len(eps) else eps)
+        all_causes += rows
+        used_all |= used
+        if c.status == "fail" and not rows and len(failing):
+            findings[cid] = finding(failing, loss[loss["config_id"] == cid], len(mine) > 0)
+            all_causes.append(dict(config_id=cid, parametrization=str(c.parametrization), order=0, kind="candidates",
+                                   what=str(failing.sort_values(["call_order", "step"])["module"].iloc[0]),
+                                   modules=[str(failing.sort_values(["call_order", "step"])["module"].iloc[0])],
+                                   measure="out", step=int(failing["step"].min()), exponent=np.nan, ci_low=np.nan,
+                                   ci_high=np.nan, expected="", fix="no knob: " + findings[cid],
+                                   line=findings[cid], direction=str(failing["direction"].iloc[0])))
+    causes = pd.DataFrame(all_causes, columns=CAUSE_COLUMNS)
+    structure = structure_causes(facts, series)
+    if len(structure):
+        named = {(r.config_id, m) for r in structure.itertuples() for m in r.modules}
+        keep = [not all((cid, m) in named for m in ms) for cid, ms in zip(causes["config_id"], causes["modules"])]
+        causes = pd.concat([structure, causes[np.asarray(keep, dtype=bool)]], ignore_index=True)
+        causes["order"] = causes.groupby("config_id").cumcount().astype("int64")
+    verdict.causes = causes.reset_index(drop=True)
+    verdict.evidence = _evidence(long)
+    _inherit(verdict, causes)
+    verdict.notes += _notes(long, used_all, eps)
+    _lead(verdict, structure)
+
+
+def _evidence(long: pd.DataFrame) -> pd.DataFrame:
+    e = long[long["status"].isin(["pass", "fail", "inconclusive"]) & np.isfinite(long["exponent"].astype(float))]
+    return pd.DataFrame({
+        "config_id": e["config_id"], "parametrization": e["parametrization"], "name": e["parameter"],
+        "measure": e["quantity"], "exponent": e["exponent"], "ci_low": e["ci_low"], "ci_high": e["ci_high"],
+        "expected_low": e["expected_low"], "expected_high": e["expected_high"], "violates": e["status"] == "fail",
+        "order": e["order"], "step": np.where(e["quantity"] == "init", 0, 1), "role": e["class"],
+        "status": e["status"],
+    }, columns=EVIDENCE_COLUMNS).reset_index(drop=True)
+
+
+def _inherit(verdict: Any, causes: pd.DataFrame) -> None:
+    """The module table's cause columns: a cause's module gets its ``what``; every other failing module the nearest
+    cause upstream in call order (forward), with none, the first downstream (backward)."""
+    mods = verdict.modules
+    if mods.empty:
+        return
+    mods = mods.assign(cause="", inherited_from="", inherited_via="")
+    order = verdict.series.groupby(["config_id", "module"])["call_order"].min()
+    for cid, mine in causes.groupby("config_id", sort=False):
+        at = sorted((float(order.get((cid, m), np.inf)), str(r.what)) for r in mine.itertuples() for m in r.modules)
+        named = {m: str(r.what) for r in mine.itertuples() for m in r.modules}
+        for idx in mods.index[mods["config_id"] == cid]:
+            m = mods.at[idx, "module"]
+            if m in named:
+                mods.at[idx, "cause"] = named[m]
+            elif mods.at[idx, "status"] == "fail" and at:
+                o = float(order.get((cid, m), -1))
+                up = [w for x, w in at if x <= o]
+                mods.at[idx, "inherited_from"], mods.at[idx, "inherited_via"] = (
+                    (up[-1], "forward") if up else (next(w for x, w in at if x > o), "backward"))
+    verdict.modules = mods
+
+
+def _forecast(r: pd.Series) -> str:
+    """What a violation nobody sees yet will do: its quantity at :data:`FORECAST_WIDTH` against muP's."""
+    if not np.isfinite(float(r["exponent"])) or not np.isfinite(float(r["value"])):
+        return ""
+    gap = float(r["exponent"]) - float(r["expected"])
+    return f"; off by a factor of {2 ** abs(gap * 4):.3g} at 16× the widest width"
+
+
+def _notes(long: pd.DataFrame, used: set[int], eps: pd.DataFrame) -> list[str]:
+    """Violations no failing series shows, and the declared weight decay and ε that break muP's convention: one note
+    each group, with its forecast."""
+    notes = []
+    quiet = long[long["status"].eq("fail") & ~long.index.isin(list(used))]
+    for (cid, q, cls, fam, d), g in quiet.groupby(["config_id", "quantity", "class", "family", "direction"],
+                                                  sort=False):
+        w = g.loc[(g["exponent"] - g["expected"]).abs().idxmax()]
+        peers = long[(long["config_id"] == cid) & (long["quantity"] == q) & (long["class"] == cls)
+                     & (long["family"] == fam)]
+        what = _group_name(list(g["parameter"]), str(cls), len(peers))
+        if q == "wd":
+            notes.append(f"{what}: weight decay ({w['how']}) ∝ width^{num(w['exponent'])} where muP's convention keeps "
+                         f"width^{num(w['expected'])} ({w['reason']}) — not a cause: ten steps cannot show it; over a "
+                         "long run it sets each matrix's equilibrium norm and relative update (Kosson et al. 2025, "
+                         "arXiv 2510.19093), where the learning rate found at one width stops transferring")
+        elif q == "adam_eps":
+            notes.append(f"{what}: Adam's ε ∝ width^{num(w['exponent'])} (muP: constant or smaller) — not a cause: no "
+                         "judged series shows it yet")
+        else:
+            notes.append(f"{what}: {WHAT[q]} ∝ width^{num(w['exponent'])} (muP: {_band(w)}; {w['how']}) — not a cause: "
+                         f"no judged series fails with it{_forecast(w)}")
+    if len(eps):
+        grow = eps[eps["grows"].astype(bool) & (eps["wide"] > 0)]
+        for cid, g in grow.groupby("config_id", sort=False):
+            e = g.loc[g["wide"].idxmax()]
+            k = float(e["exponent"]) if np.isfinite(float(e["exponent"])) else np.nan
+            at = min(1.0, float(e["wide"]) * (FORECAST_WIDTH / float(e["max_width"])) ** k) if np.isfinite(k) else np.nan
+            more = f"; at width {FORECAST_WIDTH} it would be ~{at:.0%}" if np.isfinite(at) else ""
+            notes.append(f"Adam's ε ≥ 0.1·√v̂ on {e['narrow']:.0%} of {e['parameter']}'s coordinates at width "
+                         f"{int(e['min_width'])}, {e['wide']:.0%} at width {int(e['max_width'])}{more} — a forecast, not "
+                         "a cause: no judged series fails with it")
+    return notes
+
+
+def _lead(verdict: Any, structure: pd.DataFrame) -> None:
+    """Each failing configuration's reason led by its first cause; the verdict's by the worst configuration's."""
+    causes = verdict.causes
+    if causes.empty or verdict.configs.empty:
+        return
+    for i, c in verdict.configs.iterrows():
+        mine = causes[causes["config_id"] == c["config_id"]].sort_values("order", kind="stable")
+        if mine.empty:
+            continue
+        if mine["kind"].iloc[0] == "structure":
+            verdict.configs.loc[i, ["status", "reason"]] = ["fail", mine["line"].iloc[0]]
+            continue
+        if c["status"] != "fail" or str(c["reason"]).startswith(("diverged", "the builder ignores", "widths ")):
+            continue
+        more = "" if len(mine) < 2 else f"; {len(mine) - 1} more cause(s): " + ", ".join(
+            f"{r.what} ({r.kind})" for r in mine.iloc[1:].itertuples())
+        n = verdict.series[(verdict.series["config_id"] == c["config_id"]) & verdict.series["in_window"].astype(bool)
+                           & (verdict.series["status"] == "fail")]["module"].nunique()
+        head = "cause: " if mine["kind"].iloc[0] != "candidates" else ""
+        verdict.configs.loc[i, "reason"] = f"{head}{mine['line'].iloc[0]}{more}; {n} module(s) violate muP"
+    worst = verdict.configs.loc[verdict.configs["status"].map(RANK).idxmax()]
+    verdict.status = str(worst["status"]) if RANK[str(worst["status"])] >= RANK[verdict.status] else verdict.status
+    if worst["status"] == verdict.status:
+        verdict.reason = worst["reason"] if len(verdict.configs) == 1 else f"{worst['parametrization']}: " \
+                                                                             f"{worst['reason']}"

@@ -1,0 +1,429 @@
+"""The facts, measured: each parameter's effective init, its update and its module's multiplier, as exponents in width,
+against what muP expects of its class under the optimizer that trains it.
+
+Stage: judge (beside the series; before the causes, :mod:`coordcheck.judge.explain`). Input: the tidy frame's
+``weight``, ``update`` and ``gain`` rows (:mod:`coordcheck.record.weights`: what training did, measured from the
+weights), its ``eps`` rows where recorded, the jobs' facts (the parameters' shapes at each width, the optimizer kind
+of each parameter's group and the hyperparameters it declared) and the judged series (where the model's output sits
+after its readout). Output: :func:`measured_facts`, one row per (configuration, parameter, quantity)
+(:data:`LONG_COLUMNS`), and :func:`audit_table`, one per parameter.
+
+The quantities, each measured at every width and fitted as an exponent in width (least squares of log2 value on log2
+width over every (width, seed, step) point, the steps' offsets removed, with a 95 % interval):
+
+* ``mult`` — the module's multiplier: its output over its weight applied to its own input (``gain`` rows whose fit
+  explains ≥ :data:`FIT_MIN` of the output), times, for the model's readout, the model's output over the readout's
+  (a multiplier in a parent's ``forward``: from the judged series). Shown, not judged: it enters the two below.
+* ``init`` — the effective init: rms(W₀) times the multiplier. muP: hidden ∝ fan_in^-1/2, input-like constant,
+  output-like ∝ 1/fan_in or smaller (zero allowed), vectors constant or smaller (Tensor Programs V, Table 3).
+* ``lr`` — the effective update of a step, by the optimizer that trains it: Adam-like, rms(ΔW) times the multiplier
+  (Adam's step is ±lr per coordinate: the effective lr); SGD, −⟨ΔW, ∇⟩/‖∇‖² times the multiplier squared (the
+  applied lr on the effective weight); Muon and any optimizer the harness does not know, the spectral condition of Yang,
+  Simon & Bernstein 2023 (arXiv 2310.17813): ‖ΔW‖₂ times the multiplier over √(fan_out/fan_in), flat in width. The
+  learning rate the step's group held is its label (``declared``), which says whether the knob is the learning rate
+  (the update follows it) or Adam's ε (the update falls short of it).
+* ``wd`` and ``adam_eps`` — declared, never a cause in a coordinate check (nothing in ten steps can show them):
+  judged into notes with their forecast (:mod:`coordcheck.judge.explain`).
+
+A quantity **violates** when its exponent is outside its band and so is its whole interval (``status`` fail, with a
+``direction``); outside with an overlapping interval is ``inconclusive``; exactly zero at every width is ``zero``.
+Never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from coordcheck.core.frame import EPS_TENSOR, GAIN_TENSOR, UPDATE_TENSOR, WEIGHT_TENSOR
+from coordcheck.judge.rules import Rules
+from coordcheck.judge.slopes import t_quantile
+from coordcheck.record.shapes import dim_growth, growth_text, param_class
+
+__all__ = ["CAUSE_COLUMNS", "EVIDENCE_COLUMNS", "LONG_COLUMNS", "TABLE_COLUMNS", "QUANTITIES", "EXPECTED", "FIT_MIN", "WHAT", "ADAM", "measured_facts",
+           "audit_table", "fit_points", "num"]
+
+# The schemas of Verdict.causes and Verdict.evidence (coordcheck.judge.explain), here below everything that writes them
+CAUSE_COLUMNS = ["config_id", "parametrization", "order", "kind", "what", "modules", "measure", "step", "exponent",
+                 "ci_low", "ci_high", "expected", "fix", "line", "direction"]  # direction: grows / shrinks
+EVIDENCE_COLUMNS = ["config_id", "parametrization", "name", "measure", "exponent", "ci_low", "ci_high",
+                    "expected_low", "expected_high", "violates", "order", "step", "role", "status"]
+QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
+WHAT = {"init": "effective init", "lr": "update", "wd": "weight decay", "adam_eps": "Adam ε", "mult": "multiplier"}
+FIT_MIN = 0.99  # a module's output is its weight applied to its input times a constant: the multiplier is measured
+ADAM = ("adam", "adamw")
+KNOWN = (*ADAM, "sgd", "muon")
+LONG_COLUMNS = ["config_id", "parametrization", "parameter", "module", "order", "role", "class", "family", "dims",
+                "grows", "quantity", "value", "declared", "gain", "exponent", "ci_low", "ci_high", "expected", "expected_low",
+                "expected_high", "status", "direction", "reason", "how"]
+
+_TP5 = "Tensor Programs V, Table 3"
+_SPECTRAL = "spectral condition ‖ΔW‖₂ ∝ √(fan_out/fan_in) (Yang, Simon & Bernstein 2023)"
+# (optimizer family or "*", class, quantity) -> ((c_in, c_out, c_main), band, reason): the expected exponent is
+# c_in·a_in + c_out·a_out + c_main·a_main (each dimension's growth exponent in width; a_main: mup's main dimension,
+# the fan-in of a matrix). "flat": expected ± tol; "no_growth": at most expected + tol. Absent: not judged.
+EXPECTED: dict[tuple[str, str, str], tuple[tuple[float, float, float], str, str]] = {
+    ("*", "hidden", "init"): ((-0.5, 0, 0), "flat", f"std ∝ fan_in^-1/2: an output coordinate sums fan_in terms ({_TP5})"),
+    ("*", "input-like", "init"): ((0, 0, 0), "flat", f"its fan-in is fixed: std constant in width ({_TP5})"),
+    ("*", "output-like", "init"): ((0, 0, -1), "no_growth", f"an output weight: std × multiplier ∝ 1/fan_in, or "
+                                                            f"smaller (zero) ({_TP5})"),
+    ("*", "vector", "init"): ((0, 0, 0), "no_growth", "biases and norm gains: constant in width, or smaller"),
+    ("*", "fixed", "init"): ((0, 0, 0), "no_growth", "no dimension grows: constant, or smaller"),
+    **{(f, "hidden", "lr"): ((0, 0, -1), "flat", f"Adam's step is ±lr per coordinate: a hidden matrix's lr ∝ 1/fan_in "
+                                                 f"(MuAdam: lr / width_mult; {_TP5})") for f in ADAM},
+    **{(f, c, "lr"): ((0, 0, 0), "flat", "a vector-like parameter keeps the base lr (MuAdam)")
+       for f in ADAM for c in ("input-like", "vector", "fixed")},
+    **{(f, "output-like", "lr"): ((0, 0, -1), "flat", "an output weight's effective step ∝ 1/fan_in: the base lr "
+                                                      "behind a 1/width multiplier, or lr ∝ 1/fan_in without one "
+                                                      f"({_TP5})") for f in ADAM},
+    ("sgd", "hidden", "lr"): ((-1, 1, 0), "flat", f"SGD: a hidden matrix's lr ∝ fan_out/fan_in (MuSGD; {_TP5})"),
+    ("sgd", "input-like", "lr"): ((0, 0, 1), "flat", f"SGD: an input weight's lr ∝ width (MuSGD; {_TP5})"),
+    ("sgd", "vector", "lr"): ((0, 0, 1), "flat", "SGD: a vector's lr ∝ width (MuSGD)"),
+    ("sgd", "fixed", "lr"): ((0, 0, 0), "flat", "SGD: no dimension grows: the base lr"),
+    ("sgd", "output-like", "lr"): ((0, 0, -1), "flat", f"SGD: an output weight's effective lr ∝ 1/fan_in (MuSGD: lr × "
+                                                       f"width behind a 1/width multiplier; {_TP5})"),
+    ("muon", "hidden", "lr"): ((0, 0, 0), "flat", _SPECTRAL + ": Muon's orthogonalised step has ‖ΔW‖₂ = lr"),
+    **{("other", c, "lr"): ((0, 0, 0), "flat", _SPECTRAL) for c in ("hidden", "input-like", "output-like")},
+    # declared: notes only (explain.py)
+    ("adam", "hidden", "wd"): ((0, 0, 1), "flat", "MuAdam multiplies a hidden matrix's (coupled) weight decay by "
+                                                  "width_mult"),
+    **{(f, c, "wd"): ((0, 0, 0), "flat", "the per-step shrink lr·λ constant in width (MuAdamW)")
+       for f in ("adamw", "muon") for c in ("hidden", "input-like", "output-like", "vector", "fixed")},
+    **{("adam", c, "wd"): ((0, 0, 0), "flat", "MuAdam keeps a vector-like parameter's weight decay")
+       for c in ("input-like", "output-like", "vector", "fixed")},
+    **{(f, c, "adam_eps"): ((0, 0, 0), "no_growth", "Adam's ε constant or shrinking (Everett et al. 2024)")
+       for f in ADAM for c in ("hidden", "input-like", "output-like", "vector", "fixed")},
+}
+
+
+def num(x: float) -> str:
+    """``+0.50``; ``+0.00`` for a value that rounds to zero from below."""
+    return f"{round(float(x), 2) + 0.0:+.2f}"
+
+
+def fit_points(widths: np.ndarray, values: np.ndarray, groups: np.ndarray | None = None,
+               exact: bool = False) -> tuple[float, float, float]:
+    """Slope of log2 value on log2 width with one offset per group (a step: its schedule, its seed), and its 95 %
+    interval; NaN where fewer than two widths have positive finite values. ``exact``: a value the optimizer set
+    (a label), whose interval is its slope."""
+    w = np.asarray(widths, dtype=float)
+    v = np.asarray(values, dtype=float)
+    g = np.zeros(len(v)) if groups is None else np.asarray(groups)
+    ok = np.isfinite(v) & (v > 0)
+    if len(np.unique(w[ok])) < 2:
+        return np.nan, np.nan, np.nan
+    df = pd.DataFrame({"x": np.log2(w[ok]), "y": np.log2(v[ok]), "g": g[ok]})
+    df = df[df.groupby("g")["x"].transform("nunique") >= 2]
+    if df.empty:
+        return np.nan, np.nan, np.nan
+    x = df["x"] - df.groupby("g")["x"].transform("mean")
+    y = df["y"] - df.groupby("g")["y"].transform("mean")
+    sxx = float((x * x).sum())
+    slope = round(float((x * y).sum() / sxx), 9) + 0.0
+    dof = len(df) - df["g"].nunique() - 1
+    if exact:
+        return slope, slope, slope
+    if dof < 1:
+        return slope, np.nan, np.nan
+    se = float(np.sqrt(((y - slope * x) ** 2).sum() / dof / sxx))
+    half = float(t_quantile(np.array([dof]))[0]) * se
+    return slope, slope - half, slope + half
+
+
+def _judge(e: float, lo_ci: float, hi_ci: float, expected: float, band: str, tol: float
+           ) -> tuple[float, float, str, str]:
+    """``(expected_low, expected_high, status, direction)`` of one exponent."""
+    lo, hi = (expected - tol if band == "flat" else -np.inf), expected + tol
+    if not np.isfinite(e):
+        return lo, hi, "inconclusive", ""
+    if lo <= e <= hi:
+        return lo, hi, "pass", ""
+    direction = "grows" if e > hi else "shrinks"
+    sig = np.isfinite(lo_ci) and (lo_ci > hi or hi_ci < lo)
+    return lo, hi, ("fail" if sig else "inconclusive"), direction
+
+
+def _params(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, dict[int, Mapping[str, Any]]]]:
+    """config_id -> parameter -> width -> {dims, embedding, family, eps, wd, wd_kind} (the audit's, else the
+    shapes' alone)."""
+    out: dict[str, dict[str, dict[int, Mapping[str, Any]]]] = {}
+    for f in facts:
+        if f.get("width") is None:
+            continue
+        cid, width = str(f.get("config_id")), int(f["width"])
+        audit = (f.get("audit") or {}).get("params") or {}
+        shapes = f.get("shapes") or {}
+        for name in (audit or shapes):
+            p = dict(audit.get(name) or {"dims": list(shapes.get(name, []))})
+            out.setdefault(cid, {}).setdefault(name, {}).setdefault(width, p)
+    return out
+
+
+def _fans(dims: list[int], embedding: bool) -> tuple[float, float]:
+    """(fan_in, fan_out) of a matrix: ``nn.Linear``'s (out, in), an embedding's (num, dim), a stack's last two, a
+    convolution's (out, in × kernel)."""
+    if embedding:
+        return float(dims[0]), float(dims[1])
+    if len(dims) == 3:
+        return float(dims[2]), float(dims[1])
+    return float(np.prod(dims[1:])), float(dims[0])
+
+
+def _readout_after(series: pd.DataFrame, readout: str) -> tuple[float, str]:
+    """The exponent of the model's output over the readout's (a multiplier in a parent's ``forward``), from the
+    judged series: the median over steps of the two slopes' difference; 0 where the readout is the output."""
+    outs = series[(series["role"] == "output") & (series["tensor"] == "out")]
+    if outs.empty:
+        return 0.0, ""
+    last = str(outs.loc[outs["call_order"].idxmax(), "module"])
+    if last == readout:
+        return 0.0, ""
+    mine = lambda m: outs[(outs["module"] == m) & np.isfinite(outs["slope"].astype(float))  # noqa: E731
+                          & ~outs["all_zero"].astype(bool)].set_index("step")["slope"]
+    both = mine(last).to_frame("o").join(mine(readout).to_frame("r"), how="inner")
+    if both.empty:
+        return np.nan, f"{last} over {readout}: not measured"
+    a = float((both["o"] - both["r"]).median())
+    return a, f"{last}'s output over {readout}'s ∝ width^{num(a)}"
+
+
+def _family(p: Mapping[str, Any]) -> str:
+    fam = str(p.get("family", "") or "")
+    return fam if fam in KNOWN else "other"
+
+
+def measured_facts(frame: pd.DataFrame, facts: Iterable[Mapping[str, Any]], series: pd.DataFrame,
+                   rules: Rules | None = None) -> pd.DataFrame:
+    """One row per (configuration, parameter, quantity) measured (:data:`LONG_COLUMNS`; module docstring)."""
+    rules = rules or Rules()
+    facts = list(facts)
+    params = _params(facts)
+    fr = frame[frame["tensor"].isin([WEIGHT_TENSOR, UPDATE_TENSOR, GAIN_TENSOR, EPS_TENSOR])]
+    rows: list[dict] = []
+    for cid, f in fr.groupby("config_id", sort=False):
+        mine = params.get(str(cid), {})
+        par = str(f["parametrization"].iloc[0])
+        s = series[series["config_id"] == cid] if len(series) else series
+        gains = _gains(f[f["tensor"] == GAIN_TENSOR])
+        up = f[f["tensor"] == UPDATE_TENSOR].pivot_table(index=["module", "width", "seed", "step"], columns="stat",
+                                                         values="value", aggfunc="first")
+        w0 = f[(f["tensor"] == WEIGHT_TENSOR) & (f["stat"] == "rms") & (f["step"] == 0)]
+        owners = f[f["tensor"].isin([WEIGHT_TENSOR, UPDATE_TENSOR])].drop_duplicates("module").set_index("module")
+        readout = _readout(mine, owners)
+        after, after_how = _readout_after(s, readout) if readout else (0.0, "")
+        for name in owners.index:
+            by_width = mine.get(name, {})
+            widths = sorted(by_width)
+            if len(widths) < 2:
+                continue
+            growth = dim_growth({w: list(by_width[w].get("dims") or []) for w in widths})
+            wide = by_width[widths[-1]]
+            cls, a_in, a_out, a_main = param_class(growth, bool(wide.get("embedding")))
+            family = _family(wide)
+            module = name.rpartition(".")[0] or "(root)"
+            base = dict(config_id=cid, parametrization=par, parameter=name, module=module,
+                        order=int(owners.at[name, "call_order"]), role=str(owners.at[name, "role"]), **{"class": cls},
+                        family=family if family != "other" else str(wide.get("family", "") or "unknown"),
+                        dims=" → ".join(dict.fromkeys("x".join(map(str, by_width[w].get("dims") or [])) for w in widths)),
+                        grows=growth_text(growth))
+            a = (a_in, a_out, a_main)
+            # the multiplier: its module's gain (a matrix), times the output over the readout's for the readout
+            g_exp, g_lo, g_hi, g_how = gains.get(module, (0.0, 0.0, 0.0, "")) if len(wide.get("dims") or []) >= 2 \
+                else (0.0, 0.0, 0.0, "")
+            if module == readout and np.isfinite(after) and after:
+                g_exp, g_lo, g_hi = g_exp + after, g_lo + after, g_hi + after
+                g_how = "; ".join(x for x in (g_how, after_how) if x)
+            matrix = len(wide.get("dims") or []) >= 2
+            if matrix and module in gains or (module == readout and after):
+                rows.append({**base, "quantity": "mult", "value": np.nan, "declared": np.nan, "gain": g_exp,
+                             "exponent": g_exp,
+                             "ci_low": g_lo, "ci_high": g_hi, "expected": np.nan, "expected_low": np.nan,
+                             "expected_high": np.nan, "status": "", "direction": "", "reason": "measured",
+                             "how": g_how})
+            unmeasured = matrix and module not in gains and module in _gain_modules(f)
+            rows += _init_rows(base, w0[w0["module"] == name], g_exp, a, family, rules, unmeasured, g_how)
+            if name in up.index.get_level_values(0):
+                rows += _update_rows(base, up.loc[name], g_exp, a, family, by_width, bool(wide.get("embedding")),
+                                     rules, unmeasured)
+            rows += _declared_rows(base, by_width, up.loc[name] if name in up.index.get_level_values(0) else None,
+                                   a, family, rules)
+    df = pd.DataFrame(rows, columns=LONG_COLUMNS)
+    return df.astype({"order": "int64", "exponent": "float64", "value": "float64", "declared": "float64",
+                      "gain": "float64"})
+
+
+def _gain_modules(f: pd.DataFrame) -> set[str]:
+    return set(f.loc[f["tensor"] == GAIN_TENSOR, "module"])
+
+
+def _gains(g: pd.DataFrame) -> dict[str, tuple[float, float, float, str]]:
+    """module -> (exponent, ci_low, ci_high, how) of its gain, over the steps where its fit is good at every width."""
+    if g.empty:
+        return {}
+    p = g.pivot_table(index=["module", "width", "seed", "step"], columns="stat", values="value", aggfunc="first")
+    out = {}
+    for module, m in p.groupby(level=0, sort=False):
+        m = m.reset_index()
+        good = m[(m["fit"] >= FIT_MIN) & np.isfinite(m["gain"]) & (m["gain"] != 0)]
+        good = good[good.groupby("step")["width"].transform("nunique") == m["width"].nunique()]
+        if good.empty:
+            continue
+        e, lo, hi = fit_points(good["width"], good["gain"].abs(), good["step"])
+        if not np.isfinite(lo):
+            lo = hi = e
+        out[str(module)] = (e, lo, hi, f"{module}'s output over its weight applied to its input ∝ width^{num(e)}")
+    return out
+
+
+def _readout(params: Mapping[str, Mapping[int, Mapping[str, Any]]], owners: pd.DataFrame) -> str | None:
+    """The model's readout: the last output-role module (in call order) that owns an output-like matrix."""
+    best = None
+    for name, by_width in params.items():
+        if name not in owners.index or owners.at[name, "role"] != "output":
+            continue
+        widths = sorted(by_width)
+        dims = [list(by_width[w].get("dims") or []) for w in widths]
+        if len(widths) < 2 or any(len(d) != 2 for d in dims) or by_width[widths[-1]].get("embedding"):
+            continue
+        if dims[0][1] != dims[-1][1] and dims[0][0] == dims[-1][0]:
+            order = int(owners.at[name, "call_order"])
+            if best is None or order > best[0]:
+                best = (order, name.rpartition(".")[0] or "(root)")
+    return None if best is None else best[1]
+
+
+def _expected(family: str, cls: str, quantity: str, a: tuple[float, float, float]
+              ) -> tuple[float, str, str] | None:
+    exp = EXPECTED.get((family, cls, quantity)) or EXPECTED.get(("*", cls, quantity))
+    if exp is None:
+        return None
+    (ci, co, cm), band, reason = exp
+    return ci * a[0] + co * a[1] + cm * a[2], band, reason
+
+
+def _row(base: dict, quantity: str, value: float, declared: float, fit: tuple[float, float, float],
+         expected: tuple[float, str, str] | None, tol: float, how: str, status: str | None = None,
+         gain: float = 0.0) -> dict:
+    e, lo, hi = fit
+    base = {**base, "gain": gain}
+    if expected is None:
+        return {**base, "quantity": quantity, "value": value, "declared": declared, "exponent": e, "ci_low": lo,
+                "ci_high": hi, "expected": np.nan, "expected_low": np.nan, "expected_high": np.nan,
+                "status": status or "", "direction": "", "reason": "no muP rule for this class and optimizer",
+                "how": how}
+    x, band, reason = expected
+    b_lo, b_hi, judged, direction = _judge(e, lo, hi, x, band, tol)
+    return {**base, "quantity": quantity, "value": value, "declared": declared, "exponent": e, "ci_low": lo,
+            "ci_high": hi, "expected": x, "expected_low": b_lo, "expected_high": b_hi,
+            "status": status or judged, "direction": "" if status else direction, "reason": reason, "how": how}
+
+
+def _init_rows(base: dict, w0: pd.DataFrame, g: float, a: tuple, family: str, rules: Rules, unmeasured: bool,
+               g_how: str) -> list[dict]:
+    if w0.empty:
+        return []
+    by = w0.groupby("width")["value"].median()
+    if (by == 0).all():
+        return [_row(base, "init", 0.0, np.nan, (np.nan,) * 3, _expected(family, base["class"], "init", a),
+                     rules.tol, "zero at every width", status="zero")]
+    raw = fit_points(w0["width"], w0["value"], exact=False)
+    fit = (raw[0] + g, raw[1] + g, raw[2] + g) if np.isfinite(raw[1]) else (raw[0] + g,) * 3
+    how = f"rms(W₀) ∝ width^{num(raw[0])}" + (f" × multiplier ∝ width^{num(g)}" if g else "")
+    status = "not judged" if unmeasured else ("inconclusive" if (by == 0).any() else None)
+    if unmeasured:
+        how += "; its multiplier is not measured (its output is not its weight applied to its input times a constant)"
+    return [_row(base, "init", float(by.iloc[-1]), raw[0], fit, _expected(family, base["class"], "init", a),
+                 rules.tol, how, status, gain=g)]
+
+
+def _update_rows(base: dict, up: pd.DataFrame, g: float, a: tuple, family: str,
+                 by_width: Mapping[int, Mapping[str, Any]], embedding: bool, rules: Rules,
+                 unmeasured: bool) -> list[dict]:
+    """The update of each measured step as the optimizer family measures it (module docstring)."""
+    u = up.reset_index()
+    matrix = len(next(iter(by_width.values())).get("dims") or []) >= 2
+    if family in ADAM or (family == "other" and not matrix):
+        stat, k, what = "rms", 1.0, "rms(ΔW)"
+    elif family == "sgd":
+        stat, k, what = "sgd_lr", 2.0, "−⟨ΔW, ∇⟩/‖∇‖²"
+    else:
+        stat, k, what = "spec", 1.0, "‖ΔW‖₂/√(fan_out/fan_in)"
+    if stat not in u or not matrix and family == "other":
+        return []
+    v = u[stat].astype(float)
+    if stat == "spec":
+        fans = {w: _fans(list(by_width[w].get("dims") or []), embedding) for w in by_width}
+        v = v * np.sqrt([fans[w][0] / fans[w][1] if w in fans else np.nan for w in u["width"]])
+    keep = u.assign(v=v)
+    zero_steps = keep.groupby("step")["v"].transform(lambda s: (s.abs() == 0).any())
+    keep = keep[~zero_steps]
+    if keep.empty:
+        zero = u.assign(v=v)["v"].abs().max() == 0
+        return [_row(base, "lr", 0.0, np.nan, (np.nan,) * 3, _expected(family, base["class"], "lr", a), rules.tol,
+                     "no update at any measured step", status="zero" if zero else "inconclusive")]
+    raw = fit_points(keep["width"], keep["v"].abs(), keep["step"])
+    fit = tuple(x + k * g for x in raw) if np.isfinite(raw[1]) else (raw[0] + k * g,) * 3
+    lab = fit_points(keep["width"], keep["lr"].abs(), keep["step"], exact=True) if "lr" in keep else (np.nan,) * 3
+    how = f"{what} ∝ width^{num(raw[0])}" + (f" × multiplier{'²' if k == 2 else ''} ∝ width^{num(k * g)}" if g else "")
+    if np.isfinite(lab[0]):
+        how += f"; its group's lr during the step ∝ width^{num(lab[0])}"
+    wide = keep[keep["width"] == keep["width"].max()]["v"].abs().median()
+    return [_row(base, "lr", float(wide), lab[0], fit, _expected(family, base["class"], "lr", a), rules.tol, how,
+                 "not judged" if unmeasured else None, gain=k * g)]
+
+
+def _declared_rows(base: dict, by_width: Mapping[int, Mapping[str, Any]], up: pd.DataFrame | None, a: tuple,
+                   family: str, rules: Rules) -> list[dict]:
+    """Weight decay (the per-step shrink lr·λ for decoupled decay, λ for coupled) and Adam's ε, as the optimizer
+    held them: notes, never causes."""
+    rows = []
+    widths = sorted(by_width)
+    if up is not None and "wd" in up and (up["wd"].fillna(0) > 0).any():
+        u = up.reset_index()
+        decoupled = family in ("adamw", "muon")
+        v = (u["wd"] * u["lr"]) if decoupled else u["wd"]
+        fit = fit_points(u["width"], v, u["step"], exact=True)
+        how = "the per-step shrink lr·λ" if decoupled else "λ (coupled: added to the gradient)"
+        rows.append(_row(base, "wd", float(v[u["width"] == u["width"].max()].median()), fit[0], fit,
+                         _expected(family, base["class"], "wd", a), rules.tol, how))
+    eps = [by_width[w].get("eps") for w in widths]
+    if family in ADAM and all(e is not None and e > 0 for e in eps):
+        fit = fit_points(np.array(widths), np.array(eps, dtype=float), exact=True)
+        rows.append(_row(base, "adam_eps", float(eps[-1]), fit[0], fit, _expected(family, base["class"], "adam_eps",
+                                                                                   a), rules.tol, "declared ε"))
+    return rows
+
+
+TABLE_COLUMNS = (["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims", "grows"]
+                 + [f"{q}{s}" for q in QUANTITIES for s in ("", "_exponent", "_expected", "_status")]
+                 + ["status", "violations"])
+_RANK = {"fail": 3, "inconclusive": 2, "pass": 1, "zero": 1, "not judged": 0, "": 0}
+
+
+def audit_table(long: pd.DataFrame) -> pd.DataFrame:
+    """One row per (configuration, parameter): per quantity its value at the widest width, exponent, expectation and
+    status; ``status`` the worst judged; ``violations`` in words (:data:`TABLE_COLUMNS`)."""
+    keys = ["config_id", "parametrization", "parameter", "module", "order", "class", "family", "dims", "grows"]
+    if long.empty:
+        return pd.DataFrame(columns=TABLE_COLUMNS)
+    base = long.drop_duplicates(keys[:3])[keys].set_index(keys[:3])
+    for q in QUANTITIES:
+        part = long[long["quantity"] == q].set_index(keys[:3])
+        base[q] = part["value"]
+        base[f"{q}_exponent"] = part["exponent"]
+        base[f"{q}_expected"] = part["expected"]
+        base[f"{q}_status"] = part["status"]
+    base = base.reset_index()
+    ranked = long.assign(_r=long["status"].map(_RANK).fillna(0)).sort_values("_r", kind="stable")
+    worst = ranked.groupby(keys[:3], sort=False)["status"].last()
+    base["status"] = [worst.get(k, "") for k in zip(base["config_id"], base["parametrization"], base["parameter"])]
+    bad = long[long["status"].isin(["fail", "inconclusive"])]
+    text = {k: "; ".join(f"{WHAT[r.quantity]} ∝ width^{num(r.exponent)} (muP: {num(r.expected)}, {r.status})"
+                         for r in g.itertuples()) for k, g in bad.groupby(keys[:3], sort=False)}
+    base["violations"] = [text.get(k, "") for k in zip(base["config_id"], base["parametrization"], base["parameter"])]
+    for c in [f"{q}_status" for q in QUANTITIES]:
+        base[c] = base[c].fillna("")
+    return base.sort_values(["config_id", "order"], kind="stable").reset_index(drop=True)[TABLE_COLUMNS]
