@@ -75,8 +75,8 @@ def judge_cached(mutants: list, cache: Path) -> pd.DataFrame:
     return scores_frame(scores)
 
 
-OUTCOMES = ["exact", "right knob, other module", "right module, other knob", "candidates", "wrong", "no cause",
-            "pass", "error"]
+OUTCOMES = ["exact", "noted", "right knob, other module", "right module, other knob", "candidates", "wrong",
+            "no cause", "pass", "error"]
 
 
 def print_tables(df: pd.DataFrame) -> None:
@@ -99,8 +99,12 @@ def print_tables(df: pd.DataFrame) -> None:
     print(f.to_string())
     n, exact = len(single) + len(pairs), int((single["outcome"] == "exact").sum() + (pairs["outcome"] == "exact").sum())
     both = int((pairs["named"] == pairs["plants"]).sum())
-    print(f"\nmutants {n} (single {len(single)}, pairs {len(pairs)}): exact first cause {exact} "
-          f"({exact / max(n, 1):.1%}); pairs with both named {both} of {len(pairs)}; wrong fixes "
+    silent = df[(df["planted"] != "") & df["outcome"].isin(["noted", "pass"])]
+    shown = n - len(silent)
+    print(f"\nmutants {n} (single {len(single)}, pairs {len(pairs)}): {shown} with a failing series, exact first cause "
+          f"{exact} of them ({exact / max(shown, 1):.1%}); {len(silent)} PASS (no judged series shows the plant), "
+          f"{int((silent['outcome'] == 'noted').sum())} of them named in a note with its forecast; pairs with both "
+          f"named {both} of {len(pairs)}; wrong fixes "
           f"{int(df['wrong'].sum())} (in {int((df['wrong'] > 0).sum())} mutants); bases passing "
           f"{int((base['status'] == 'pass').sum())} of {len(base)}")
 

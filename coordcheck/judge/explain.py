@@ -40,7 +40,7 @@ import pandas as pd
 
 from coordcheck.core.frame import EPS_TENSOR
 from coordcheck.judge.eps import eps_table
-from coordcheck.judge.facts import ADAM, CAUSE_COLUMNS, EVIDENCE_COLUMNS, WHAT, measured_facts, num
+from coordcheck.judge.facts import ADAM, CAUSE_COLUMNS, EVIDENCE_COLUMNS, NO_RULE, WHAT, measured_facts, num
 from coordcheck.judge.rules import RANK, Rules
 from coordcheck.judge.structure import structure_causes
 
@@ -132,14 +132,17 @@ def _explains(v: pd.Series, s: pd.Series) -> bool:
 
 
 def _knob(v: pd.Series, tol: float) -> str:
-    """The knob a violation turns: ``init``; an update's ``lr``, or ``epsilon`` for an Adam-trained parameter whose
-    update falls short of the learning rate its group held (its lr as muP expects); the readout's whole fix decides
-    its own (:func:`_readout_fix`)."""
+    """The knob a violation turns: ``init``; for an update, ``lr`` — unless an Adam-trained parameter's learning rate
+    (what its group held during the step) is what muP expects: then ``epsilon`` where its first step already falls
+    short of that lr (Adam's step is ±lr per coordinate unless ε is not small against √v̂), else ``dynamics`` (later
+    steps shrink as the gradient's sign turns: no knob of its own). The readout's whole fix decides its own
+    (:func:`_readout_fix`)."""
     if v["quantity"] == "init":
         return "init"
-    if v["family"] in ADAM and v["direction"] == "shrinks" and np.isfinite(float(v["declared"])):
-        if float(v["exponent"]) - float(v["gain"]) - float(v["declared"]) < -tol:  # the step falls short of lr
-            return "epsilon"
+    label = float(v["declared"])
+    if v["family"] in ADAM and np.isfinite(label) and abs(label - (float(v["expected"]) - float(v["gain"]))) <= tol:
+        first = float(v["first"])
+        return "epsilon" if np.isfinite(first) and first < -tol and v["direction"] == "shrinks" else "dynamics"
     return "lr"
 
 
@@ -147,7 +150,8 @@ def _readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tu
     """``(kind, fix)`` for a readout whose facts fail: the muP form (a 1/width multiplier with a constant init and the
     base lr, or no multiplier with init and lr ∝ 1/fan_in, or its own multiplier kept) that needs the fewest changes,
     every change it needs said."""
-    rows = mine[mine["module"] == module].set_index("quantity")
+    rows = mine[(mine["module"] == module) & (mine["class"] == "output-like")].drop_duplicates("quantity")
+    rows = rows.set_index("quantity")
     m = float(rows.at["mult", "exponent"]) if "mult" in rows.index and np.isfinite(rows.at["mult", "exponent"]) \
         else 0.0
     init = float(rows.at["init", "exponent"]) - m if "init" in rows.index and rows.at["init", "status"] != "zero" \
@@ -160,7 +164,7 @@ def _readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tu
         changes = []
         if abs(mt - m) > tol:
             changes.append("mult")
-        if init > -1 - mt + tol:
+        if np.isfinite(init) and abs(init - (-1 - mt)) > tol:  # (a zero init is right for every form)
             changes.append("init")
         if np.isfinite(lr) and np.isfinite(lr_target(mt)) and abs(lr - lr_target(mt)) > tol:
             changes.append("lr")
@@ -179,7 +183,8 @@ def _readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tu
             words.append("give it the base lr, constant in width" if abs(t) < 1e-9 else
                          f"give it lr × (base_width / width)^{-t:g}" if t < 0 else f"give it lr × (width / base_width)^{t:g}")
     kind = "output_multiplier" if "mult" in designs[mt] else "init" if "init" in designs[mt] else "lr"
-    form = ("with a 1/width multiplier, muP's output weight keeps a constant init and the base lr" if mt <= -1 + tol
+    base_lr = "lr × width / base_width (MuSGD)" if family == "sgd" else "the base lr"
+    form = (f"with a 1/width multiplier, muP's output weight keeps a constant init and {base_lr}" if mt <= -1 + tol
             else "without a multiplier, muP's output weight takes init and lr ∝ 1/fan_in")
     return kind, "; ".join(words) + f" ({form})" if words else form
 
@@ -220,7 +225,9 @@ def _group_name(names: list[str], cls: str, n_class: int) -> str:
     if len(names) == 1:
         return names[0]
     plural = PLURAL.get(cls, "parameters")
-    return f"all {len(names)} {plural}" if len(names) == n_class else f"{len(names)} of {n_class} {plural}"
+    if len(names) == n_class:
+        return f"both {plural}" if n_class == 2 else f"all {len(names)} {plural}"
+    return f"{len(names)} of {n_class} {plural}"
 
 
 def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, series: pd.DataFrame, tol: float,
@@ -228,31 +235,34 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
     """The cause rows of one configuration, and the indices of the violations that explain something."""
     viol = facts[facts["status"].eq("fail") & facts["quantity"].isin(["init", "lr"])
                  & facts["direction"].isin(["grows", "shrinks"])]
+    readouts = set(facts.loc[facts["class"].eq("output-like") & facts["role"].eq("output"), "module"])
+    knobs = {i: _knob(v, tol) for i, v in viol.iterrows()}
+    viol = viol[[knobs[i] != "dynamics" or v["module"] in readouts for i, v in viol.iterrows()]]  # no knob: an effect
     if viol.empty and failing.empty:
         return [], set()
     first_step: dict[int, int] = {}
     unexplained = []
     for _, s in failing.sort_values(["step", "call_order"]).iterrows():
         up = [i for i, v in viol.iterrows() if _explains(v, s)]
-        if not up and int(s["step"]) >= 1:  # through the backward pass: an update downstream
-            up = [i for i, v in viol.iterrows() if v["quantity"] == "lr" and v["direction"] == s["direction"]
-                  and int(v["order"]) > int(s["call_order"])]
+        if not up and int(s["step"]) >= 1:  # through the backward pass: an update, or an output weight, downstream
+            up = [i for i, v in viol.iterrows() if (v["quantity"] == "lr" or v["class"] == "output-like")
+                  and v["direction"] == s["direction"] and int(v["order"]) > int(s["call_order"])]
         for i in up:
             first_step[i] = min(first_step.get(i, 10 ** 9), int(s["step"]))
         if not up:
             unexplained.append(s)
     causes: list[dict] = []
     used = set(first_step)
-    readout = set(facts.loc[facts["class"].eq("output-like") & facts["role"].eq("output"), "module"])
+    readout = readouts
     groups: dict[tuple, list[int]] = {}
     whole: dict[tuple, tuple[str, str]] = {}  # a readout's group -> its whole fix (kind, fix)
     for i in sorted(first_step, key=lambda i: (first_step[i], int(viol.at[i, "order"]))):
         v = viol.loc[i]
-        if v["module"] in readout:
+        if v["module"] in readout and v["class"] == "output-like":
             key = ("readout", v["module"])
             whole[key] = _readout_fix(facts, str(v["module"]), str(v["family"]), tol)
         else:
-            key = (_knob(v, tol), v["class"], v["family"], v["direction"], v["quantity"])
+            key = (knobs[i], v["class"], v["family"], v["direction"], v["quantity"])
         groups.setdefault(key, []).append(i)
     for key, members in groups.items():
         rows = viol.loc[members]
@@ -260,10 +270,9 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
         if key in whole:
             kind, fix = whole[key]
             what = str(key[1])
-            quantities = ", ".join(dict.fromkeys(WHAT[q] for q in rows["quantity"]))
             facts_text = "; ".join(f"{WHAT[r.quantity]} ∝ width^{num(r.exponent)} (muP: {_band(r)}; {r.how})"
                                    for r in rows.itertuples())
-            line = f"{what}: {quantities} off — {facts_text} — {fix}"
+            line = f"{what}: {facts_text} — {fix}"
         else:
             kind = key[0]
             peers = facts[(facts["quantity"] == w["quantity"]) & (facts["class"] == w["class"])
@@ -301,8 +310,8 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
         n_logits = series.loc[series["role"].eq("attention"), "module"].nunique()
         what = mods[0] if len(mods) == 1 else _group_name(mods, "", n_logits).replace("parameters", "attention logits")
         fix = str(s.get("diagnosis") or "") or ATTENTION_FIX
-        line = (f"{what}: output grows like width^{s['slope']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] at step 0 "
-                f"with no parameter's init upstream off — {fix}")
+        line = (f"{what}: logits ∝ width^{s['slope']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] at step 0 (muP: "
+                f"width^{float(s['band_high']) - tol:+.2f} or less) with every query and key init as muP expects — {fix}")
         causes.insert(0, dict(config_id=cid, parametrization=par, order=0, kind="attention_scale", what=what,
                               modules=mods, measure="out", step=0, exponent=float(s["slope"]),
                               ci_low=float(s["ci_low"]), ci_high=float(s["ci_high"]), expected="≤ 0 (may shrink)",
@@ -341,7 +350,7 @@ def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]
                                 eps[eps["config_id"] == cid] if len(eps) else eps)
         all_causes += rows
         used_all |= used
-        if c.status == "fail" and not rows and len(failing):
+        if c.status == "fail" and not rows and len(failing) and len(mine):
             findings[cid] = finding(failing, loss[loss["config_id"] == cid], len(mine) > 0)
             all_causes.append(dict(config_id=cid, parametrization=str(c.parametrization), order=0, kind="candidates",
                                    what=str(failing.sort_values(["call_order", "step"])["module"].iloc[0]),
@@ -359,7 +368,10 @@ def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]
     verdict.causes = causes.reset_index(drop=True)
     verdict.evidence = _evidence(long)
     _inherit(verdict, causes)
-    verdict.notes += _notes(long, used_all, eps)
+    quiet, notes = _quiet(long, used_all, eps, rules.tol)
+    notes += _no_rule(long)
+    verdict.quiet = pd.DataFrame(quiet, columns=CAUSE_COLUMNS)
+    verdict.notes += notes
     _lead(verdict, structure)
 
 
@@ -398,17 +410,22 @@ def _inherit(verdict: Any, causes: pd.DataFrame) -> None:
 
 
 def _forecast(r: pd.Series) -> str:
-    """What a violation nobody sees yet will do: its quantity at :data:`FORECAST_WIDTH` against muP's."""
-    if not np.isfinite(float(r["exponent"])) or not np.isfinite(float(r["value"])):
-        return ""
+    """Where a deviation no series shows yet would be at :data:`FORECAST_WIDTH`: its factor against muP's scaling,
+    from the narrowest width measured."""
     gap = float(r["exponent"]) - float(r["expected"])
-    return f"; off by a factor of {2 ** abs(gap * 4):.3g} at 16× the widest width"
+    if not np.isfinite(gap) or not np.isfinite(float(r["min_width"])):
+        return ""
+    factor = (FORECAST_WIDTH / float(r["min_width"])) ** gap
+    return (f"; at width {FORECAST_WIDTH} it would be {factor:.3g}× what muP's scaling gives from width "
+            f"{int(r['min_width'])}")
 
 
-def _notes(long: pd.DataFrame, used: set[int], eps: pd.DataFrame) -> list[str]:
-    """Violations no failing series shows, and the declared weight decay and ε that break muP's convention: one note
-    each group, with its forecast."""
-    notes = []
+def _quiet(long: pd.DataFrame, used: set[int], eps: pd.DataFrame, tol: float) -> tuple[list[dict], list[str]]:
+    """Deviations no failing series shows — a measured init or update off muP's table, weight decay and ε as the
+    optimizer declared them, a growing ε share — as rows (:data:`CAUSE_COLUMNS`, ``kind`` the knob: ``init``,
+    ``lr``, ``epsilon``, ``wd``, ``dynamics`` for an update that falls short of a right lr only after its first
+    step) and one note each group, with its forecast: never causes."""
+    rows, notes = [], []
     quiet = long[long["status"].eq("fail") & ~long.index.isin(list(used))]
     for (cid, q, cls, fam, d), g in quiet.groupby(["config_id", "quantity", "class", "family", "direction"],
                                                   sort=False):
@@ -416,27 +433,61 @@ def _notes(long: pd.DataFrame, used: set[int], eps: pd.DataFrame) -> list[str]:
         peers = long[(long["config_id"] == cid) & (long["quantity"] == q) & (long["class"] == cls)
                      & (long["family"] == fam)]
         what = _group_name(list(g["parameter"]), str(cls), len(peers))
+        kind = {"wd": "wd", "adam_eps": "epsilon", "init": "init"}.get(str(q)) or _knob(w, tol)
         if q == "wd":
-            notes.append(f"{what}: weight decay ({w['how']}) ∝ width^{num(w['exponent'])} where muP's convention keeps "
-                         f"width^{num(w['expected'])} ({w['reason']}) — not a cause: ten steps cannot show it; over a "
-                         "long run it sets each matrix's equilibrium norm and relative update (Kosson et al. 2025, "
-                         "arXiv 2510.19093), where the learning rate found at one width stops transferring")
+            steps = f"; reached after ~1/(lr·λ) ≈ {1 / float(w['value']):.3g} steps at width {int(w['max_width'])}" \
+                if w["wd_kind"] == "decoupled" and float(w["value"]) > 0 else ""
+            line = (f"{what}: weight decay ({w['how']}) ∝ width^{num(w['exponent'])} where muP's convention keeps "
+                    f"width^{num(w['expected'])} ({w['reason']}) — not a cause: ten steps cannot show it; over a long "
+                    "run it sets each matrix's equilibrium norm and relative update ∝ √(lr·λ) (Kosson et al. 2025, "
+                    f"arXiv 2510.19093){steps}, where the learning rate found at one width stops transferring")
         elif q == "adam_eps":
-            notes.append(f"{what}: Adam's ε ∝ width^{num(w['exponent'])} (muP: constant or smaller) — not a cause: no "
-                         "judged series shows it yet")
+            line = f"{what}: Adam's ε ∝ width^{num(w['exponent'])} (muP: constant or smaller) — not a cause: no judged " \
+                   "series fails with it"
+        elif kind == "dynamics":
+            line = (f"{what}: {WHAT[q]} ∝ width^{num(w['exponent'])} (muP: {_band(w)}; {w['how']}) with its learning "
+                    "rate as muP expects and its first step full: the later steps' dynamics, not a knob")
         else:
-            notes.append(f"{what}: {WHAT[q]} ∝ width^{num(w['exponent'])} (muP: {_band(w)}; {w['how']}) — not a cause: "
-                         f"no judged series fails with it{_forecast(w)}")
+            line = (f"{what}: {WHAT[q]} ∝ width^{num(w['exponent'])} (muP: {_band(w)}; {w['how']}) — not a cause: no "
+                    f"judged series fails with it{_forecast(w)}")
+        notes.append(line)
+        rows.append(dict(config_id=cid, parametrization=str(w["parametrization"]), order=len(rows), kind=kind,
+                         what=what, modules=list(dict.fromkeys(g["module"])), measure=str(q), step=0,
+                         exponent=float(w["exponent"]), ci_low=float(w["ci_low"]), ci_high=float(w["ci_high"]),
+                         expected=_band(w), fix="", line=line, direction=str(d)))
     if len(eps):
         grow = eps[eps["grows"].astype(bool) & (eps["wide"] > 0)]
         for cid, g in grow.groupby("config_id", sort=False):
             e = g.loc[g["wide"].idxmax()]
             k = float(e["exponent"]) if np.isfinite(float(e["exponent"])) else np.nan
-            at = min(1.0, float(e["wide"]) * (FORECAST_WIDTH / float(e["max_width"])) ** k) if np.isfinite(k) else np.nan
+            at = min(1.0, float(e["wide"]) * (FORECAST_WIDTH / float(e["max_width"])) ** k) if np.isfinite(k) \
+                else np.nan
             more = f"; at width {FORECAST_WIDTH} it would be ~{at:.0%}" if np.isfinite(at) else ""
-            notes.append(f"Adam's ε ≥ 0.1·√v̂ on {e['narrow']:.0%} of {e['parameter']}'s coordinates at width "
-                         f"{int(e['min_width'])}, {e['wide']:.0%} at width {int(e['max_width'])}{more} — a forecast, not "
-                         "a cause: no judged series fails with it")
+            line = (f"Adam's ε ≥ 0.1·√v̂ on {e['narrow']:.0%} of {e['parameter']}'s coordinates at width "
+                    f"{int(e['min_width'])}, {e['wide']:.0%} at width {int(e['max_width'])}{more} — a forecast, not a "
+                    "cause: no judged series fails with it")
+            notes.append(line)
+            mods = list(dict.fromkeys(n.rpartition(".")[0] or "(root)" for n in g["parameter"]))
+            rows.append(dict(config_id=cid, parametrization=str(e["parametrization"]), order=len(rows),
+                             kind="epsilon", what=f"{len(g)} parameters", modules=mods, measure="eps", step=0,
+                             exponent=k, ci_low=float(e["ci_low"]), ci_high=float(e["ci_high"]),
+                             expected="no growth", fix="", line=line, direction="grows"))
+    return rows, notes
+
+
+def _no_rule(long: pd.DataFrame) -> list[str]:
+    """One note per configuration for the parameters measured but with no established muP rule (a selective scan's
+    vectors: :data:`coordcheck.judge.facts.NO_RULE`), with their measured exponents."""
+    notes = []
+    rows = long[(long["reason"] == NO_RULE) & long["quantity"].isin(["init", "lr"])]
+    for _, g in rows.groupby("config_id", sort=False):
+        per = g.pivot_table(index="parameter", columns="quantity", values="exponent", sort=False)
+        said = [f"{name} (" + ", ".join(f"{q} ∝ width^{num(per.at[name, q])}" for q in ("init", "lr")
+                                          if q in per.columns and np.isfinite(per.at[name, q])) + ")"
+                for name in per.index]
+        more = f" and {len(said) - 6} more" if len(said) > 6 else ""
+        notes.append(f"not judged: no established muP rule for {', '.join(said[:6])}{more} — a selective scan's "
+                     "parameters (Vankadara et al., NeurIPS 2024); measured, not judged")
     return notes
 
 

@@ -15,10 +15,10 @@ width over every (width, seed, step) point, the steps' offsets removed, with a 9
   explains ≥ :data:`FIT_MIN` of the output), times, for the model's readout, the model's output over the readout's
   (a multiplier in a parent's ``forward``: from the judged series). Shown, not judged: it enters the two below.
 * ``init`` — the effective init: rms(W₀) times the multiplier. muP: hidden ∝ fan_in^-1/2, input-like constant,
-  output-like ∝ 1/fan_in or smaller (zero allowed), vectors constant or smaller (Tensor Programs V, Table 3).
+  output-like ∝ 1/fan_in or zero, vectors constant or smaller (Tensor Programs V, Table 3).
 * ``lr`` — the effective update of a step, by the optimizer that trains it: Adam-like, rms(ΔW) times the multiplier
   (Adam's step is ±lr per coordinate: the effective lr); SGD, −⟨ΔW, ∇⟩/‖∇‖² times the multiplier squared (the
-  applied lr on the effective weight); Muon and any optimizer the harness does not know, the spectral condition of Yang,
+  applied lr on the effective weight; at the first update, where momentum's buffer is the gradient itself); Muon and any optimizer the harness does not know, the spectral condition of Yang,
   Simon & Bernstein 2023 (arXiv 2310.17813): ‖ΔW‖₂ times the multiplier over √(fan_out/fan_in), flat in width. The
   learning rate the step's group held is its label (``declared``), which says whether the knob is the learning rate
   (the update follows it) or Adam's ε (the update falls short of it).
@@ -43,7 +43,7 @@ from coordcheck.judge.rules import Rules
 from coordcheck.judge.slopes import t_quantile
 from coordcheck.record.shapes import dim_growth, growth_text, param_class
 
-__all__ = ["CAUSE_COLUMNS", "EVIDENCE_COLUMNS", "LONG_COLUMNS", "TABLE_COLUMNS", "QUANTITIES", "EXPECTED", "FIT_MIN", "WHAT", "ADAM", "measured_facts",
+__all__ = ["CAUSE_COLUMNS", "EVIDENCE_COLUMNS", "LONG_COLUMNS", "NO_RULE", "TABLE_COLUMNS", "QUANTITIES", "EXPECTED", "FIT_MIN", "WHAT", "ADAM", "measured_facts",
            "audit_table", "fit_points", "num"]
 
 # The schemas of Verdict.causes and Verdict.evidence (coordcheck.judge.explain), here below everything that writes them
@@ -52,12 +52,17 @@ CAUSE_COLUMNS = ["config_id", "parametrization", "order", "kind", "what", "modul
 EVIDENCE_COLUMNS = ["config_id", "parametrization", "name", "measure", "exponent", "ci_low", "ci_high",
                     "expected_low", "expected_high", "violates", "order", "step", "role", "status"]
 QUANTITIES = ("init", "lr", "wd", "adam_eps", "mult")
+NO_RULE = ("no established muP rule: a vector owned by a module of no known op (a selective scan's step size dt_bias, "
+           "decay A_log, skip D; Vankadara et al., NeurIPS 2024, 'On Feature Learning in Structured State Space "
+           "Models': muP's rules do not carry over to the scan) — measured, not judged")
 WHAT = {"init": "effective init", "lr": "update", "wd": "weight decay", "adam_eps": "Adam ε", "mult": "multiplier"}
 FIT_MIN = 0.99  # a module's output is its weight applied to its input times a constant: the multiplier is measured
+QUIET_STEP = 0.1  # a step whose update is under this share of the parameter's largest is left out of its fit: behind a
+# zero-initialised readout the first update is zero, or weight decay alone (Muon's lr·λ·W: 2 % of its later steps)
 ADAM = ("adam", "adamw")
 KNOWN = (*ADAM, "sgd", "muon")
 LONG_COLUMNS = ["config_id", "parametrization", "parameter", "module", "order", "role", "class", "family", "dims",
-                "grows", "quantity", "value", "declared", "gain", "exponent", "ci_low", "ci_high", "expected", "expected_low",
+                "grows", "min_width", "max_width", "wd_kind", "quantity", "value", "declared", "gain", "first", "exponent", "ci_low", "ci_high", "expected", "expected_low",
                 "expected_high", "status", "direction", "reason", "how"]
 
 _TP5 = "Tensor Programs V, Table 3"
@@ -68,8 +73,9 @@ _SPECTRAL = "spectral condition ‖ΔW‖₂ ∝ √(fan_out/fan_in) (Yang, Simo
 EXPECTED: dict[tuple[str, str, str], tuple[tuple[float, float, float], str, str]] = {
     ("*", "hidden", "init"): ((-0.5, 0, 0), "flat", f"std ∝ fan_in^-1/2: an output coordinate sums fan_in terms ({_TP5})"),
     ("*", "input-like", "init"): ((0, 0, 0), "flat", f"its fan-in is fixed: std constant in width ({_TP5})"),
-    ("*", "output-like", "init"): ((0, 0, -1), "no_growth", f"an output weight: std × multiplier ∝ 1/fan_in, or "
-                                                            f"smaller (zero) ({_TP5})"),
+    ("*", "output-like", "init"): ((0, 0, -1), "flat", f"an output weight: std × multiplier ∝ 1/fan_in, or zero "
+                                                       f"({_TP5}; between the two, a readout's backward signal at the "
+                                                       f"first updates shrinks with width)"),
     ("*", "vector", "init"): ((0, 0, 0), "no_growth", "biases and norm gains: constant in width, or smaller"),
     ("*", "fixed", "init"): ((0, 0, 0), "no_growth", "no dimension grows: constant, or smaller"),
     **{(f, "hidden", "lr"): ((0, 0, -1), "flat", f"Adam's step is ±lr per coordinate: a hidden matrix's lr ∝ 1/fan_in "
@@ -172,22 +178,31 @@ def _fans(dims: list[int], embedding: bool) -> tuple[float, float]:
     return float(np.prod(dims[1:])), float(dims[0])
 
 
-def _readout_after(series: pd.DataFrame, readout: str) -> tuple[float, str]:
-    """The exponent of the model's output over the readout's (a multiplier in a parent's ``forward``), from the
-    judged series: the median over steps of the two slopes' difference; 0 where the readout is the output."""
+def _readout_outside(series: pd.DataFrame, readout: str, gains: Mapping[str, tuple], rules: Rules
+                     ) -> tuple[float, float, str]:
+    """``(before, after, how)``: the exponents of what scales the readout outside its own module. Before it, on its
+    input: the rms of what it reads, Θ(1) features in muP, so a scale of width^±1/2 or more is a multiplier (``h *
+    alpha / width_mult``; narrow widths move Θ(1) features by less: the built-in MLP's readout input +0.24 over
+    widths 64-256). After it, the model's output over the
+    readout's (a multiplier in a parent's ``forward``): from the judged series, the median over steps of the two
+    slopes' difference. A bias of the readout's is scaled by the one after it only."""
+    before, how = 0.0, []
+    x = gains[readout][4] if readout in gains else np.nan
+    if np.isfinite(x) and abs(x) >= 0.5:
+        before = x
+        how.append(f"its input's rms ∝ width^{num(x)}")
     outs = series[(series["role"] == "output") & (series["tensor"] == "out")]
-    if outs.empty:
-        return 0.0, ""
-    last = str(outs.loc[outs["call_order"].idxmax(), "module"])
+    last = str(outs.loc[outs["call_order"].idxmax(), "module"]) if len(outs) else readout
     if last == readout:
-        return 0.0, ""
+        return before, 0.0, "; ".join(how)
     mine = lambda m: outs[(outs["module"] == m) & np.isfinite(outs["slope"].astype(float))  # noqa: E731
                           & ~outs["all_zero"].astype(bool)].set_index("step")["slope"]
     both = mine(last).to_frame("o").join(mine(readout).to_frame("r"), how="inner")
     if both.empty:
-        return np.nan, f"{last} over {readout}: not measured"
+        return before, np.nan, "; ".join([*how, f"{last} over {readout}: not measured"])
     a = float((both["o"] - both["r"]).median())
-    return a, f"{last}'s output over {readout}'s ∝ width^{num(a)}"
+    how.append(f"{last}'s output over {readout}'s ∝ width^{num(a)}")
+    return before, a, "; ".join(how)
 
 
 def _family(p: Mapping[str, Any]) -> str:
@@ -195,26 +210,46 @@ def _family(p: Mapping[str, Any]) -> str:
     return fam if fam in KNOWN else "other"
 
 
+def _tied(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """config_id -> {alias: parameter} of the weights one module shares with another (a readout tied to the
+    embedding): the jobs' ``tied`` facts."""
+    out: dict[str, dict[str, str]] = {}
+    for f in facts:
+        out.setdefault(str(f.get("config_id")), {}).update(f.get("tied") or {})
+    return out
+
+
 def measured_facts(frame: pd.DataFrame, facts: Iterable[Mapping[str, Any]], series: pd.DataFrame,
                    rules: Rules | None = None) -> pd.DataFrame:
-    """One row per (configuration, parameter, quantity) measured (:data:`LONG_COLUMNS`; module docstring)."""
+    """One row per (configuration, parameter, quantity) measured (:data:`LONG_COLUMNS`; module docstring). A weight
+    a readout shares with the embedding is judged twice: as the embedding's, and as the readout's under the readout
+    module's name (``lm_head.weight``), with the readout's multiplier."""
     rules = rules or Rules()
     facts = list(facts)
-    params = _params(facts)
+    params, tied = _params(facts), _tied(facts)
     fr = frame[frame["tensor"].isin([WEIGHT_TENSOR, UPDATE_TENSOR, GAIN_TENSOR, EPS_TENSOR])]
     rows: list[dict] = []
     for cid, f in fr.groupby("config_id", sort=False):
-        mine = params.get(str(cid), {})
+        mine = dict(params.get(str(cid), {}))
         par = str(f["parametrization"].iloc[0])
         s = series[series["config_id"] == cid] if len(series) else series
         gains = _gains(f[f["tensor"] == GAIN_TENSOR])
         up = f[f["tensor"] == UPDATE_TENSOR].pivot_table(index=["module", "width", "seed", "step"], columns="stat",
                                                          values="value", aggfunc="first")
         w0 = f[(f["tensor"] == WEIGHT_TENSOR) & (f["stat"] == "rms") & (f["step"] == 0)]
-        owners = f[f["tensor"].isin([WEIGHT_TENSOR, UPDATE_TENSOR])].drop_duplicates("module").set_index("module")
-        readout = _readout(mine, owners)
-        after, after_how = _readout_after(s, readout) if readout else (0.0, "")
-        for name in owners.index:
+        lay = f[f["tensor"].isin([WEIGHT_TENSOR, UPDATE_TENSOR])].drop_duplicates("module").set_index("module")
+        place = {n: (int(r.call_order), str(r.role)) for n, r in lay.iterrows()}  # parameter -> its owner's
+        source = {n: n for n in place}  # parameter (or alias) -> the parameter whose rows it reads
+        g_lay = f[f["tensor"] == GAIN_TENSOR].drop_duplicates("module").set_index("module")
+        for alias, target in tied.get(str(cid), {}).items():
+            module = alias.rpartition(".")[0] or "(root)"
+            if target in place and module in g_lay.index and target in mine:
+                place[alias] = (int(g_lay.at[module, "call_order"]), str(g_lay.at[module, "role"]))
+                source[alias] = target
+                mine[alias] = {w: {**p, "embedding": False} for w, p in mine[target].items()}
+        readout = _readout(mine, place)
+        before, after, after_how = _readout_outside(s, readout, gains, rules) if readout else (0.0, 0.0, "")
+        for name, (order, role) in place.items():
             by_width = mine.get(name, {})
             widths = sorted(by_width)
             if len(widths) < 2:
@@ -224,43 +259,51 @@ def measured_facts(frame: pd.DataFrame, facts: Iterable[Mapping[str, Any]], seri
             cls, a_in, a_out, a_main = param_class(growth, bool(wide.get("embedding")))
             family = _family(wide)
             module = name.rpartition(".")[0] or "(root)"
-            base = dict(config_id=cid, parametrization=par, parameter=name, module=module,
-                        order=int(owners.at[name, "call_order"]), role=str(owners.at[name, "role"]), **{"class": cls},
+            base = dict(config_id=cid, parametrization=par, parameter=name, module=module, wd_kind="",
+                        order=order, role=role, **{"class": cls},
                         family=family if family != "other" else str(wide.get("family", "") or "unknown"),
-                        dims=" → ".join(dict.fromkeys("x".join(map(str, by_width[w].get("dims") or [])) for w in widths)),
-                        grows=growth_text(growth))
+                        dims=" → ".join(dict.fromkeys("x".join(map(str, by_width[w].get("dims") or []))
+                                                      for w in widths)),
+                        grows=growth_text(growth), min_width=widths[0], max_width=widths[-1])
             a = (a_in, a_out, a_main)
-            # the multiplier: its module's gain (a matrix), times the output over the readout's for the readout
-            g_exp, g_lo, g_hi, g_how = gains.get(module, (0.0, 0.0, 0.0, "")) if len(wide.get("dims") or []) >= 2 \
-                else (0.0, 0.0, 0.0, "")
-            if module == readout and np.isfinite(after) and after:
-                g_exp, g_lo, g_hi = g_exp + after, g_lo + after, g_hi + after
-                g_how = "; ".join(x for x in (g_how, after_how) if x)
             matrix = len(wide.get("dims") or []) >= 2
-            if matrix and module in gains or (module == readout and after):
+            # the multiplier: its module's gain (a matrix); for the readout, times what scales it outside the module
+            g_exp, g_lo, g_hi, g_how = gains.get(module, (0.0, 0.0, 0.0, ""))[:4] if matrix else (0.0, 0.0, 0.0, "")
+            outside = (before if matrix else 0.0) + (after if np.isfinite(after) else 0.0)
+            if module == readout and outside:
+                g_exp, g_lo, g_hi = g_exp + outside, g_lo + outside, g_hi + outside
+            if module == readout:
+                g_how = "; ".join(x for x in (g_how, after_how) if x)
+            if matrix and module in gains or (module == readout and outside):
                 rows.append({**base, "quantity": "mult", "value": np.nan, "declared": np.nan, "gain": g_exp,
-                             "exponent": g_exp,
-                             "ci_low": g_lo, "ci_high": g_hi, "expected": np.nan, "expected_low": np.nan,
-                             "expected_high": np.nan, "status": "", "direction": "", "reason": "measured",
-                             "how": g_how})
-            unmeasured = matrix and module not in gains and module in _gain_modules(f)
-            rows += _init_rows(base, w0[w0["module"] == name], g_exp, a, family, rules, unmeasured, g_how)
-            if name in up.index.get_level_values(0):
-                rows += _update_rows(base, up.loc[name], g_exp, a, family, by_width, bool(wide.get("embedding")),
-                                     rules, unmeasured)
-            rows += _declared_rows(base, by_width, up.loc[name] if name in up.index.get_level_values(0) else None,
-                                   a, family, rules)
+                             "first": np.nan, "exponent": g_exp, "ci_low": g_lo, "ci_high": g_hi, "expected": np.nan,
+                             "expected_low": np.nan, "expected_high": np.nan, "status": "", "direction": "",
+                             "reason": "measured", "how": g_how})
+            unmeasured = matrix and module not in gains and module in g_lay.index
+            src = source[name]
+            mine_rows = _init_rows(base, w0[w0["module"] == src], g_exp, a, family, rules, unmeasured, g_how)
+            if src in up.index.get_level_values(0):
+                mine_rows += _update_rows(base, up.loc[src], g_exp, a, family, by_width,
+                                          bool(wide.get("embedding")), rules, unmeasured)
+            if cls == "vector" and wide.get("owner", None) == "":  # a scan's vector: measured, not judged
+                for r in mine_rows:
+                    r.update(status="not judged" if r["status"] != "zero" else "zero", direction="", reason=NO_RULE)
+            rows += mine_rows
+            if src == name:
+                rows += _declared_rows(base, by_width, up.loc[name] if name in up.index.get_level_values(0) else None,
+                                       a, family, rules)
     df = pd.DataFrame(rows, columns=LONG_COLUMNS)
     return df.astype({"order": "int64", "exponent": "float64", "value": "float64", "declared": "float64",
-                      "gain": "float64"})
+                      "gain": "float64", "first": "float64"})
 
 
 def _gain_modules(f: pd.DataFrame) -> set[str]:
     return set(f.loc[f["tensor"] == GAIN_TENSOR, "module"])
 
 
-def _gains(g: pd.DataFrame) -> dict[str, tuple[float, float, float, str]]:
-    """module -> (exponent, ci_low, ci_high, how) of its gain, over the steps where its fit is good at every width."""
+def _gains(g: pd.DataFrame) -> dict[str, tuple[float, float, float, str, float]]:
+    """module -> (exponent, ci_low, ci_high, how, its input's rms exponent) of its gain, over the steps where its fit
+    is good at every width."""
     if g.empty:
         return {}
     p = g.pivot_table(index=["module", "width", "seed", "step"], columns="stat", values="value", aggfunc="first")
@@ -274,24 +317,26 @@ def _gains(g: pd.DataFrame) -> dict[str, tuple[float, float, float, str]]:
         e, lo, hi = fit_points(good["width"], good["gain"].abs(), good["step"])
         if not np.isfinite(lo):
             lo = hi = e
-        out[str(module)] = (e, lo, hi, f"{module}'s output over its weight applied to its input ∝ width^{num(e)}")
+        x = fit_points(m["width"], m["in_rms"], m["step"])[0] if "in_rms" in m else np.nan
+        out[str(module)] = (e, lo, hi, f"{module}'s output over its weight applied to its input ∝ width^{num(e)}", x)
     return out
 
 
-def _readout(params: Mapping[str, Mapping[int, Mapping[str, Any]]], owners: pd.DataFrame) -> str | None:
-    """The model's readout: the last output-role module (in call order) that owns an output-like matrix."""
+def _readout(params: Mapping[str, Mapping[int, Mapping[str, Any]]], place: Mapping[str, tuple[int, str]]
+             ) -> str | None:
+    """The model's readout: the last output-role module (in call order) that owns (or shares) an output-like
+    matrix."""
     best = None
     for name, by_width in params.items():
-        if name not in owners.index or owners.at[name, "role"] != "output":
+        if name not in place or place[name][1] != "output":
             continue
         widths = sorted(by_width)
         dims = [list(by_width[w].get("dims") or []) for w in widths]
         if len(widths) < 2 or any(len(d) != 2 for d in dims) or by_width[widths[-1]].get("embedding"):
             continue
         if dims[0][1] != dims[-1][1] and dims[0][0] == dims[-1][0]:
-            order = int(owners.at[name, "call_order"])
-            if best is None or order > best[0]:
-                best = (order, name.rpartition(".")[0] or "(root)")
+            if best is None or place[name][0] > best[0]:
+                best = (place[name][0], name.rpartition(".")[0] or "(root)")
     return None if best is None else best[1]
 
 
@@ -308,7 +353,7 @@ def _row(base: dict, quantity: str, value: float, declared: float, fit: tuple[fl
          expected: tuple[float, str, str] | None, tol: float, how: str, status: str | None = None,
          gain: float = 0.0) -> dict:
     e, lo, hi = fit
-    base = {**base, "gain": gain}
+    base = {"first": np.nan, **base, "gain": gain}
     if expected is None:
         return {**base, "quantity": quantity, "value": value, "declared": declared, "exponent": e, "ci_low": lo,
                 "ci_high": hi, "expected": np.nan, "expected_low": np.nan, "expected_high": np.nan,
@@ -358,8 +403,13 @@ def _update_rows(base: dict, up: pd.DataFrame, g: float, a: tuple, family: str,
         fans = {w: _fans(list(by_width[w].get("dims") or []), embedding) for w in by_width}
         v = v * np.sqrt([fans[w][0] / fans[w][1] if w in fans else np.nan for w in u["width"]])
     keep = u.assign(v=v)
-    zero_steps = keep.groupby("step")["v"].transform(lambda s: (s.abs() == 0).any())
+    zero_steps = keep.groupby("step")["v"].transform(lambda s: (s.abs() == 0).any() | s.isna().any())
     keep = keep[~zero_steps]
+    moved = keep["rms"].abs() if "rms" in keep else keep["v"].abs()  # how far the weights moved
+    size = moved.groupby(keep["step"]).transform("median")
+    keep = keep[size >= QUIET_STEP * size.max()] if len(keep) else keep  # behind a zero readout: weight decay alone
+    if family == "sgd" and len(keep):  # the first update: SGD's momentum buffer is then the gradient itself
+        keep = keep[keep["step"] == keep["step"].min()]
     if keep.empty:
         zero = u.assign(v=v)["v"].abs().max() == 0
         return [_row(base, "lr", 0.0, np.nan, (np.nan,) * 3, _expected(family, base["class"], "lr", a), rules.tol,
@@ -371,8 +421,12 @@ def _update_rows(base: dict, up: pd.DataFrame, g: float, a: tuple, family: str,
     if np.isfinite(lab[0]):
         how += f"; its group's lr during the step ∝ width^{num(lab[0])}"
     wide = keep[keep["width"] == keep["width"].max()]["v"].abs().median()
-    return [_row(base, "lr", float(wide), lab[0], fit, _expected(family, base["class"], "lr", a), rules.tol, how,
-                 "not judged" if unmeasured else None, gain=k * g)]
+    first = np.nan  # Adam's step over its lr at the first update: below 1 only where ε is not small against √v̂
+    if family in ADAM and "lr" in keep:
+        one = keep[keep["step"] == keep["step"].min()]
+        first = fit_points(one["width"], one["v"].abs() / one["lr"].abs(), one["step"])[0]
+    return [_row({**base, "first": first}, "lr", float(wide), lab[0], fit, _expected(family, base["class"], "lr", a),
+                 rules.tol, how, "not judged" if unmeasured else None, gain=k * g)]
 
 
 def _declared_rows(base: dict, by_width: Mapping[int, Mapping[str, Any]], up: pd.DataFrame | None, a: tuple,
@@ -387,7 +441,8 @@ def _declared_rows(base: dict, by_width: Mapping[int, Mapping[str, Any]], up: pd
         v = (u["wd"] * u["lr"]) if decoupled else u["wd"]
         fit = fit_points(u["width"], v, u["step"], exact=True)
         how = "the per-step shrink lr·λ" if decoupled else "λ (coupled: added to the gradient)"
-        rows.append(_row(base, "wd", float(v[u["width"] == u["width"].max()].median()), fit[0], fit,
+        rows.append(_row({**base, "wd_kind": "decoupled" if decoupled else "coupled"}, "wd",
+                         float(v[u["width"] == u["width"].max()].median()), fit[0], fit,
                          _expected(family, base["class"], "wd", a), rules.tol, how))
     eps = [by_width[w].get("eps") for w in widths]
     if family in ADAM and all(e is not None and e > 0 for e in eps):

@@ -120,6 +120,8 @@ class Verdict:
     models: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (configuration, width): n_params, fingerprint
     notes: list[str] = field(default_factory=list)  # what was judged otherwise than usual, or not at all, and why
     causes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CAUSE_COLUMNS))  # judge.explain
+    quiet: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CAUSE_COLUMNS))  # deviations no series
+    # shows yet (judge.explain): notes with their forecast, never causes
     evidence: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVIDENCE_COLUMNS))
     depth: DepthVerdict | None = None  # the depth verdict of a depth sweep or grid; None otherwise
     experts: ExpertsVerdict | None = None  # the experts verdict of a sweep over the number of experts; None otherwise
@@ -330,7 +332,8 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
             names = list(dict.fromkeys(fails.sort_values("layer_index")["module"]))
             listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
             reason = (f"{len(names)} module(s) violate muP ({listed}); worst: {w['module']} {w['tensor']} at "
-                      f"step {w['step']}, slope {w['slope']:+.2f}")  # the causes lead it (judge.explain)
+                      f"step {w['step']}, slope {w['slope']:+.2f} — {w['diagnosis']}")  # the causes lead it where
+            # the weights' facts were measured (judge.explain); without them, the symptom's likely cause
         elif n_widths < rules.min_widths:
             status, reason = "inconclusive", f"only {n_widths} width(s): at least {rules.min_widths} are needed"
         elif len(updated) < rules.min_window and unstable_txt:
@@ -345,10 +348,12 @@ def _judge(frame: pd.DataFrame, slopes: pd.DataFrame | None, rules: Rules) -> Ve
             k = judged[(judged["status"] == "inconclusive") & judged["tensor"].isin(DECIDING)]
             status, narrow = "inconclusive", narrow_reason(k)  # every undecided series narrow-width: say so
             r = k.iloc[0]
-            seen = (f"{r['module']} {r['tensor']} {r['direction'] or 'leaves its band'} with width "
-                    f"({r['slope']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] at step {r['step']})")
-            reason = narrow or (f"{len(set(k['module']))} module(s) could not be decided (e.g. {seen}: the interval "
-                                f"overlaps the band) — add seeds or widths")  # no knob named: none is shown wrong
+            said = str(r["diagnosis"] or "interval overlaps the band")
+            if said.startswith(UNDECIDED_PREFIX):  # a knob guessed from the symptom: not named, none is shown wrong
+                said = (f"{r['direction']} with width ({r['slope']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]), "
+                        "not decided")
+            reason = narrow or (f"{len(set(k['module']))} module(s) could not be decided (e.g. {r['module']} "
+                                f"{r['tensor']} step {r['step']}: {said}) — add seeds or widths")
         else:
             status, reason = "pass", f"every judged series is flat within tolerance over widths " \
                                      f"{int(cs['min_width'].min())}-{int(cs['max_width'].max())}"

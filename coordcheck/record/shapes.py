@@ -25,7 +25,7 @@ from coordcheck.core.frame import digest
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["Shapes", "param_shapes", "n_params", "fingerprint", "shapes_by_config", "width_problem", "model_table",
+__all__ = ["Shapes", "param_shapes", "tied_names", "n_params", "fingerprint", "shapes_by_config", "width_problem", "model_table",
            "dim_growth", "growth_text", "param_class", "CLASSES"]
 
 Shapes = Mapping[str, Sequence[int]]  # parameter name -> its dims, as model.named_parameters() gives them
@@ -38,6 +38,19 @@ CLASSES = ("input-like", "hidden", "output-like", "vector", "fixed")
 def param_shapes(model: nn.Module) -> dict[str, list[int]]:
     """``{name: [dims]}`` of every parameter of ``model`` (shared parameters once), in registration order."""
     return {name: list(p.shape) for name, p in model.named_parameters()}
+
+
+def tied_names(model) -> dict[str, str]:
+    """``{alias: name}`` of every parameter a second module shares (a readout tied to the embedding:
+    ``lm_head.weight -> transformer.wte.weight``), ``name`` the first registration."""
+    first: dict[int, str] = {}
+    out = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return out
 
 
 def n_params(shapes: Shapes) -> int:

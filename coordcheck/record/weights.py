@@ -14,8 +14,9 @@ the owning module's), judged by :mod:`coordcheck.judge.facts`:
   coefficient) and ``sgd_lr`` (−⟨ΔW, ∇⟩/‖∇‖², the step taken along the gradient: plain SGD's applied learning rate;
   NaN where the gradient is gone);
 * ``gain`` — ``gain``: a module's output over its weight applied to its own input (the least-squares coefficient,
-  each output feature centred, on the sampled rows) and ``fit``: the share of the output's variance that explains (1
-  for ``W x`` times a constant). The multiplier wherever the module applies it: a ``MuReadout``'s, a unit-scaled op's
+  each output feature centred, on the sampled rows), ``fit``: the share of the output's variance that explains (1
+  for ``W x`` times a constant), and ``in_rms``: the rms of that input (a readout's, whose coordinates muP keeps
+  Θ(1): a multiplier applied before it shows there). The multiplier wherever the module applies it: a ``MuReadout``'s, a unit-scaled op's
   ``1/sqrt(fan_in)``, a ``Linear`` subclass that multiplies its output. At step 0 and after each measured update.
 
 Without an optimizer to hook (``record(model, ...)`` with none) the update is the change between the call before it
@@ -49,7 +50,7 @@ __all__ = ["WeightFacts", "measured_steps", "WEIGHT_STATS", "UPDATE_STATS", "GAI
 
 WEIGHT_STATS = ("rms", "fro", "spec")
 UPDATE_STATS = ("rms", "fro", "spec", "lr", "wd", "sgd_lr")
-GAIN_STATS = ("gain", "fit")
+GAIN_STATS = ("gain", "fit", "in_rms")
 POWER_STEPS = 8  # power iterations for a spectral norm from a fixed start (W's own: warm-started, 2 after the first)
 WARM_STEPS = 2
 _TINY = 1e-30
@@ -336,17 +337,18 @@ class GainProbe:
             import torch.distributed as dist
 
             dist.all_reduce(sums)
-        syz, szz, syy = sums.cpu().numpy().T
+        syz, szz, syy, xx, nx = sums.cpu().numpy().T
         with np.errstate(divide="ignore", invalid="ignore"):
             gain = np.where(szz > 0, syz / szz, np.nan)
             fit = np.where((szz > 0) & (syy > 0), syz * syz / (szz * syy), np.nan)
-        n = len(keys)
+            rms = np.where(nx > 0, np.sqrt(xx / nx), np.nan)
+        k, n = len(GAIN_STATS), len(keys)
         return pd.DataFrame({
-            "step": np.repeat([k[0] for k in keys], 2),
-            "module": np.repeat([k[1] for k in keys], 2),
+            "step": np.repeat([k[0] for k in keys], k),
+            "module": np.repeat([k[1] for k in keys], k),
             "tensor": GAIN_TENSOR,
             "stat": list(GAIN_STATS) * n,
-            "value": np.stack([gain, fit], axis=1).reshape(-1),
+            "value": np.stack([gain, fit, rms], axis=1).reshape(-1),
         })
 
 
@@ -375,4 +377,8 @@ def _gain_sums(module: nn.Module, args: tuple, kwargs: dict, out: object) -> tor
     dims = tuple(range(ys.ndim - 1))
     yc = ys - ys.mean(dim=dims, keepdim=True)
     zc = z - z.mean(dim=dims, keepdim=True)
-    return torch.stack([(yc * zc).sum(), (zc * zc).sum(), (yc * yc).sum()])
+    if x.is_floating_point():
+        xx, nx = xs.float().square().sum(), float(xs.numel())
+    else:
+        xx, nx = torch.zeros((), device=z.device), 0.0
+    return torch.stack([(yc * zc).sum(), (zc * zc).sum(), (yc * yc).sum(), xx, torch.full_like(xx, nx)])

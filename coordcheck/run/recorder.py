@@ -43,7 +43,7 @@ from coordcheck.record.param_facts import param_facts
 from coordcheck.record.probes import Probes, StepRecord
 from coordcheck.record.ranks import world
 from coordcheck.record.weights import WeightFacts, measured_steps
-from coordcheck.record.shapes import n_params, param_shapes
+from coordcheck.record.shapes import n_params, param_shapes, tied_names
 from coordcheck.run.sweep import JOB_NAME
 from coordcheck.run.train import RunIdentity, cross_entropy, forward_loss, to_frame
 from coordcheck.setup.data import Batch, as_batch, batch_for
@@ -135,6 +135,7 @@ class Recorder:
         self.audit = param_facts(self.model, self.optimizer, str(self.facts.get("parametrization", "none"))) \
             if self.optimizer is not None else None
         self.shapes = param_shapes(self.model)
+        self.tied = tied_names(self.model)
         if self.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / FRAME_NAME).unlink(missing_ok=True)  # a frame of an earlier run here: never beside this one
@@ -296,7 +297,7 @@ class Recorder:
                "probe": {"hash": self.probe_hash, "name": self.batch.name, "rows": int(self.batch.inputs.shape[0])
                          * self.processes},
                "tensors": [*self.tensors, *([EPS_TENSOR] if self._want_eps else [])],
-               "shapes": self.shapes, "n_params": n_params(self.shapes), "diverged": [],
+               "shapes": self.shapes, "tied": self.tied, "n_params": n_params(self.shapes), "diverged": [],
                "seconds": round(time.perf_counter() - self._t0, 3), "probe_seconds": round(self._spent, 3),
                "facts": {k: v for k, v in self.facts.items()}, **self.environment}
         if self.audit is not None:

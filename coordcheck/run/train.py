@@ -42,7 +42,7 @@ from coordcheck.record.moments import stats_from_moments
 from coordcheck.core.errors import resolve_seeds  # noqa: F401  (re-exported: its home was here)
 from coordcheck.record.outputs import is_bare_loss
 from coordcheck.record.probes import Probes, StepRecord, first_tensor, select_output
-from coordcheck.record.shapes import n_params, param_shapes
+from coordcheck.record.shapes import n_params, param_shapes, tied_names
 from coordcheck.record.eps import EPS_TENSOR, EpsProbe, eps_frame
 from coordcheck.record.param_facts import param_facts
 from coordcheck.record.weights import WeightFacts, measured_steps
@@ -406,6 +406,7 @@ def run_width(
                                   shard=parallel.shard_model if parallel.shards else None)
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.record.shapes)
             facts["n_params"] = n_params(facts["shapes"])
+            facts["tied"] = tied_names(model)  # a readout that shares the embedding's weight (judge.facts)
             if "audit" not in facts:  # the labels beside judge.facts, from the first seed (setdefault would build it every seed)
                 facts["audit"] = param_facts(model, opt, parametrization.name)
             if parametrization.structure:  # what does not fit the parametrization (judge.structure.structure_causes)

@@ -53,7 +53,7 @@ KNOBS = {
 OPTIMIZER_KNOBS = {"lr": "lr", "wd": "weight_decay", "eps": "eps"}  # plant knob -> param-group key
 KIND_KNOB = {"init": "init", "lr": "lr", "readout_lr": "lr", "output_multiplier": "output_multiplier",
              "attention_scale": "attention_scale", "structure": "output_multiplier", "epsilon": "eps",
-             "multiplier": "depth_multiplier", "lr_vanish": "lr"}
+             "multiplier": "depth_multiplier", "lr_vanish": "lr", "wd": "wd"}
 AUDIT_KNOB = {"init": "init", "lr": "lr", "wd": "wd", "adam_eps": "eps", "mult": "output_multiplier"}
 
 
@@ -202,7 +202,7 @@ def claims(cause: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``[(module, knob)]`` a cause's fix would change: its modules and the knob of its kind (an audit row's: the
     quantity it measured). A ``candidates`` cause claims nothing (it names no single fix)."""
     kind = str(cause["kind"])
-    if kind == "candidates":
+    if kind in ("candidates", "dynamics"):
         return []
     if kind == "audit":
         knob = AUDIT_KNOB.get(str(cause["measure"]).removeprefix("audit:"), "?")
@@ -220,6 +220,7 @@ class Score:
     status: str
     first: str  # the first cause's line ("" without one)
     outcome: str  # exact | right knob, other module | right module, other knob | candidates | wrong | no cause | pass
+    # | noted (a PASS whose notes name every plant: a knob no judged series shows, named as a forecast)
     named: int  # plants some cause names
     plants: int
     wrong: list[str] = field(default_factory=list)  # the lines of causes whose fix changes a knob that is right
@@ -251,7 +252,9 @@ def score(mutant: Mutant, verdict: Any) -> Score:
         outcome = "pass" if status == "pass" else "wrong" if wrong else "no cause"
         return Score(mutant.key, planted, status, rows[0]["line"] if rows else "", outcome, 0, 0, wrong)
     if not rows:
-        outcome = "pass" if status == "pass" else "no cause"
+        quiet = [dict(r) for r in getattr(verdict, "quiet", pd.DataFrame()).to_dict("records")]
+        noted = all(any(_matches(c, p) for r in quiet for c in claims(r)) for p in plants)
+        outcome = ("noted" if noted else "pass") if status == "pass" else "no cause"
         return Score(mutant.key, planted, status, "", outcome, 0, len(plants), wrong)
     first = rows[0]
     mine = claims(first)
