@@ -94,34 +94,29 @@ PLANTED_CLI = ["model=custom", "model._target_=coordcheck.testing.planted.plante
      ["transformer.h.0.mlp.c_fc"]),
 ])
 def test_the_default_command_names_each_planted_fault(monkeypatch, capsys, tmp_path, fault, override, kind, modules):
-    """The command line a user types (no tensors=): the sweep fails, a cause pass records in/own for the failing jobs
-    as far as the last failing step (one line), and every output names exactly the planted parameter."""
+    """The command line a user types (no tensors=): the sweep fails, and every output names exactly the planted
+    parameter — from the facts every sweep measures, with nothing trained again."""
     code = run_in_process(monkeypatch, *PLANTED_CLI, override, f"hydra.sweep.dir={tmp_path}", "--multirun")
     out, err = capsys.readouterr()
     assert code == 0
-    said = [line for line in out.splitlines() if "a cause pass records in/own/eps for 3 job(s) up to step" in line]
-    assert len(said) == 1, out
-    assert "][coordcheck][INFO] - cause pass: " in out and "[HYDRA] cause pass" not in out + err  # as a job logs
+    assert "cause pass" not in out + err
     assert not err.strip()
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["status"] == "fail"
     assert [(c["kind"], c["modules"]) for c in report["causes"]] == [(kind, modules)]
     first = report["causes"][0]["line"]
     assert f"coordcheck: first cause: {first}" in out and report["worst"][0]["module"] in modules + ["(root)"]
-    assert sorted(p.name for p in tmp_path.rglob("frame.causes.parquet")) == ["frame.causes.parquet"] * 3
+    assert not list(tmp_path.rglob("frame.causes.parquet"))
     md = (tmp_path / "report" / "report.md").read_text()
     assert first.split(": ", 1)[1][:60] in md.split("## Cause", 1)[1].split("##", 1)[0]
 
 
-def test_no_cause_pass_on_a_pass_or_when_own_is_recorded():
-    from coordcheck.judge.cause_pass import cause_pass_steps
+def test_every_sweep_records_the_facts_its_causes_need_and_nothing_is_trained_twice():
     from coordcheck.setup.models import mlp
 
     passed = coord_check(mlp, [64, 128, 256], **QUICK)
-    assert passed.verdict.status == "pass" and cause_pass_steps(passed.verdict) == {}
-    assert set(passed.frame["tensor"]) == {"out", "delta", "loss"}  # the passing sweep paid for nothing more
+    assert passed.verdict.status == "pass"
+    assert set(passed.frame["tensor"]) == {"out", "delta", "loss", "weight", "update", "gain"}
     sp = coord_check(mlp, [64, 128, 256], parametrization="sp", **QUICK)
-    assert sp.verdict.status == "fail" and {"in", "own"} <= set(sp.frame["tensor"])  # the pass ran, in Python too
-    assert cause_pass_steps(sp.verdict) == {}  # ... and is not needed twice
-    off = coord_check(mlp, [64, 128, 256], parametrization="sp", cause_pass=False, **QUICK)
-    assert "own" not in set(off.frame["tensor"]) and cause_pass_steps(off.verdict)
+    assert sp.verdict.status == "fail" and not {"in", "own"} & set(sp.frame["tensor"])  # no second pass
+    assert len(sp.verdict.causes) and sp.verdict.causes["kind"].iloc[0] != "candidates"

@@ -52,7 +52,7 @@ def test_a_model_returning_its_bare_loss_gets_a_whole_check():
 def test_the_sp_control_fails_with_its_cause_measured():
     r = coord_check(NanochatStyleGPT, [32, 64, 128], **{**BY_HAND, "parametrization": "sp", "optimizer": "adam"})
     assert not r.passed
-    assert {"in", "own"} <= set(r.frame["tensor"])  # the cause pass trained the bare-loss model again
+    assert {"weight", "update", "gain"} <= set(r.frame["tensor"])  # the facts every sweep measures
     assert "hidden matrices" in r.verdict.first_cause  # the learning rate named, as for any model under SP
 
 

@@ -173,9 +173,10 @@ def test_a_gpt_frame_is_bit_identical_in_out_delta_and_loss():
     r_off = coord_check(gpt, [32, 64], tensors=("out", "delta"), **kw)
     r_on = coord_check(gpt, [32, 64], tensors=CAUSE_TENSORS, **kw)
     off, on = r_off.frame, r_on.frame
-    assert set(on["tensor"]) == {*CAUSE_TENSORS, "loss"}
+    assert set(on["tensor"]) == {*CAUSE_TENSORS, "loss", "weight", "update", "gain"}
     assert (r_on.verdict.status, r_on.verdict.reason) == (r_off.verdict.status, r_off.verdict.reason)  # not judged
     on = on[on["tensor"].isin(["out", "delta", "loss"])].reset_index(drop=True)
+    off = off[off["tensor"].isin(["out", "delta", "loss"])].reset_index(drop=True)
     assert_frame_equal(off.drop(columns=["config_id", "family_id"]), on.drop(columns=["config_id", "family_id"]))
 
 

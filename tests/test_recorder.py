@@ -98,7 +98,7 @@ def coord_check_frame(widths, *, clip: float | None = None, warmup: int = 1):
 
     return coordcheck.coord_check(MLP, widths, parametrization="none", optimizer=factory, lr=1e-2, steps=STEPS,
                                   seeds=[0], data=probe_batch(), base_width=BASE, grad_clip=clip,
-                                  tensors=("out", "delta", "in", "own", "eps"), cause_pass=False, progress=False)
+                                  tensors=("out", "delta", "in", "own", "eps"), progress=False)
 
 
 def runs_frame(paths) -> pd.DataFrame:
@@ -112,7 +112,7 @@ def test_a_hand_written_loop_gives_coord_checks_frame_and_verdict(tmp_path):
     for w in widths:
         hand_loop(w, tmp_path / f"w{w}", accumulate=2, clip=1.0, warmup=3)
     got = runs_frame(tmp_path / f"w{w}" for w in widths)
-    assert set(got["tensor"]) == {"out", "delta", "in", "own", "eps", "loss"}
+    assert set(got["tensor"]) == {"out", "delta", "in", "own", "eps", "loss", "weight", "update", "gain"}
     both = expected.frame.merge(got, on=KEYS, suffixes=("_cc", "_rec"), validate="one_to_one")
     assert len(both) == len(expected.frame) == len(got)
     scale = both.groupby(["width", "step", "module", "tensor"])["value_cc"].transform(lambda v: v.abs().max())

@@ -231,7 +231,7 @@ def test_a_router_whose_choice_is_not_counted_is_one_line_naming_it(model, modul
 # -- transformers' mixtures of experts ------------------------------------------------------------------------------
 
 MOE_TINY = dict(num_hidden_layers=2, vocab_size=256, max_position_embeddings=64, use_cache=False)
-RUN = dict(steps=2, seeds=1, progress=False, parametrization="sp", cause_pass=False)
+RUN = dict(steps=2, seeds=1, progress=False, parametrization="sp")
 
 
 def _hf(config: str, **kwargs):

@@ -77,13 +77,16 @@ def test_a_modules_input_is_shown_never_judged():
     assert "evidence for inheritance" in r["diagnosis"]
 
 
-def test_the_readouts_own_gain_is_shown_never_judged():
-    v = judge(make_frame({**HEALTHY, ("head", "output", "own"): 0.5}))
-    assert v.status == "pass"
-    assert row(v, "head", "own", 0)["rule"] == "readout-own-init"
-    assert row(v, "head", "own", 2)["rule"] == "readout-own-updates"
-    assert row(v, "head", "own", 2)["status"] == "skip" and "rms(x)" in row(v, "head", "own", 2)["diagnosis"]
-    assert row(v, "head", "own", 0)["band_low"] == -float("inf")  # the band shown for it: may shrink at init
+@pytest.mark.parametrize("role", ["hidden", "input", "norm", "output", "attention"])
+def test_own_updates_are_shown_never_judged(role):
+    """issue 42: the own update is evidence where recorded (the recorder records it, the sweep does not): what decides
+    is what every path records alike — a module's own update growing at every step fails nothing by itself."""
+    grows = {**HEALTHY, ("m", role, "out"): 0.0, ("m", role, "delta"): 0.0, ("m", role, "own"): 0.9}
+    v = judge(make_frame(grows))
+    assert v.status == "pass", v.reason
+    for step in (0, 3):
+        r = row(v, "m", "own", step)
+        assert r["rule"] in ("own-evidence",) and r["status"] == "skip"
 
 
 def test_output_rules_judge_the_models_output_not_logits_before_its_multiplier():
@@ -147,14 +150,6 @@ def test_an_unrecorded_head_dimension_falls_back_to_no_growth_with_a_note():
     assert any("not recorded at every width" in n for n in v.notes)
 
 
-def test_attention_modules_init_gain_may_shrink_but_not_grow():
-    v = judge(make_frame({**HEALTHY, ("attn.c_q", "attention", "own"): lambda t: -1.0 if t == 0 else 0.0}))
-    r = row(v, "attn.c_q", "own", 0)
-    assert r["rule"] == "attention-own-init" and r["status"] == "pass"
-    v = judge(make_frame({**HEALTHY, ("attn.c_q", "attention", "own"): lambda t: 0.8 if t == 0 else 0.0}))
-    assert row(v, "attn.c_q", "own", 0)["status"] == "fail"
-
-
 def test_attention_logits_must_not_grow():
     assert judge(make_frame(HEALTHY)).status == "pass"  # shrinking logits (-0.6) are allowed
     v = judge(make_frame({**HEALTHY, ("scores", "attention", "delta"): 0.6}))
@@ -201,17 +196,6 @@ def test_a_routers_logits_and_their_change_must_not_grow_after_updates():
     v = judge(make_frame({**ROUTED, ("moe.router", "router", "delta"): -1.0}))  # lr scaled down twice
     r = row(v, "moe.router", "delta", 3)
     assert r["status"] == "fail" and "router updates vanish" in r["diagnosis"]
-
-
-def test_a_routers_own_update_names_the_router_with_its_own_fix():
-    grows = {**ROUTED, ("moe.router", "router", "delta"): 1.0,
-             ("moe.router", "router", "own"): lambda t: -0.5 if t == 0 else 1.0}
-    v = judge(make_frame(grows))
-    r = row(v, "moe.router", "own", 3)
-    assert r["rule"] == "router-own-updates-flat" and r["status"] == "fail"
-    cause = v.causes.iloc[0]
-    assert list(cause["modules"]) == ["moe.router"] and "router" in cause["what"]
-    assert "output weight" in cause["fix"] and "hidden learning rate" not in cause["fix"]
 
 
 def test_routing_is_judged_by_its_own_rule_never_attentions():
@@ -272,30 +256,6 @@ def test_norms_and_other_roles_must_stay_flat_after_updates():
     assert row(custom, "gate", "delta", 3)["rule"] == "updates-flat" and custom.status == "fail"
     still = judge(make_frame({**HEALTHY, ("ln", "norm", "out"): 0.0, ("ln", "norm", "delta"): "zero"}))
     assert still.status == "pass", "only a rule that learns asks a module's delta to change"
-
-
-def test_a_modules_init_gain_must_be_flat():
-    v = judge(make_frame({**HEALTHY, ("h1", "hidden", "own"): lambda t: 0.6 if t == 0 else 0.0}))
-    r = row(v, "h1", "own", 0)
-    assert r["rule"] == "own-init-flat" and r["status"] == "fail" and "fan_in**-0.5" in r["diagnosis"]
-
-
-@pytest.mark.parametrize("role,rule,fix", [
-    ("hidden", "own-updates-flat", "lr * base_width / width"),
-    ("input", "input-own-updates-flat", "keep its base lr"),
-    ("norm", "norm-own-updates-flat", "norm gains and biases keep the base lr"),
-])
-def test_own_updates_must_be_flat_and_count_only_with_the_modules_output(role, rule, fix):
-    out = (("m", role, "out"), ("m", role, "delta"))
-    flat = {**HEALTHY, **{k: 0.0 for k in out}, ("m", role, "own"): lambda t: 0.0 if t == 0 else 0.8}
-    v = judge(make_frame(flat))  # the own update grows, the module's output and change do not: no knob shown
-    r = row(v, "m", "own", 3)
-    assert r["rule"] == rule and r["status"] == "inconclusive" and "not counted as a cause" in r["diagnosis"]
-    assert v.status == "pass"
-    both = {**flat, ("m", role, "delta"): 0.8}
-    v = judge(make_frame(both))
-    r = row(v, "m", "own", 3)
-    assert r["status"] == "fail" and fix in r["diagnosis"] and v.status == "fail"
 
 
 def test_rules_use_the_knobs_for_their_bands():

@@ -11,7 +11,7 @@ from mup import MuReadout
 from torch import nn
 
 from coordcheck import coord_check
-from coordcheck.judge.audit import NO_RULE
+from coordcheck.judge.facts import NO_RULE
 
 HEAD = 8  # the scan's head size: the number of heads grows with width, as Mamba-2's does
 
@@ -84,25 +84,6 @@ def test_the_scan_is_measured_and_not_judged_the_projections_are():
     note = next(n for n in v.notes if n.startswith("not judged: no established muP rule for mixers.0.scan."))
     assert "A_log (init ∝ width^" in note and "Vankadara" in note
     assert not any("scan" in m for ms in v.causes.get("modules", []) for m in ms)  # never a cause
-
-
-def test_the_audit_says_no_rule_for_a_scans_vectors_only():
-    from coordcheck.judge.audit import audit_long
-
-    facts = [{"config_id": "c", "width": w, "audit": {"parametrization": "mup", "params": {
-        "m.scan.A_log": {"dims": [w // 8], "rms": 1.0, "family": "adam", "lr": 1e-2, "owner": ""},
-        "m.norm.weight": {"dims": [w], "rms": 1.0, "family": "adam", "lr": 1e-2, "owner": "norm"},
-        "m.conv.bias": {"dims": [w], "rms": 0.0, "family": "adam", "lr": 1e-2, "owner": "matrices"},
-        "m.cube": {"dims": [w, w, w], "rms": 1.0, "family": "adam", "lr": 1e-2, "owner": ""}}}}
-        for w in (64, 128, 256)]
-    long = audit_long(facts)
-    scan = long[long["parameter"] == "m.scan.A_log"]
-    assert set(scan["status"]) == {"not judged"} and set(scan["reason"]) == {NO_RULE}
-    norm = long[(long["parameter"] == "m.norm.weight") & (long["quantity"] == "lr")]
-    assert norm["status"].iloc[0] == "pass"  # a norm's gain keeps muP's vector rule
-    assert NO_RULE not in set(long.loc[long["parameter"] == "m.conv.bias", "reason"])
-    cube = long[long["parameter"] == "m.cube"]  # no expectation for its class at all: measured, no status
-    assert set(cube["class"]) == {"other"} and set(cube["status"]) <= {""}
 
 
 @pytest.mark.slow

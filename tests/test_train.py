@@ -7,7 +7,7 @@ from mup import set_base_shapes
 from coordcheck import coord_check
 from coordcheck.setup.data import tokens
 from coordcheck.core.errors import CoordCheckError
-from coordcheck.core.frame import COLUMNS, DEFAULT_TENSORS
+from coordcheck.core.frame import COLUMNS, DEFAULT_TENSORS, FACT_TENSORS
 from coordcheck.setup.models import gpt, mlp
 
 
@@ -16,7 +16,8 @@ def test_frame_schema_and_content():
     df = res.frame
     assert list(df.columns) == list(COLUMNS)
     assert set(df["width"]) == {32, 64} and set(df["seed"]) == {0, 1} and set(df["step"]) == {0, 1, 2}
-    acts = df[df["tensor"] != "loss"]
+    acts = df[~df["tensor"].isin(["loss", *FACT_TENSORS])]
+    assert set(FACT_TENSORS) <= set(df["tensor"])  # the weights' facts, beside every sweep's activations
     assert set(acts["stat"]) == {"std", "l1", "rms", "mean", "absmax"}
     assert set(acts["tensor"]) == set(DEFAULT_TENSORS)
     assert acts.loc[acts["tensor"] == "delta", "step"].min() == 1  # delta is 0 by definition at step 0
@@ -107,7 +108,7 @@ def test_none_with_mureadout_but_no_base_shapes_says_what_to_do():
 def test_recording_only_out_l1_matches_the_default_l1():
     full = coord_check(mlp, [16, 32], seeds=1, steps=2, progress=False).frame
     small = coord_check(mlp, [16, 32], seeds=1, steps=2, progress=False, tensors=("out",), stats=("l1",)).frame
-    acts = small[small.tensor != "loss"]
+    acts = small[~small.tensor.isin(["loss", *FACT_TENSORS])]
     assert set(acts["stat"]) == {"l1"} and set(acts["tensor"]) == {"out"}
     ref = full[(full.tensor == "out") & (full.stat == "l1")].reset_index(drop=True)
     pd.testing.assert_series_equal(acts["value"].reset_index(drop=True), ref["value"], rtol=1e-6)

@@ -40,7 +40,8 @@ import pandas as pd
 
 from coordcheck.core.frame import EPS_TENSOR
 from coordcheck.judge.eps import eps_table
-from coordcheck.judge.facts import ADAM, CAUSE_COLUMNS, EVIDENCE_COLUMNS, NO_RULE, WHAT, measured_facts, num
+from coordcheck.judge.facts import (ADAM, CAUSE_COLUMNS, EVIDENCE_COLUMNS, NO_RULE, WHAT, fit_points, measured_facts,
+                                    num)
 from coordcheck.judge.rules import RANK, Rules
 from coordcheck.judge.structure import structure_causes
 
@@ -89,9 +90,11 @@ def loss_jump(loss: pd.DataFrame) -> tuple[int, int, float, float, str] | None:
 WORDS = {"out": "output", "delta": "change since step 0", "load": "load"}
 
 
-def finding(failing: pd.DataFrame, loss: pd.DataFrame, facts_measured: bool) -> str:
-    """What a failing configuration without a cause saw: its earliest failing series in call order, and the loss if it
-    jumped; naming no knob."""
+def finding(failing: pd.DataFrame, loss: pd.DataFrame, facts_measured: bool,
+            inputs: Mapping[str, float] | None = None) -> str:
+    """What a failing configuration without a cause saw: its earliest failing series in call order, its input's scale
+    where that leaves the band of a feature (``inputs``: module -> the exponent of its input's rms: a multiplier in a
+    forward before it), and the loss if it jumped; naming no knob."""
     if failing.empty:
         return ""
     first = failing.assign(_later=failing["tensor"] != "out").sort_values(["call_order", "step", "_later"]).iloc[0]
@@ -102,6 +105,10 @@ def finding(failing: pd.DataFrame, loss: pd.DataFrame, facts_measured: bool) -> 
             f"{int(w['step'])})")
     head = ("no measured fact explains it: every parameter's effective init and update upstream are as muP expects"
             if facts_measured else "the weights' facts were not recorded")
+    x = (inputs or {}).get(str(first["module"]), np.nan)
+    if np.isfinite(x) and abs(x) >= 0.2:
+        head += (f"; its input ∝ width^{num(x)}: something between it and the module before it scales it with width "
+                 "(a multiplier in a forward)")
     jump = loss_jump(loss)
     if jump is not None and int(first["step"]) >= 1 and jump[0] <= int(rows["step"].max()):
         step, width, a, b, where = jump
@@ -111,9 +118,15 @@ def finding(failing: pd.DataFrame, loss: pd.DataFrame, facts_measured: bool) -> 
 
 
 def _failing(series: pd.DataFrame) -> pd.DataFrame:
+    """The failing series to explain: in the stability window, leaving their band one way or the other; of a module
+    that fails both ways, the way it fails first (a swing back later is the dynamics that follows — a loss that
+    jumps —, not a second symptom)."""
     s = series[series["in_window"].astype(bool) & (series["status"] == "fail")
                & series["direction"].isin(["grows", "shrinks"]) & series["tensor"].isin(["out", "delta", "load"])]
-    return s
+    if s.empty:
+        return s
+    first = s.sort_values("step", kind="stable").drop_duplicates("module").set_index("module")["direction"]
+    return s[s["direction"].to_numpy() == first.reindex(s["module"]).to_numpy()]
 
 
 def _attention_home(module: str) -> str | None:
@@ -310,7 +323,8 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
         n_logits = series.loc[series["role"].eq("attention"), "module"].nunique()
         what = mods[0] if len(mods) == 1 else _group_name(mods, "", n_logits).replace("parameters", "attention logits")
         fix = str(s.get("diagnosis") or "") or ATTENTION_FIX
-        line = (f"{what}: logits ∝ width^{s['slope']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] at step 0 (muP: "
+        named = "" if len(mods) == 1 else f" ({', '.join(mods[:4])}{' ...' if len(mods) > 4 else ''})"
+        line = (f"{what}{named}: logits ∝ width^{s['slope']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] at step 0 (muP: "
                 f"width^{float(s['band_high']) - tol:+.2f} or less) with every query and key init as muP expects — {fix}")
         causes.insert(0, dict(config_id=cid, parametrization=par, order=0, kind="attention_scale", what=what,
                               modules=mods, measure="out", step=0, exponent=float(s["slope"]),
@@ -351,7 +365,7 @@ def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]
         all_causes += rows
         used_all |= used
         if c.status == "fail" and not rows and len(failing) and len(mine):
-            findings[cid] = finding(failing, loss[loss["config_id"] == cid], len(mine) > 0)
+            findings[cid] = finding(failing, loss[loss["config_id"] == cid], len(mine) > 0, _inputs(frame, cid))
             all_causes.append(dict(config_id=cid, parametrization=str(c.parametrization), order=0, kind="candidates",
                                    what=str(failing.sort_values(["call_order", "step"])["module"].iloc[0]),
                                    modules=[str(failing.sort_values(["call_order", "step"])["module"].iloc[0])],
@@ -368,11 +382,18 @@ def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]
     verdict.causes = causes.reset_index(drop=True)
     verdict.evidence = _evidence(long)
     _inherit(verdict, causes)
+    _diagnoses(verdict, set(long["config_id"]))
     quiet, notes = _quiet(long, used_all, eps, rules.tol)
     notes += _no_rule(long)
     verdict.quiet = pd.DataFrame(quiet, columns=CAUSE_COLUMNS)
     verdict.notes += notes
     _lead(verdict, structure)
+
+
+def _inputs(frame: pd.DataFrame, cid: str) -> dict[str, float]:
+    """module -> the exponent in width of its input's rms (the gain rows' ``in_rms``) in configuration ``cid``."""
+    g = frame[(frame["config_id"] == cid) & (frame["tensor"] == "gain") & (frame["stat"] == "in_rms")]
+    return {str(m): fit_points(r["width"], r["value"], r["step"])[0] for m, r in g.groupby("module", sort=False)}
 
 
 def _evidence(long: pd.DataFrame) -> pd.DataFrame:
@@ -407,6 +428,26 @@ def _inherit(verdict: Any, causes: pd.DataFrame) -> None:
                 mods.at[idx, "inherited_from"], mods.at[idx, "inherited_via"] = (
                     (up[-1], "forward") if up else (next(w for x, w in at if x > o), "backward"))
     verdict.modules = mods
+
+
+def _diagnoses(verdict: Any, measured: set[str]) -> None:
+    """Where the weights' facts were measured, a failing or undecided series says which cause it follows from (its
+    module's, or the one it inherits from), or nothing — never the knob its rule would guess from the symptom, which
+    the facts may contradict."""
+    s, m = verdict.series, verdict.modules
+    if s.empty or not measured or "cause" not in m:
+        return
+    c = verdict.causes
+    seen = set(c.loc[c["kind"] == "candidates", "what"]) if len(c) else set()  # what was seen names no knob
+    said = {(r.config_id, r.module): (r.cause or r.inherited_from) for r in m.itertuples()}
+    said = {k: ("" if w in seen else w) for k, w in said.items()}
+    bad = s["config_id"].isin(measured) & s["status"].isin(["fail", "inconclusive"])
+    verdict.series.loc[bad, "diagnosis"] = [
+        f"follows from the cause {said[k]}" if said.get(k) else "" for k in zip(s.loc[bad, "config_id"],
+                                                                                 s.loc[bad, "module"])]
+    mb = m["config_id"].isin(measured) & m["status"].isin(["fail", "inconclusive"])
+    verdict.modules.loc[mb, "diagnosis"] = [f"follows from the cause {said[k]}" if said.get(k) else ""
+                                            for k in zip(m.loc[mb, "config_id"], m.loc[mb, "module"])]
 
 
 def _forecast(r: pd.Series) -> str:

@@ -75,6 +75,7 @@ def failure_message(verdict: Verdict, report: Path | str | None = None) -> str:
     then ``report: PATH``."""
     v = verdict
     causes = v.causes.sort_values(["config_id", "order"], kind="stable") if len(v.causes) else v.causes
+    causes = causes[causes["kind"] != "candidates"] if len(causes) else causes  # what was seen, no knob: the series
     lines = [v.title if len(causes) else f"{v.title}: {v.reason}"]  # a reason with a cause restates the first
     many = len(v.configs) > 1
     for c in causes.itertuples():

@@ -5,7 +5,7 @@ from torch import nn
 
 from coordcheck.setup.data import Batch
 
-SETTINGS = dict(widths=[64, 128, 256], steps=3, seeds=1, progress=False, cause_pass=False, optimizer="adam", lr=1e-2,
+SETTINGS = dict(widths=[64, 128, 256], steps=3, seeds=1, progress=False, optimizer="adam", lr=1e-2,
                 tensors=["out", "delta", "in", "own"],
                 device="cpu")
 
