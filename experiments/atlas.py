@@ -99,10 +99,11 @@ def print_tables(df: pd.DataFrame) -> None:
     print(f.to_string())
     n, exact = len(single) + len(pairs), int((single["outcome"] == "exact").sum() + (pairs["outcome"] == "exact").sum())
     both = int((pairs["named"] == pairs["plants"]).sum())
-    silent = df[(df["planted"] != "") & df["outcome"].isin(["noted", "pass"])]
+    silent = df[(df["planted"] != "") & (df["outcome"].isin(["noted", "pass"]) | (df["status"] == "inconclusive"))]
     shown = n - len(silent)
     print(f"\nmutants {n} (single {len(single)}, pairs {len(pairs)}): {shown} with a failing series, exact first cause "
-          f"{exact} of them ({exact / max(shown, 1):.1%}); {len(silent)} PASS (no judged series shows the plant), "
+          f"{exact} of them ({exact / max(shown, 1):.1%}); {len(silent)} PASS or undecided (no judged series fails with the "
+          f"plant), "
           f"{int((silent['outcome'] == 'noted').sum())} of them named in a note with its forecast; pairs with both "
           f"named {both} of {len(pairs)}; wrong fixes "
           f"{int(df['wrong'].sum())} (in {int((df['wrong'] > 0).sum())} mutants); bases passing "

@@ -97,6 +97,16 @@ def test_adams_first_update_is_its_lr_per_coordinate_measured_around_its_own_ste
                                                                         rel=0.02)
 
 
+def test_a_decoupled_weight_decay_is_taken_out_of_the_step_it_is_judged_apart():
+    model = _mlp(32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.5)
+    facts = WeightFacts(model, [opt], steps=[1])
+    _train(model, opt, facts, steps=1)
+    df = _frame(facts)
+    assert _value(df, "2.weight", "update", "rms", 1) == pytest.approx(1e-3, rel=1e-4)  # Adam's step alone
+    assert _value(df, "2.weight", "update", "wd", 1) == 0.5
+
+
 def test_lrs_set_inside_the_loop_are_what_the_update_and_its_label_show():
     """issue 42 case 1: every group built at the base lr, the width factor in a group key the loop multiplies in
     with the schedule at the top of each iteration — the recorder's lr at entering would say the base lr."""

@@ -9,7 +9,9 @@ the owning module's), judged by :mod:`coordcheck.judge.facts`:
   iteration) of W, at step 0 and after each measured update;
 * ``update`` — the same three of ΔW = W_t − W_{t−1}, the change update t made, measured around the optimizer's own
   step (its step hooks: whatever set the learning rate — a schedule, a loop that multiplies a group key in, a
-  wrapper, a closure, a fused kernel — the change is what it is); beside them the labels of that step: ``lr`` (the
+  wrapper, a closure, a fused kernel — the change is what it is), less a decoupled weight decay's shrink ``lr·λ·W``
+  (AdamW's, Muon's: weight decay is judged apart, and a W too large at init would inflate it); beside them the labels
+  of that step: ``lr`` (the
   learning rate its group held *during* the step, times Muon's shape adjustment), ``wd`` (its group's weight decay
   coefficient) and ``sgd_lr`` (−⟨ΔW, ∇⟩/‖∇‖², the step taken along the gradient: plain SGD's applied learning rate;
   NaN where the gradient is gone);
@@ -44,6 +46,8 @@ from coordcheck.record.eps import _owner
 from coordcheck.record.outputs import first_tensor
 from coordcheck.record.own import sampled_rows
 from coordcheck.record.param_facts import effective_lr, optimizer_family
+
+DECOUPLED = ("adamw", "muon")  # the families whose weight decay shrinks W by lr·λ apart from the gradient's step
 from coordcheck.record.ranks import world
 
 __all__ = ["WeightFacts", "measured_steps", "WEIGHT_STATS", "UPDATE_STATS", "GAIN_STATS", "POWER_STEPS"]
@@ -132,7 +136,7 @@ class WeightFacts:
         self._index = {id(q.p): i for i, q in enumerate(self.params)}
         self.next = 1  # the number of the next update
         self._snap: dict[int, torch.Tensor] = {}  # id(param) -> its value before the update being measured
-        self._labels: dict[int, tuple[float, float]] = {}  # id(param) -> (lr, wd) during that step
+        self._labels: dict[int, tuple[float, float, float]] = {}  # id(param) -> (lr, wd, its decoupled shrink lr·λ)
         self._manual_snap = False
         self.weight_rows: list[tuple[int, torch.Tensor]] = []  # (step, (P, 3)) on the device
         self.update_rows: list[tuple[int, torch.Tensor]] = []  # (step, (P, 6))
@@ -185,7 +189,9 @@ class WeightFacts:
                 continue
             self._snap[id(p)] = p.detach().clone()
             family = optimizer_family(opt, g)
-            self._labels[id(p)] = (effective_lr(family, g, p), float(g.get("weight_decay", 0.0) or 0.0))
+            lam = float(g.get("weight_decay", 0.0) or 0.0)
+            shrink = float(g["lr"]) * lam if family in DECOUPLED else 0.0  # W ← W (1 − lr·λ) before the step
+            self._labels[id(p)] = (effective_lr(family, g, p), lam, shrink)
 
     @torch.no_grad()
     def _after(self, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
@@ -206,10 +212,11 @@ class WeightFacts:
             q = self.params[i]
             before = self._snap.pop(id(p))
             w = _whole(p.detach()).float()
-            d = w - _whole(before).float()
+            lr, wd, shrink = self._labels.pop(id(p), (nan, nan, 0.0))
+            b = _whole(before).float()
+            d = w - b * (1.0 - shrink)  # the optimizer's step, its decoupled weight decay taken out (judged apart)
             rows[i, :3] = self._three(d, q, warm=False)
             wrows[i] = self._three(w, q, warm=True)
-            lr, wd = self._labels.pop(id(p), (nan, nan))
             rows[i, 3], rows[i, 4] = lr, wd
             if p.grad is not None:
                 g = _whole(p.grad.detach()).float()

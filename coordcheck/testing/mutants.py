@@ -254,7 +254,7 @@ def score(mutant: Mutant, verdict: Any) -> Score:
     if not rows:
         quiet = [dict(r) for r in getattr(verdict, "quiet", pd.DataFrame()).to_dict("records")]
         noted = all(any(_matches(c, p) for r in quiet for c in claims(r)) for p in plants)
-        outcome = ("noted" if noted else "pass") if status == "pass" else "no cause"
+        outcome = "noted" if noted else "pass" if status == "pass" else "no cause"  # an undecided verdict's note too
         return Score(mutant.key, planted, status, "", outcome, 0, len(plants), wrong)
     first = rows[0]
     mine = claims(first)
