@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from coordcheck.core.errors import CoordCheckError, RefusedError
-from coordcheck.core.frame import FRAME_NAME, concat_frames
+from coordcheck.core.frame import FRAME_NAME, UPDATE_TENSOR, concat_frames
 from coordcheck.run.sweep import JOB_NAME, aggregate, job_facts
 
 __all__ = ["Runs", "expand", "read_runs", "runs_out", "recorded", "CAUSE_HINT", "TRAINING_NOTE"]
@@ -27,8 +27,8 @@ __all__ = ["Runs", "expand", "read_runs", "runs_out", "recorded", "CAUSE_HINT", 
 TRAINING_NOTE = ("recorded on the training batches (rec.step(batch=...)), not one probe batch: the widths saw the "
                  "same data only where their loaders gave the same batches, and delta holds the change of the data "
                  "with the weights'")
-CAUSE_HINT = ("the causes need each parameter owner's input and own update, which {which} did not record: "
-              "record(..., tensors=['out', 'delta', 'in', 'own', 'eps']) (the default) records them")
+CAUSE_HINT = ("the causes need the facts measured from the weights (each parameter's update, each module's "
+              "multiplier), which {which} did not record (a recorder older than issue 42's): record them again")
 
 
 @dataclass
@@ -117,12 +117,13 @@ def read_runs(paths: Sequence[str | Path]) -> Runs:
                       f"two widths or more (three to pass)")
     if refuse:
         raise RefusedError("these runs cannot be judged as one sweep:", refuse)
-    frame = concat_frames([aggregate(d).frame for d, _ in kept])
+    frames = [aggregate(d).frame for d, _ in kept]
+    frame = concat_frames(frames)
     facts = [f for _, f in kept]
     notes = []
     if any(f.get("data_policy") == "training" for _, f in kept):
         notes.append(TRAINING_NOTE)
-    missing = [str(d) for d, f in kept if not {"in", "own"} <= set(f.get("tensors") or [])]
+    missing = [str(d) for (d, _), fr in zip(kept, frames) if not (fr["tensor"] == UPDATE_TENSOR).any()]
     if missing:
         notes.append(CAUSE_HINT.format(which=", ".join(missing)))
     return Runs(frame, [str(d) for d, _ in kept], facts, notes)
