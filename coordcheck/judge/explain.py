@@ -40,8 +40,9 @@ import pandas as pd
 
 from coordcheck.core.frame import EPS_TENSOR
 from coordcheck.judge.eps import eps_table
-from coordcheck.judge.facts import (ADAM, CAUSE_COLUMNS, EVIDENCE_COLUMNS, NO_RULE, WHAT, fit_points, measured_facts,
-                                    num)
+from coordcheck.judge.facts import CAUSE_COLUMNS, EVIDENCE_COLUMNS, WHAT, fit_points, measured_facts, num
+from coordcheck.judge.fixes import ATTENTION_FIX, EPS_FIX, SP, band, group_name, init_fix, knob, lr_fix, readout_fix
+from coordcheck.judge.notes import no_rule, quiet
 from coordcheck.judge.rules import RANK, Rules
 from coordcheck.judge.structure import structure_causes
 
@@ -51,19 +52,14 @@ KINDS = {
     "init": "a parameter's effective init (std × multiplier) does not scale like muP's",
     "lr": "a parameter's update per step does not scale like muP's (its learning rate)",
     "epsilon": "Adam's ε takes over a parameter's step at large width",
-    "output_multiplier": "the readout's 1/width multiplier is missing (its fix is whole: the multiplier with a constant "
+    "output_multiplier": "the readout's 1/width multiplier is missing (its fix is whole: the multiplier with a "
+                         "constant "
                          "init and the base lr, or neither)",
     "attention_scale": "attention logits scaled 1/sqrt(d_head) instead of 1/d_head",
     "structure": "the model's structure does not fit the parametrization (a plain nn.Linear readout under mup)",
     "candidates": "a failing series that no measured fact explains: what was seen, no knob named",
 }
 JUMP = 0.05  # a loss "jump": some width's loss rises this fraction above its running minimum
-PLURAL = {"hidden": "hidden matrices", "input-like": "input-like matrices", "output-like": "output-like matrices",
-          "vector": "vectors", "fixed": "fixed-size parameters"}
-SP = " (what standard parametrization does: expected for the SP control)"
-ATTENTION_FIX = "attention logits scaled 1/sqrt(d_head) instead of 1/d_head: use q·k / d_head (muP attention)"
-EPS_FIX = "lower Adam's ε (or scale it by base_width / width)"
-FORECAST_WIDTH = 4096
 
 
 def loss_jump(loss: pd.DataFrame) -> tuple[int, int, float, float, str] | None:
@@ -144,112 +140,13 @@ def _explains(v: pd.Series, s: pd.Series) -> bool:
     return int(v["order"]) <= int(s["call_order"])
 
 
-def _knob(v: pd.Series, tol: float) -> str:
-    """The knob a violation turns: ``init``; for an update, ``lr`` — unless an Adam-trained parameter's learning rate
-    (what its group held during the step) is what muP expects: then ``epsilon`` where its first step already falls
-    short of that lr (Adam's step is ±lr per coordinate unless ε is not small against √v̂), else ``dynamics`` (later
-    steps shrink as the gradient's sign turns: no knob of its own). The readout's whole fix decides its own
-    (:func:`_readout_fix`)."""
-    if v["quantity"] == "init":
-        return "init"
-    label = float(v["declared"])
-    if v["family"] in ADAM and np.isfinite(label) and abs(label - (float(v["expected"]) - float(v["gain"]))) <= tol:
-        first = float(v["first"])
-        return "epsilon" if np.isfinite(first) and first < -tol and v["direction"] == "shrinks" else "dynamics"
-    return "lr"
-
-
-def _readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tuple[str, str]:
-    """``(kind, fix)`` for a readout whose facts fail: the muP form (a 1/width multiplier with a constant init and the
-    base lr, or no multiplier with init and lr ∝ 1/fan_in, or its own multiplier kept) that needs the fewest changes,
-    every change it needs said."""
-    rows = mine[(mine["module"] == module) & (mine["class"] == "output-like")].drop_duplicates("quantity")
-    rows = rows.set_index("quantity")
-    m = float(rows.at["mult", "exponent"]) if "mult" in rows.index and np.isfinite(rows.at["mult", "exponent"]) \
-        else 0.0
-    init = float(rows.at["init", "exponent"]) - m if "init" in rows.index and rows.at["init", "status"] != "zero" \
-        else -np.inf
-    lr = float(rows.at["lr", "exponent"]) - (2 if family == "sgd" else 1) * m if "lr" in rows.index else np.nan
-    k = 2 if family == "sgd" else 1
-    lr_target = (lambda mt: -1 - k * mt) if family in (*ADAM, "sgd") else (lambda mt: np.nan)
-    designs = {}
-    for mt in dict.fromkeys([round(m, 2), -1.0, 0.0]):
-        changes = []
-        if abs(mt - m) > tol:
-            changes.append("mult")
-        if np.isfinite(init) and abs(init - (-1 - mt)) > tol:  # (a zero init is right for every form)
-            changes.append("init")
-        if np.isfinite(lr) and np.isfinite(lr_target(mt)) and abs(lr - lr_target(mt)) > tol:
-            changes.append("lr")
-        designs[mt] = changes
-    mt = min(designs, key=lambda d: (len(designs[d]), d != -1.0, d != round(m, 2)))  # a tie: mup's form (MuReadout)
-    words = []
-    for c in designs[mt]:
-        if c == "mult":
-            words.append("multiply its output by base_width / width (a 1/width multiplier, as mup.MuReadout)" if mt < m
-                         else "drop the width-dependent multiplier on its output")
-        elif c == "init":
-            words.append("initialise it with a std constant in width (or zero)" if mt <= -1 + tol else
-                         f"initialise it with std ∝ width^{num(-1 - mt)} (or zero)")
-        elif c == "lr":
-            t = lr_target(mt)
-            words.append("give it the base lr, constant in width" if abs(t) < 1e-9 else
-                         f"give it lr × (base_width / width)^{-t:g}" if t < 0 else f"give it lr × (width / base_width)^{t:g}")
-    kind = "output_multiplier" if "mult" in designs[mt] else "init" if "init" in designs[mt] else "lr"
-    base_lr = "lr × width / base_width (MuSGD)" if family == "sgd" else "the base lr"
-    form = (f"with a 1/width multiplier, muP's output weight keeps a constant init and {base_lr}" if mt <= -1 + tol
-            else "without a multiplier, muP's output weight takes init and lr ∝ 1/fan_in")
-    return kind, "; ".join(words) + f" ({form})" if words else form
-
-
-def _lr_fix(v: pd.Series, n: int) -> str:
-    them = "them" if n > 1 else "it"
-    d = float(v["exponent"]) - float(v["expected"])
-    d = round(d * 2) / 2
-    fam, cls = str(v["family"]), str(v["class"])
-    if fam == "muon" and cls == "hidden":
-        return (f"keep {them}r Muon lr constant in width, times Muon's shape factor sqrt(max(1, fan_out / fan_in)) "
-                "(torch.optim.Muon's adjust_lr_fn='original')").replace("themr", "their").replace("itr", "its")
-    factor = f"(base_width / width)^{d:g}" if d > 0 else f"(width / base_width)^{-d:g}"
-    if abs(d - 1) < 1e-9:
-        factor = "base_width / width"
-    elif abs(d + 1) < 1e-9:
-        factor = "width / base_width"
-    hint = {("hidden", "adam"): " (MuAdam's hidden lr: lr × base_width / width)",
-            ("hidden", "sgd"): " (MuSGD's hidden lr: constant for square growth)",
-            ("input-like", "adam"): " (the base lr, constant in width: vector-like in MuAdam)",
-            ("vector", "adam"): " (the base lr, constant in width: vector-like in MuAdam)",
-            ("input-like", "sgd"): " (MuSGD: lr × width / base_width)",
-            ("vector", "sgd"): " (MuSGD: lr × width / base_width)"}.get((cls, "adam" if fam in ADAM else fam), "")
-    if fam not in (*ADAM, "sgd", "muon"):
-        return f"multiply {them}r lr by {factor} so that ‖ΔW‖₂ ∝ √(fan_out/fan_in)".replace("themr", "their").replace(
-            "itr", "its")
-    return f"multiply {them}r learning rate by {factor}{hint}".replace("themr", "their").replace("itr", "its")
-
-
-def _init_fix(v: pd.Series, n: int) -> str:
-    it = "them" if n > 1 else "it"
-    return {"hidden": f"initialise {it} with std ∝ fan_in^-1/2 (nn.init.normal_(w, std=fan_in ** -0.5))",
-            "input-like": f"initialise {it} with a std constant in width (an input weight's fan-in does not grow)",
-            }.get(str(v["class"]), f"initialise {it} with a std constant in width")
-
-
-def _group_name(names: list[str], cls: str, n_class: int) -> str:
-    if len(names) == 1:
-        return names[0]
-    plural = PLURAL.get(cls, "parameters")
-    if len(names) == n_class:
-        return f"both {plural}" if n_class == 2 else f"all {len(names)} {plural}"
-    return f"{len(names)} of {n_class} {plural}"
-
-
 def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, series: pd.DataFrame, tol: float,
                eps: pd.DataFrame) -> tuple[list[dict], set[int]]:
     """The cause rows of one configuration, and the indices of the violations that explain something."""
     viol = facts[facts["status"].eq("fail") & facts["quantity"].isin(["init", "lr"])
                  & facts["direction"].isin(["grows", "shrinks"])]
     readouts = set(facts.loc[facts["class"].eq("output-like") & facts["role"].eq("output"), "module"])
-    knobs = {i: _knob(v, tol) for i, v in viol.iterrows()}
+    knobs = {i: knob(v, tol) for i, v in viol.iterrows()}
     viol = viol[[knobs[i] != "dynamics" or v["module"] in readouts for i, v in viol.iterrows()]]  # no knob: an effect
     if viol.empty and failing.empty:
         return [], set()
@@ -273,7 +170,7 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
         v = viol.loc[i]
         if v["module"] in readout and v["class"] == "output-like":
             key = ("readout", v["module"])
-            whole[key] = _readout_fix(facts, str(v["module"]), str(v["family"]), tol)
+            whole[key] = readout_fix(facts, str(v["module"]), str(v["family"]), tol)
         else:
             key = (knobs[i], v["class"], v["family"], v["direction"], v["quantity"])
         groups.setdefault(key, []).append(i)
@@ -283,7 +180,7 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
         if key in whole:
             kind, fix = whole[key]
             what = str(key[1])
-            facts_text = "; ".join(f"{WHAT[r.quantity]} ∝ width^{num(r.exponent)} (muP: {_band(r)}; {r.how})"
+            facts_text = "; ".join(f"{WHAT[r.quantity]} ∝ width^{num(r.exponent)} (muP: {band(r)}; {r.how})"
                                    for r in rows.itertuples())
             line = f"{what}: {facts_text} — {fix}"
         else:
@@ -291,9 +188,9 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
             peers = facts[(facts["quantity"] == w["quantity"]) & (facts["class"] == w["class"])
                           & (facts["family"] == w["family"]) & facts["status"].isin(["pass", "fail", "inconclusive"])]
             names = list(rows["parameter"])
-            what = _group_name(names, str(w["class"]), len(peers))
+            what = group_name(names, str(w["class"]), len(peers))
             interval = f" [{num(w['ci_low'])}, {num(w['ci_high'])}]" if np.isfinite(w["ci_low"]) else ""
-            head = f"{what}: {WHAT[w['quantity']]} ∝ width^{num(w['exponent'])}{interval} (muP: {_band(w)}; {w['how']})"
+            head = f"{what}: {WHAT[w['quantity']]} ∝ width^{num(w['exponent'])}{interval} (muP: {band(w)}; {w['how']})"
             if kind == "epsilon":
                 fix = EPS_FIX
                 mine = eps[eps["parameter"].isin(names)] if len(eps) else eps
@@ -302,10 +199,11 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
                     e = mine.loc[mine["wide"].idxmax()]
                     share = (f"; ε ≥ 0.1·√v̂ on {e['narrow']:.0%} of its coordinates at width {int(e['min_width'])}, "
                              f"{e['wide']:.0%} at width {int(e['max_width'])}")
-                line = (f"{head}: its step falls short of its learning rate by width^{num(w['exponent'] - w['declared'])}"
+                short = num(w["exponent"] - w["declared"])
+                line = (f"{head}: its step falls short of its learning rate by width^{short}"
                         f" — Adam's ε, not the learning rate, sets it{share} — {fix}")
             else:
-                fix = _init_fix(w, len(names)) if kind == "init" else _lr_fix(w, len(names))
+                fix = init_fix(w, len(names)) if kind == "init" else lr_fix(w, len(names))
                 line = f"{head} — {fix}"
         if par == "sp":
             fix, line = fix + SP, line + SP
@@ -313,7 +211,7 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
         step = min(first_step[i] for i in members)
         causes.append(dict(config_id=cid, parametrization=par, order=len(causes), kind=kind, what=what,
                            modules=modules, measure=str(w["quantity"]), step=step, exponent=float(w["exponent"]),
-                           ci_low=float(w["ci_low"]), ci_high=float(w["ci_high"]), expected=_band(w), fix=fix,
+                           ci_low=float(w["ci_low"]), ci_high=float(w["ci_high"]), expected=band(w), fix=fix,
                            line=line, direction=str(w["direction"])))
     # attention logits at init that no violation explains: the scale in the op
     att = [s for s in unexplained if s["role"] == "attention" and int(s["step"]) == 0 and s["direction"] == "grows"]
@@ -321,11 +219,12 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
         mods = list(dict.fromkeys(str(s["module"]) for s in att))
         s = max(att, key=lambda s: float(s["slope"]))
         n_logits = series.loc[series["role"].eq("attention"), "module"].nunique()
-        what = mods[0] if len(mods) == 1 else _group_name(mods, "", n_logits).replace("parameters", "attention logits")
+        what = mods[0] if len(mods) == 1 else group_name(mods, "", n_logits).replace("parameters", "attention logits")
         fix = str(s.get("diagnosis") or "") or ATTENTION_FIX
         named = "" if len(mods) == 1 else f" ({', '.join(mods[:4])}{' ...' if len(mods) > 4 else ''})"
-        line = (f"{what}{named}: logits ∝ width^{s['slope']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] at step 0 (muP: "
-                f"width^{float(s['band_high']) - tol:+.2f} or less) with every query and key init as muP expects — {fix}")
+        line = (f"{what}{named}: logits ∝ width^{s['slope']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] at step 0 "
+                f"(muP: width^{float(s['band_high']) - tol:+.2f} or less) with every query and key init as muP expects "
+                f"— {fix}")
         causes.insert(0, dict(config_id=cid, parametrization=par, order=0, kind="attention_scale", what=what,
                               modules=mods, measure="out", step=0, exponent=float(s["slope"]),
                               ci_low=float(s["ci_low"]), ci_high=float(s["ci_high"]), expected="≤ 0 (may shrink)",
@@ -333,16 +232,6 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
     for k, c in enumerate(sorted(causes, key=lambda c: (c["step"] > 0, c["step"], 0))):
         c["order"] = k
     return sorted(causes, key=lambda c: c["order"]), used
-
-
-def _band(r: Any) -> str:
-    lo, hi = float(_get(r, "expected_low")), float(_get(r, "expected_high"))
-    e = float(_get(r, "expected"))
-    return f"width^{num(e)}" if np.isfinite(lo) else f"width^{num(e)} or less"
-
-
-def _get(r: Any, k: str) -> Any:
-    return r[k] if isinstance(r, (pd.Series, dict)) else getattr(r, k)
 
 
 def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]], rules: Rules,
@@ -383,10 +272,9 @@ def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]
     verdict.evidence = _evidence(long)
     _inherit(verdict, causes)
     _diagnoses(verdict, set(long["config_id"]))
-    quiet, notes = _quiet(long, used_all, eps, rules.tol)
-    notes += _no_rule(long)
-    verdict.quiet = pd.DataFrame(quiet, columns=CAUSE_COLUMNS)
-    verdict.notes += notes
+    rows, notes = quiet(long, used_all, eps, rules.tol)
+    verdict.quiet = pd.DataFrame(rows, columns=CAUSE_COLUMNS)
+    verdict.notes += [*notes, *no_rule(long)]
     _lead(verdict, structure)
 
 
@@ -448,88 +336,6 @@ def _diagnoses(verdict: Any, measured: set[str]) -> None:
     mb = m["config_id"].isin(measured) & m["status"].isin(["fail", "inconclusive"])
     verdict.modules.loc[mb, "diagnosis"] = [f"follows from the cause {said[k]}" if said.get(k) else ""
                                             for k in zip(m.loc[mb, "config_id"], m.loc[mb, "module"])]
-
-
-def _forecast(r: pd.Series) -> str:
-    """Where a deviation no series shows yet would be at :data:`FORECAST_WIDTH`: its factor against muP's scaling,
-    from the narrowest width measured."""
-    gap = float(r["exponent"]) - float(r["expected"])
-    if not np.isfinite(gap) or not np.isfinite(float(r["min_width"])):
-        return ""
-    factor = (FORECAST_WIDTH / float(r["min_width"])) ** gap
-    return (f"; at width {FORECAST_WIDTH} it would be {factor:.3g}× what muP's scaling gives from width "
-            f"{int(r['min_width'])}")
-
-
-def _quiet(long: pd.DataFrame, used: set[int], eps: pd.DataFrame, tol: float) -> tuple[list[dict], list[str]]:
-    """Deviations no failing series shows — a measured init or update off muP's table, weight decay and ε as the
-    optimizer declared them, a growing ε share — as rows (:data:`CAUSE_COLUMNS`, ``kind`` the knob: ``init``,
-    ``lr``, ``epsilon``, ``wd``, ``dynamics`` for an update that falls short of a right lr only after its first
-    step) and one note each group, with its forecast: never causes."""
-    rows, notes = [], []
-    quiet = long[long["status"].eq("fail") & ~long.index.isin(list(used))]
-    for (cid, q, cls, fam, d), g in quiet.groupby(["config_id", "quantity", "class", "family", "direction"],
-                                                  sort=False):
-        w = g.loc[(g["exponent"] - g["expected"]).abs().idxmax()]
-        peers = long[(long["config_id"] == cid) & (long["quantity"] == q) & (long["class"] == cls)
-                     & (long["family"] == fam)]
-        what = _group_name(list(g["parameter"]), str(cls), len(peers))
-        kind = {"wd": "wd", "adam_eps": "epsilon", "init": "init"}.get(str(q)) or _knob(w, tol)
-        if q == "wd":
-            steps = f"; reached after ~1/(lr·λ) ≈ {1 / float(w['value']):.3g} steps at width {int(w['max_width'])}" \
-                if w["wd_kind"] == "decoupled" and float(w["value"]) > 0 else ""
-            line = (f"{what}: weight decay ({w['how']}) ∝ width^{num(w['exponent'])} where muP's convention keeps "
-                    f"width^{num(w['expected'])} ({w['reason']}) — not a cause: ten steps cannot show it; over a long "
-                    "run it sets each matrix's equilibrium norm and relative update ∝ √(lr·λ) (Kosson et al. 2025, "
-                    f"arXiv 2510.19093){steps}, where the learning rate found at one width stops transferring")
-        elif q == "adam_eps":
-            line = f"{what}: Adam's ε ∝ width^{num(w['exponent'])} (muP: constant or smaller) — not a cause: no judged " \
-                   "series fails with it"
-        elif kind == "dynamics":
-            line = (f"{what}: {WHAT[q]} ∝ width^{num(w['exponent'])} (muP: {_band(w)}; {w['how']}) with its learning "
-                    "rate as muP expects and its first step full: the later steps' dynamics, not a knob")
-        else:
-            line = (f"{what}: {WHAT[q]} ∝ width^{num(w['exponent'])} (muP: {_band(w)}; {w['how']}) — not a cause: no "
-                    f"judged series fails with it{_forecast(w)}")
-        notes.append(line)
-        rows.append(dict(config_id=cid, parametrization=str(w["parametrization"]), order=len(rows), kind=kind,
-                         what=what, modules=list(dict.fromkeys(g["module"])), measure=str(q), step=0,
-                         exponent=float(w["exponent"]), ci_low=float(w["ci_low"]), ci_high=float(w["ci_high"]),
-                         expected=_band(w), fix="", line=line, direction=str(d)))
-    if len(eps):
-        grow = eps[eps["grows"].astype(bool) & (eps["wide"] > 0)]
-        for cid, g in grow.groupby("config_id", sort=False):
-            e = g.loc[g["wide"].idxmax()]
-            k = float(e["exponent"]) if np.isfinite(float(e["exponent"])) else np.nan
-            at = min(1.0, float(e["wide"]) * (FORECAST_WIDTH / float(e["max_width"])) ** k) if np.isfinite(k) \
-                else np.nan
-            more = f"; at width {FORECAST_WIDTH} it would be ~{at:.0%}" if np.isfinite(at) else ""
-            line = (f"Adam's ε ≥ 0.1·√v̂ on {e['narrow']:.0%} of {e['parameter']}'s coordinates at width "
-                    f"{int(e['min_width'])}, {e['wide']:.0%} at width {int(e['max_width'])}{more} — a forecast, not a "
-                    "cause: no judged series fails with it")
-            notes.append(line)
-            mods = list(dict.fromkeys(n.rpartition(".")[0] or "(root)" for n in g["parameter"]))
-            rows.append(dict(config_id=cid, parametrization=str(e["parametrization"]), order=len(rows),
-                             kind="epsilon", what=f"{len(g)} parameters", modules=mods, measure="eps", step=0,
-                             exponent=k, ci_low=float(e["ci_low"]), ci_high=float(e["ci_high"]),
-                             expected="no growth", fix="", line=line, direction="grows"))
-    return rows, notes
-
-
-def _no_rule(long: pd.DataFrame) -> list[str]:
-    """One note per configuration for the parameters measured but with no established muP rule (a selective scan's
-    vectors: :data:`coordcheck.judge.facts.NO_RULE`), with their measured exponents."""
-    notes = []
-    rows = long[(long["reason"] == NO_RULE) & long["quantity"].isin(["init", "lr"])]
-    for _, g in rows.groupby("config_id", sort=False):
-        per = g.pivot_table(index="parameter", columns="quantity", values="exponent", sort=False)
-        said = [f"{name} (" + ", ".join(f"{q} ∝ width^{num(per.at[name, q])}" for q in ("init", "lr")
-                                          if q in per.columns and np.isfinite(per.at[name, q])) + ")"
-                for name in per.index]
-        more = f" and {len(said) - 6} more" if len(said) > 6 else ""
-        notes.append(f"not judged: no established muP rule for {', '.join(said[:6])}{more} — a selective scan's "
-                     "parameters (Vankadara et al., NeurIPS 2024); measured, not judged")
-    return notes
 
 
 def _lead(verdict: Any, structure: pd.DataFrame) -> None:

@@ -12,13 +12,15 @@ The quantities, each measured at every width and fitted as an exponent in width 
 width over every (width, seed, step) point, the steps' offsets removed, with a 95 % interval):
 
 * ``mult`` — the module's multiplier: its output over its weight applied to its own input (``gain`` rows whose fit
-  explains ≥ :data:`FIT_MIN` of the output), times, for the model's readout, the model's output over the readout's
-  (a multiplier in a parent's ``forward``: from the judged series). Shown, not judged: it enters the two below.
+  explains ≥ :data:`FIT_MIN` of the output), times, for the model's readout, what scales it outside its module: the
+  model's output over the readout's (a multiplier in a parent's ``forward``: from the judged series) and its input's
+  scale (a multiplier before it). Shown, not judged: it enters the two below.
 * ``init`` — the effective init: rms(W₀) times the multiplier. muP: hidden ∝ fan_in^-1/2, input-like constant,
   output-like ∝ 1/fan_in or zero, vectors constant or smaller (Tensor Programs V, Table 3).
 * ``lr`` — the effective update of a step, by the optimizer that trains it: Adam-like, rms(ΔW) times the multiplier
   (Adam's step is ±lr per coordinate: the effective lr); SGD, −⟨ΔW, ∇⟩/‖∇‖² times the multiplier squared (the
-  applied lr on the effective weight; at the first update, where momentum's buffer is the gradient itself); Muon and any optimizer the harness does not know, the spectral condition of Yang,
+  applied lr on the effective weight; at the first update, where momentum's buffer is the gradient itself); Muon and
+  any optimizer the harness does not know, the spectral condition of Yang,
   Simon & Bernstein 2023 (arXiv 2310.17813): ‖ΔW‖₂ times the multiplier over √(fan_out/fan_in), flat in width. The
   learning rate the step's group held is its label (``declared``), which says whether the knob is the learning rate
   (the update follows it) or Adam's ε (the update falls short of it).
@@ -43,7 +45,8 @@ from coordcheck.judge.rules import Rules
 from coordcheck.judge.slopes import t_quantile
 from coordcheck.record.shapes import dim_growth, growth_text, param_class
 
-__all__ = ["CAUSE_COLUMNS", "EVIDENCE_COLUMNS", "LONG_COLUMNS", "NO_RULE", "TABLE_COLUMNS", "QUANTITIES", "EXPECTED", "FIT_MIN", "WHAT", "ADAM", "measured_facts",
+__all__ = ["CAUSE_COLUMNS", "EVIDENCE_COLUMNS", "LONG_COLUMNS", "NO_RULE", "TABLE_COLUMNS", "QUANTITIES", "EXPECTED",
+           "FIT_MIN", "WHAT", "ADAM", "measured_facts",
            "audit_table", "fit_points", "num"]
 
 # The schemas of Verdict.causes and Verdict.evidence (coordcheck.judge.explain), here below everything that writes them
@@ -62,7 +65,8 @@ QUIET_STEP = 0.1  # a step whose update is under this share of the parameter's l
 ADAM = ("adam", "adamw")
 KNOWN = (*ADAM, "sgd", "muon")
 LONG_COLUMNS = ["config_id", "parametrization", "parameter", "module", "order", "role", "class", "family", "dims",
-                "grows", "min_width", "max_width", "wd_kind", "quantity", "value", "declared", "gain", "first", "exponent", "ci_low", "ci_high", "expected", "expected_low",
+                "grows", "min_width", "max_width", "wd_kind", "quantity", "value", "declared", "gain", "first",
+                "exponent", "ci_low", "ci_high", "expected", "expected_low",
                 "expected_high", "status", "direction", "reason", "how"]
 
 _TP5 = "Tensor Programs V, Table 3"
@@ -71,7 +75,8 @@ _SPECTRAL = "spectral condition ‖ΔW‖₂ ∝ √(fan_out/fan_in) (Yang, Simo
 # c_in·a_in + c_out·a_out + c_main·a_main (each dimension's growth exponent in width; a_main: mup's main dimension,
 # the fan-in of a matrix). "flat": expected ± tol; "no_growth": at most expected + tol. Absent: not judged.
 EXPECTED: dict[tuple[str, str, str], tuple[tuple[float, float, float], str, str]] = {
-    ("*", "hidden", "init"): ((-0.5, 0, 0), "flat", f"std ∝ fan_in^-1/2: an output coordinate sums fan_in terms ({_TP5})"),
+    ("*", "hidden", "init"): ((-0.5, 0, 0), "flat", f"std ∝ fan_in^-1/2: an output coordinate sums fan_in terms "
+                                                    f"({_TP5})"),
     ("*", "input-like", "init"): ((0, 0, 0), "flat", f"its fan-in is fixed: std constant in width ({_TP5})"),
     ("*", "output-like", "init"): ((0, 0, -1), "flat", f"an output weight: std × multiplier ∝ 1/fan_in, or zero "
                                                        f"({_TP5}; between the two, a readout's backward signal at the "

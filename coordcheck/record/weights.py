@@ -18,7 +18,8 @@ the owning module's), judged by :mod:`coordcheck.judge.facts`:
 * ``gain`` — ``gain``: a module's output over its weight applied to its own input (the least-squares coefficient,
   each output feature centred, on the sampled rows), ``fit``: the share of the output's variance that explains (1
   for ``W x`` times a constant), and ``in_rms``: the rms of that input (a readout's, whose coordinates muP keeps
-  Θ(1): a multiplier applied before it shows there). The multiplier wherever the module applies it: a ``MuReadout``'s, a unit-scaled op's
+  Θ(1): a multiplier applied before it shows there). The multiplier wherever the module applies it: a
+  ``MuReadout``'s, a unit-scaled op's
   ``1/sqrt(fan_in)``, a ``Linear`` subclass that multiplies its output. At step 0 and after each measured update.
 
 Without an optimizer to hook (``record(model, ...)`` with none) the update is the change between the call before it
@@ -46,8 +47,6 @@ from coordcheck.record.eps import _owner
 from coordcheck.record.outputs import first_tensor
 from coordcheck.record.own import sampled_rows
 from coordcheck.record.param_facts import effective_lr, optimizer_family
-
-DECOUPLED = ("adamw", "muon")  # the families whose weight decay shrinks W by lr·λ apart from the gradient's step
 from coordcheck.record.ranks import world
 
 __all__ = ["WeightFacts", "measured_steps", "WEIGHT_STATS", "UPDATE_STATS", "GAIN_STATS", "POWER_STEPS"]
@@ -58,6 +57,7 @@ GAIN_STATS = ("gain", "fit", "in_rms")
 POWER_STEPS = 8  # power iterations for a spectral norm from a fixed start (W's own: warm-started, 2 after the first)
 WARM_STEPS = 2
 _TINY = 1e-30
+DECOUPLED = ("adamw", "muon")  # the families whose weight decay shrinks W by lr·λ apart from the gradient's step
 
 
 def measured_steps(steps: Iterable[int]) -> list[int]:
