@@ -102,8 +102,8 @@ def print_tables(df: pd.DataFrame) -> None:
     silent = df[(df["planted"] != "") & (df["outcome"].isin(["noted", "pass"]) | (df["status"] == "inconclusive"))]
     shown = n - len(silent)
     print(f"\nmutants {n} (single {len(single)}, pairs {len(pairs)}): {shown} with a failing series, exact first cause "
-          f"{exact} of them ({exact / max(shown, 1):.1%}); {len(silent)} PASS or undecided (no judged series fails with the "
-          f"plant), "
+          f"{exact} of them ({exact / max(shown, 1):.1%}); {len(silent)} PASS or undecided (no judged series fails "
+          f"with the plant), "
           f"{int((silent['outcome'] == 'noted').sum())} of them named in a note with its forecast; pairs with both "
           f"named {both} of {len(pairs)}; wrong fixes "
           f"{int(df['wrong'].sum())} (in {int((df['wrong'] > 0).sum())} mutants); bases passing "

@@ -1,4 +1,5 @@
-"""The causes each known-answer model gets (coordcheck.judge.causes), from real frames with the `own` tensor.
+"""The causes each known-answer model gets (coordcheck.judge.explain), from real frames (the `own` tensor recorded
+beside them, shown).
 
 Prints per case: the verdict, every cause line (or what was seen instead), the modules that inherit, and
 with ``--evidence`` the init / own exponents of every parameter-owning module. The ``pgpt-*`` cases are the

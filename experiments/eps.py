@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from coordcheck.app.api import coord_check
-from coordcheck.judge.audit import eps_causes, eps_table
+from coordcheck.judge.eps import eps_table
 from coordcheck.record.eps import EpsProbe
 from coordcheck.setup.models import gpt, mlp
 from coordcheck.setup.optim import adam
@@ -59,11 +59,12 @@ def case(steps: int, seeds: int) -> None:
         steps_wide = e[e["width"] == max(WIDTHS)].pivot_table(index="module", columns="step", values="value")
         print(f"by step at width {max(WIDTHS)}:")
         print(steps_wide.round(3).to_string())
-        print("judged on the last steps (coordcheck.judge.audit.eps_table):")
-        print(t[["parameter", "narrow", "wide", "exponent", "ci_low", "ci_high", "violates"]].round(3)
+        print("read on the last steps (coordcheck.judge.eps.eps_table):")
+        print(t[["parameter", "narrow", "wide", "exponent", "ci_low", "ci_high", "grows"]].round(3)
               .to_string(index=False))
-        causes = eps_causes(r.frame)
-        print("causes:", *(causes["line"] if len(causes) else ["none"]), sep="\n  ")
+        eps = r.verdict.causes[r.verdict.causes["kind"] == "epsilon"]
+        print("ε causes:", *(eps["line"] if len(eps) else ["none"]), sep="\n  ")
+        print("notes:", *[n for n in r.verdict.notes if "ε" in n] or ["none"], sep="\n  ")
         hidden = r.verdict.series[(r.verdict.series["role"] == "hidden") & (r.verdict.series["tensor"] == "delta")]
         print("hidden delta slopes by step:", hidden.groupby("step")["slope"].mean().round(2).to_dict())
 
@@ -125,8 +126,8 @@ def gpt_transient(steps: int = 10) -> None:
                     tensors=("out", "delta", "eps"))
     e = r.frame[(r.frame["tensor"] == "eps") & r.frame["module"].str.contains("c_k|c_q")]
     print(e.pivot_table(index=["module", "step"], columns="width", values="value").round(3).to_string())
-    causes = eps_causes(r.frame)
-    print("causes:", *(causes["line"] if len(causes) else ["none"]), sep="\n  ")
+    eps = r.verdict.causes[r.verdict.causes["kind"] == "epsilon"]
+    print("ε causes:", *(eps["line"] if len(eps) else ["none"]), sep="\n  ")
 
 
 def main() -> None:

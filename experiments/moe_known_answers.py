@@ -89,7 +89,7 @@ def load(widths=(64, 128, 256, 512), steps: int = 40) -> None:
     for name, kw in (("muP", {}), ("standard parametrization", {"parametrization": "sp"}),
                      ("router built like a hidden layer", {"router": "linear"})):
         t = time.perf_counter()
-        r = coord_check(moe, list(widths), steps=steps, seeds=3, progress=False, cause_pass=False, **kw)
+        r = coord_check(moe, list(widths), steps=steps, seeds=3, progress=False, **kw)
         f = r.frame
         last = f[(f["tensor"] == "load") & (f["stat"] == "max_load") & (f["step"] == steps)]
         at = last.groupby(["module", "width"])["value"].mean().round(2).unstack("width")
@@ -118,7 +118,7 @@ def experts(width: int = 128, counts=(4, 8, 16, 32), steps: int = 10) -> None:
     for name, kw in cases:
         t = time.perf_counter()
         r = coord_check(moe, width=width, experts=list(counts), steps=steps, seeds=3, progress=False,
-                        cause_pass=False, tensors=["out", "delta", "in", "own"], **kw)
+                        tensors=["out", "delta", "in", "own"], **kw)
         e = r.verdict.experts
         s = e.series[e.series["place_kind"].isin(["router", "experts", "layer", "load"])
                      & (e.series["status"] != "skip")]
