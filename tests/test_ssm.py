@@ -11,7 +11,6 @@ from mup import MuReadout
 from torch import nn
 
 from coordcheck import coord_check
-from coordcheck.judge.facts import NO_RULE
 
 HEAD = 8  # the scan's head size: the number of heads grows with width, as Mamba-2's does
 

@@ -15,7 +15,8 @@ module, tensor, stat, step) with the slope of ``log2|stat|`` against ``log2(widt
    muP, a shrinking ``delta`` means the features barely learn (lazy regime). ``in`` and ``own``
    (a module's input and its own update, where recorded) are shown, never judged: what decides is
    what every path records alike, and the causes come from the facts measured from the weights.
-3. **No growth.** ``out`` of output layers and ``out``/``delta`` of attention logits: slope <= ``tol``; they may shrink (the
+3. **No growth.** ``out`` of output layers and ``out``/``delta`` of attention logits: slope <= ``tol``; they may
+   shrink (the
    readout at initialisation shrinks like 1/width, or is exactly zero). Output rules apply to the
    model's output — the last output module to run; an output-role module that runs before it
    (logits before a hand-written output multiplier) is ``skip``. Captured pure ``q k^T * scale``

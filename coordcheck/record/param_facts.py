@@ -2,7 +2,8 @@
 
 Stage: build (the audit's torch side). Input: the parametrized model and its optimizer as built at one width
 (``coordcheck.run.train.build_on``), before any step. Output: a JSON-able dict recorded in the job's facts as
-``audit`` (so in ``job.json`` too): the labels beside the measured facts (:mod:`coordcheck.judge.facts`, which never imports
+``audit`` (so in ``job.json`` too): the labels beside the measured facts (:mod:`coordcheck.judge.facts`, which never
+imports
 torch)::
 
     {"parametrization": "mup",

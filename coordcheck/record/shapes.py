@@ -25,7 +25,8 @@ from coordcheck.core.frame import digest
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["Shapes", "param_shapes", "tied_names", "n_params", "fingerprint", "shapes_by_config", "width_problem", "model_table",
+__all__ = ["Shapes", "param_shapes", "tied_names", "n_params", "fingerprint", "shapes_by_config", "width_problem",
+           "model_table",
            "dim_growth", "growth_text", "param_class", "CLASSES"]
 
 Shapes = Mapping[str, Sequence[int]]  # parameter name -> its dims, as model.named_parameters() gives them

@@ -407,7 +407,7 @@ def run_width(
             facts["shapes"] = param_shapes(model)  # the evidence that the builder uses width (coordcheck.record.shapes)
             facts["n_params"] = n_params(facts["shapes"])
             facts["tied"] = tied_names(model)  # a readout that shares the embedding's weight (judge.facts)
-            if "audit" not in facts:  # the labels beside judge.facts, from the first seed (setdefault would build it every seed)
+            if "audit" not in facts:  # the labels beside judge.facts, from the first seed (setdefault: every seed)
                 facts["audit"] = param_facts(model, opt, parametrization.name)
             if parametrization.structure:  # what does not fit the parametrization (judge.structure.structure_causes)
                 facts["structure"] = parametrization.structure

@@ -85,7 +85,8 @@ class _Hooks:
 
     def cifar10_like(self, train: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """CIFAR-10's shapes, pixels of std about 0.56 (as CIFAR-10's after its Normalize): a fixed mean image per
-        class (0.25 N(0, 1)) plus noise (0.5 N(0, 1)), the same at every width and seed (train: ``steps + 1`` batches; test: 4)."""
+        class (0.25 N(0, 1)) plus noise (0.5 N(0, 1)), the same at every width and seed (train: ``steps + 1``
+        batches; test: 4)."""
         g = torch.Generator().manual_seed(0)
         means = torch.randn(10, 3, 32, 32, generator=g)
         n = (self.steps + 1) * BATCH if train else 4 * BATCH
