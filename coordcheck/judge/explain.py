@@ -145,7 +145,9 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
     """The cause rows of one configuration, and the indices of the violations that explain something."""
     viol = facts[facts["status"].eq("fail") & facts["quantity"].isin(["init", "lr"])
                  & facts["direction"].isin(["grows", "shrinks"])]
-    readouts = set(facts.loc[facts["class"].eq("output-like") & facts["role"].eq("output"), "module"])
+    outs = facts[facts["class"].eq("output-like") & facts["role"].eq("output")]
+    whole_fix = {m: readout_fix(facts, str(m), str(g["family"].iloc[0]), tol) for m, g in outs.groupby("module")}
+    readouts = {m for m, fix in whole_fix.items() if fix[2]}  # a readout whose form needs a change: its whole fix
     knobs = {i: knob(v, tol) for i, v in viol.iterrows()}
     viol = viol[[knobs[i] != "dynamics" or v["module"] in readouts for i, v in viol.iterrows()]]  # no knob: an effect
     if viol.empty and failing.empty:
@@ -170,7 +172,7 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
         v = viol.loc[i]
         if v["module"] in readout and v["class"] == "output-like":
             key = ("readout", v["module"])
-            whole[key] = readout_fix(facts, str(v["module"]), str(v["family"]), tol)
+            whole[key] = whole_fix[v["module"]][:2]
         else:
             key = (knobs[i], v["class"], v["family"], v["direction"], v["quantity"])
         groups.setdefault(key, []).append(i)

@@ -126,15 +126,19 @@ def fit_points(widths: np.ndarray, values: np.ndarray, groups: np.ndarray | None
     ok = np.isfinite(v) & (v > 0)
     if len(np.unique(w[ok])) < 2:
         return np.nan, np.nan, np.nan
-    df = pd.DataFrame({"x": np.log2(w[ok]), "y": np.log2(v[ok]), "g": g[ok]})
-    df = df[df.groupby("g")["x"].transform("nunique") >= 2]
-    if df.empty:
+    x, y = np.log2(w[ok]), np.log2(v[ok])
+    _, gi = np.unique(g[ok], return_inverse=True)
+    widths_in = np.array([len(np.unique(x[gi == k])) for k in range(gi.max() + 1)])
+    keep = widths_in[gi] >= 2  # a group (a step) with two widths or more
+    if not keep.any():
         return np.nan, np.nan, np.nan
-    x = df["x"] - df.groupby("g")["x"].transform("mean")
-    y = df["y"] - df.groupby("g")["y"].transform("mean")
+    x, y, gi = x[keep], y[keep], np.unique(gi[keep], return_inverse=True)[1]
+    n = np.bincount(gi)
+    x = x - (np.bincount(gi, x) / n)[gi]
+    y = y - (np.bincount(gi, y) / n)[gi]
     sxx = float((x * x).sum())
     slope = round(float((x * y).sum() / sxx), 9) + 0.0
-    dof = len(df) - df["g"].nunique() - 1
+    dof = len(x) - len(n) - 1
     if exact:
         return slope, slope, slope
     if dof < 1:
@@ -186,16 +190,19 @@ def _fans(dims: list[int], embedding: bool) -> tuple[float, float]:
 def _readout_outside(series: pd.DataFrame, readout: str, gains: Mapping[str, tuple], rules: Rules
                      ) -> tuple[float, float, str]:
     """``(before, after, how)``: the exponents of what scales the readout outside its own module. Before it, on its
-    input: the rms of what it reads, Θ(1) features in muP, so a scale of width^±1/2 or more is a multiplier (``h *
-    alpha / width_mult``; narrow widths move Θ(1) features by less: the built-in MLP's readout input +0.24 over
-    widths 64-256). After it, the model's output over the
+    input: the rms of what it reads against the output of the module that runs before it (:func:`_feeding`), so a
+    scale of width^±1/2 or more between the two is a multiplier (``h * alpha / width_mult``; narrow widths move Θ(1)
+    features by less: the built-in MLP's readout input +0.24 over widths 64-256), and features that grow upstream are
+    not. After it, the model's output over the
     readout's (a multiplier in a parent's ``forward``): from the judged series, the median over steps of the two
     slopes' difference. A bias of the readout's is scaled by the one after it only."""
     before, how = 0.0, []
     x = gains[readout][4] if readout in gains else np.nan
-    if np.isfinite(x) and abs(x) >= 0.5:
-        before = x
-        how.append(f"its input's rms ∝ width^{num(x)}")
+    feeds = _feeding(series, readout)  # the module that runs before it: what its input is made of
+    if np.isfinite(x) and abs(x - feeds) >= 0.5:
+        before = x - feeds
+        how.append(f"its input's rms ∝ width^{num(x)}" + (f" where the module before it gives width^{num(feeds)}"
+                                                          if feeds else ""))
     outs = series[(series["role"] == "output") & (series["tensor"] == "out")]
     last = str(outs.loc[outs["call_order"].idxmax(), "module"]) if len(outs) else readout
     if last == readout:
@@ -208,6 +215,23 @@ def _readout_outside(series: pd.DataFrame, readout: str, gains: Mapping[str, tup
     a = float((both["o"] - both["r"]).median())
     how.append(f"{last}'s output over {readout}'s ∝ width^{num(a)}")
     return before, a, "; ".join(how)
+
+
+def _feeding(series: pd.DataFrame, readout: str) -> float:
+    """The exponent of the output of the module that runs just before ``readout`` (its median slope over the steps;
+    0 where there is none): what the readout's input is made of, so that its input's scale beyond it is a multiplier
+    and not features that grow upstream."""
+    out = series[(series["tensor"] == "out") & (series["role"] != "attention")]
+    at = out.loc[out["module"] == readout, "call_order"]
+    if at.empty:
+        return 0.0
+    before = out[out["call_order"] < at.min()]
+    if before.empty:
+        return 0.0
+    last = before[before["call_order"] == before["call_order"].max()]
+    slope = last["slope"].astype(float)
+    slope = slope[np.isfinite(slope)]
+    return float(slope.median()) if len(slope) else 0.0
 
 
 def _family(p: Mapping[str, Any]) -> str:
@@ -242,6 +266,8 @@ def measured_facts(frame: pd.DataFrame, facts: Iterable[Mapping[str, Any]], seri
         up = f[f["tensor"] == UPDATE_TENSOR].pivot_table(index=["module", "width", "seed", "step"], columns="stat",
                                                          values="value", aggfunc="first")
         w0 = f[(f["tensor"] == WEIGHT_TENSOR) & (f["stat"] == "rms") & (f["step"] == 0)]
+        w0_of = {str(k): g for k, g in w0.groupby("module", sort=False)}
+        up_of = {str(k): g.droplevel(0) for k, g in up.groupby(level=0, sort=False)}
         lay = f[f["tensor"].isin([WEIGHT_TENSOR, UPDATE_TENSOR])].drop_duplicates("module").set_index("module")
         place = {n: (int(r.call_order), str(r.role)) for n, r in lay.iterrows()}  # parameter -> its owner's
         source = {n: n for n in place}  # parameter (or alias) -> the parameter whose rows it reads
@@ -286,16 +312,16 @@ def measured_facts(frame: pd.DataFrame, facts: Iterable[Mapping[str, Any]], seri
                              "reason": "measured", "how": g_how})
             unmeasured = matrix and module not in gains and module in g_lay.index
             src = source[name]
-            mine_rows = _init_rows(base, w0[w0["module"] == src], g_exp, a, family, rules, unmeasured, g_how)
-            if src in up.index.get_level_values(0):
-                mine_rows += _update_rows(base, up.loc[src], g_exp, a, family, by_width,
+            mine_rows = _init_rows(base, w0_of.get(src, w0.iloc[0:0]), g_exp, a, family, rules, unmeasured, g_how)
+            if src in up_of:
+                mine_rows += _update_rows(base, up_of[src], g_exp, a, family, by_width,
                                           bool(wide.get("embedding")), rules, unmeasured)
             if cls == "vector" and wide.get("owner", None) == "":  # a scan's vector: measured, not judged
                 for r in mine_rows:
                     r.update(status="not judged" if r["status"] != "zero" else "zero", direction="", reason=NO_RULE)
             rows += mine_rows
             if src == name:
-                rows += _declared_rows(base, by_width, up.loc[name] if name in up.index.get_level_values(0) else None,
+                rows += _declared_rows(base, by_width, up_of.get(name),
                                        a, family, rules)
     df = pd.DataFrame(rows, columns=LONG_COLUMNS)
     return df.astype({"order": "int64", "exponent": "float64", "value": "float64", "declared": "float64",

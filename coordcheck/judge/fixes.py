@@ -39,8 +39,8 @@ def knob(v: pd.Series, tol: float) -> str:
         return "epsilon" if np.isfinite(first) and first < -tol and v["direction"] == "shrinks" else "dynamics"
     return "lr"
 
-def readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tuple[str, str]:
-    """``(kind, fix)`` for a readout whose facts fail: the muP form (a 1/width multiplier with a constant init and the
+def readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tuple[str, str, int]:
+    """``(kind, fix, changes)`` for a readout whose facts fail: the muP form (a 1/width multiplier with a constant init and the
     base lr, or no multiplier with init and lr ∝ 1/fan_in, or its own multiplier kept) that needs the fewest changes,
     every change it needs said."""
     rows = mine[(mine["module"] == module) & (mine["class"] == "output-like")].drop_duplicates("quantity")
@@ -50,6 +50,9 @@ def readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tup
     init = float(rows.at["init", "exponent"]) - m if "init" in rows.index and rows.at["init", "status"] != "zero" \
         else -np.inf
     lr = float(rows.at["lr", "exponent"]) - (2 if family == "sgd" else 1) * m if "lr" in rows.index else np.nan
+    label = float(rows.at["lr", "declared"]) if "lr" in rows.index else np.nan
+    if family in ADAM and np.isfinite(label):  # Adam's lr is the knob: what its group held (the update follows it
+        lr = label  # at its first step; later steps add the dynamics)
     k = 2 if family == "sgd" else 1
     lr_target = (lambda mt: -1 - k * mt) if family in (*ADAM, "sgd") else (lambda mt: np.nan)
     designs = {}
@@ -80,7 +83,7 @@ def readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tup
     base_lr = "lr × width / base_width (MuSGD)" if family == "sgd" else "the base lr"
     form = (f"with a 1/width multiplier, muP's output weight keeps a constant init and {base_lr}" if mt <= -1 + tol
             else "without a multiplier, muP's output weight takes init and lr ∝ 1/fan_in")
-    return kind, "; ".join(words) + f" ({form})" if words else form
+    return kind, ("; ".join(words) + f" ({form})" if words else form), len(words)
 
 def lr_fix(v: pd.Series, n: int) -> str:
     them = "them" if n > 1 else "it"

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from coordcheck.judge.facts import NO_RULE, WHAT, num
-from coordcheck.judge.fixes import band, group_name, knob
+from coordcheck.judge.fixes import band, group_name, knob, readout_fix
 
 __all__ = ["FORECAST_WIDTH", "forecast", "quiet", "no_rule"]
 
@@ -47,6 +47,11 @@ def quiet(long: pd.DataFrame, used: set[int], eps: pd.DataFrame, tol: float) -> 
                      & (long["family"] == fam)]
         what = group_name(list(g["parameter"]), str(cls), len(peers))
         kind = {"wd": "wd", "adam_eps": "epsilon", "init": "init"}.get(str(q)) or knob(w, tol)
+        readout = q in ("init", "lr") and cls == "output-like" and w["role"] == "output"
+        fix = readout_fix(long[long["config_id"] == cid], str(w["module"]), str(fam), tol) if readout else None
+        fix = fix if fix is not None and fix[2] else None
+        if fix is not None:
+            kind = fix[0]  # the readout's whole fix names its knob (its multiplier, as often as not)
         if q == "wd":
             steps = f"; reached after ~1/(lr·λ) ≈ {1 / float(w['value']):.3g} steps at width {int(w['max_width'])}" \
                 if w["wd_kind"] == "decoupled" and float(w["value"]) > 0 else ""
@@ -63,7 +68,7 @@ def quiet(long: pd.DataFrame, used: set[int], eps: pd.DataFrame, tol: float) -> 
                     "rate as muP expects and its first step full: the later steps' dynamics, not a knob")
         else:
             line = (f"{what}: {WHAT[q]} ∝ width^{num(w['exponent'])} (muP: {band(w)}; {w['how']}) — not a cause: no "
-                    f"judged series fails with it{forecast(w)}")
+                    f"judged series fails with it{forecast(w)}" + (f"; its fix would be: {fix[1]}" if fix else ""))
         notes.append(line)
         rows.append(dict(config_id=cid, parametrization=str(w["parametrization"]), order=len(rows), kind=kind,
                          what=what, modules=list(dict.fromkeys(g["module"])), measure=str(q), step=0,

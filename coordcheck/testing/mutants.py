@@ -114,6 +114,7 @@ def _edited_factory(base: Callable[..., torch.optim.Optimizer], plants: Sequence
                 ) -> torch.optim.Optimizer:
         opt = base(model, lr, **named_keywords(base, build=build, width=width, base_width=base_width))
         named = dict(model.named_parameters())
+        inner = [o for o in vars(opt).values() if isinstance(o, torch.optim.Optimizer)]  # MuonWithAdamW's two parts
         for plant in plants:
             key = OPTIMIZER_KNOBS[plant.knob]
             factor = plant.factor * _scale(width, base_width, plant.exponent)
@@ -123,8 +124,13 @@ def _edited_factory(base: Callable[..., torch.optim.Optimizer], plants: Sequence
                 group["params"] = [q for q in group["params"] if q is not p]
                 if key not in group:
                     raise ValueError(f"{plant.knob} plant on {name}: its optimizer group has no {key!r}")
-                opt.param_groups.append({**group, "params": [p], key: group[key] * factor})
-        opt.param_groups[:] = [g for g in opt.param_groups if g["params"]]
+                new = {**group, "params": [p], key: group[key] * factor}
+                owner = next((o for o in inner if any(g is group for g in o.param_groups)), None)
+                if owner is not None:  # the part that steps it must hold its new group (the wrapper steps the parts)
+                    owner.param_groups.append(new)
+                opt.param_groups.append(new)
+        for o in (opt, *inner):
+            o.param_groups[:] = [g for g in o.param_groups if g["params"]]
         return opt
     return factory
 
@@ -221,7 +227,7 @@ class Score:
     first: str  # the first cause's line ("" without one)
     outcome: str  # exact | right knob, other module | right module, other knob | candidates | wrong | no cause | pass
     # | noted (a PASS whose notes name every plant: a knob no judged series shows, named as a forecast)
-    named: int  # plants some cause names
+    named: int  # plants some cause names, or a note of what no series shows yet
     plants: int
     wrong: list[str] = field(default_factory=list)  # the lines of causes whose fix changes a knob that is right
 
@@ -246,13 +252,13 @@ def score(mutant: Mutant, verdict: Any) -> Score:
     plants = mutant.plants
     planted = "+".join(p.knob for p in plants)
     wrong = [r["line"] for r in rows if any(not any(_matches(c, p) for p in plants) for c in claims(r))]
-    named = sum(any(_matches(c, p) for r in rows for c in claims(r)) for p in plants)
+    quiet = [dict(r) for r in getattr(verdict, "quiet", pd.DataFrame()).to_dict("records")]
+    named = sum(any(_matches(c, p) for r in [*rows, *quiet] for c in claims(r)) for p in plants)  # a cause or a note
     status = str(verdict.status)
     if not plants:
         outcome = "pass" if status == "pass" else "wrong" if wrong else "no cause"
         return Score(mutant.key, planted, status, rows[0]["line"] if rows else "", outcome, 0, 0, wrong)
     if not rows:
-        quiet = [dict(r) for r in getattr(verdict, "quiet", pd.DataFrame()).to_dict("records")]
         noted = all(any(_matches(c, p) for r in quiet for c in claims(r)) for p in plants)
         outcome = "noted" if noted else "pass" if status == "pass" else "no cause"  # an undecided verdict's note too
         return Score(mutant.key, planted, status, "", outcome, 0, len(plants), wrong)
