@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,11 +61,11 @@ def _truth_line(fam, mutant: str, plant, base: pd.DataFrame | None) -> str:
     """The ground truth of one mutant in a line: the base's hidden outputs' slopes after updates; for a plant, its
     parameters' update (or init) slope beside the base's."""
     t = truth_table(fam, mutant)
-    if plant is None:
-        out = t[(t["what"] == "out_std") & (t["step"] >= 1)]
-        hidden = out[out["name"].str.contains(r"\.(?:mlp|attn|fc|proj|c_|layers?|blocks?|h)\b", regex=True)]
-        return f"out_std after updates {hidden['slope'].min():+.2f}..{hidden['slope'].max():+.2f}" if len(hidden) \
-            else "no hidden outputs"
+    if plant is None:  # every module's output after updates (the readout's and the model's too: flat under muP)
+        out = t[(t["what"] == "out_std") & (t["step"] >= 1) & np.isfinite(t["slope"])]
+        worst = out.loc[out["slope"].abs().idxmax()] if len(out) else None
+        return (f"every module's out_std after updates within {out['slope'].min():+.2f}..{out['slope'].max():+.2f} "
+                f"(widest: {worst['name']} at step {int(worst['step'])})") if worst is not None else "no outputs"
     what = "weight_rms" if plant.knob == "init" else "update_rms"
     mine = t[(t["what"] == what) & t["name"].str.startswith(tuple(plant.modules))]
     ref = base[(base["what"] == what) & base["name"].isin(mine["name"])] if base is not None else mine.iloc[0:0]

@@ -123,6 +123,34 @@ def test_lrs_set_inside_the_loop_are_what_the_update_and_its_label_show():
     assert _value(df, "2.weight", "update", "rms", 1) == pytest.approx(1e-3 * 0.25, rel=1e-4)
 
 
+def test_an_update_taken_through_a_closure_and_a_wrapper_is_measured_around_the_inner_step():
+    """optimizer.step(closure), inside a wrapper that steps the torch optimizer itself (as Lightning's and
+    Accelerate's do): the hooks sit on the optimizer that steps the weights."""
+    model = _mlp(32)
+    inner = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    class Wrapper:  # not a torch Optimizer: it hands the step on
+        def __init__(self, opt):
+            self.optimizer = opt
+
+        def step(self, closure=None):
+            return self.optimizer.step(closure)
+
+    facts = WeightFacts(model, [inner], steps=[1])
+    x, y = torch.randn(16, 8), torch.arange(16) % 4
+
+    def closure():
+        inner.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    facts.start()
+    facts.expect(1)
+    Wrapper(inner).step(closure)
+    assert _value(_frame(facts), "2.weight", "update", "sgd_lr", 1) == pytest.approx(0.05, rel=1e-3)
+
+
 def test_sgds_applied_lr_is_the_step_along_the_gradient_and_clipping_does_not_change_it():
     model = _mlp(32)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
