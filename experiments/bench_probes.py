@@ -16,7 +16,10 @@ Variants:
      result it never measures)
   e  c with ``steps - 1`` updates: the same record as d (forwards before updates 1..steps),
      so ``e / d`` is "never slower than mup for the same record"
-  f  b plus what the causes need (``tensors=CAUSE_TENSORS``: each parameter owner's ``in`` and ``own``)
+  f  b plus each parameter owner's ``in`` and ``own`` (``tensors=CAUSE_TENSORS``: shown beside the verdict)
+  g  a plus the facts every sweep measures from the weights alone (coordcheck.record.weights: each parameter's update
+     around the optimizer's step at steps 1, 2, 3, 5, 10, the gains of the matrix modules at those forwards), no
+     activation probes: ``g / a`` is what the facts cost, inside ``b / a``
 
 Also: peak memory of b vs a (fresh subprocesses), the muP step vs the SP step on the same
 model, the per-job start-up cost, and the time to aggregate + fit + plot + report a sweep of
@@ -50,7 +53,7 @@ import time
 from pathlib import Path
 
 T0 = time.perf_counter()
-VARIANTS = "abcdef"
+VARIANTS = "abcdefg"
 
 
 def _rss_kib(field: str) -> int:
@@ -154,19 +157,33 @@ class Units:
         gc.collect()
         t = time.perf_counter()
         par = Mup()
-        if variant == "a":
+        if variant in ("a", "g"):
+            from coordcheck.record.weights import WeightFacts, measured_steps
+
             par.prepare(self.builders[name], 128)
             for seed in self.seeds:
                 model = self._model(name, width, seed, par)
                 opt = mup.MuAdam(model.parameters(), lr=1e-2)
+                facts = WeightFacts(model, [opt], measured_steps(range(self.steps + 1))) if variant == "g" else None
+                if facts is not None:
+                    facts.start()
                 for step in range(self.steps + 1):
+                    if facts is not None:
+                        facts.gains.begin(step, facts.measuring_forward(step))
                     loss = cross_entropy(model(batch.inputs), batch.targets)
+                    if facts is not None:
+                        facts.gains.end()
+                        facts.expect(step + 1)
                     if step == self.steps:
                         break
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
                 loss.item()
+                if facts is not None:
+                    ident = RunIdentity("bench", name, "mup", "adam", 1e-2, batch.name)
+                    facts.frame({}, ident.columns(width=width, seed=seed))  # the one transfer to the host, the rows
+                    facts.remove()
         elif variant in ("b", "c", "e", "f"):
             kw = {"b": {}, "f": {"tensors": CAUSE_TENSORS}}.get(variant, {"tensors": ("out",), "stats": ("l1",)})
             ident = RunIdentity("bench", name, "mup", "adam", 1e-2, batch.name)
@@ -358,7 +375,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     for name in args.models:
         for width in args.widths:
-            a, b, c, d, e, f = (med[(name, width, v)] for v in VARIANTS)
+            a, b, c, d, e, f, g = (med[(name, width, v)] for v in VARIANTS)
             print(f"{name}_w{width}_a_bare_s: {a:.3f}")
             print(f"{name}_w{width}_b_default_probes_s: {b:.3f}")
             print(f"{name}_w{width}_c_out_l1_s: {c:.3f}")
@@ -370,6 +387,8 @@ def main() -> None:
             print(f"{name}_w{width}_ratio_e_over_d_same_record: {e / d:.3f}")
             print(f"{name}_w{width}_f_causes_probes_s: {f:.3f}")
             print(f"{name}_w{width}_ratio_f_over_a: {f / a:.3f}")
+            print(f"{name}_w{width}_g_bare_plus_facts_s: {g:.3f}")
+            print(f"{name}_w{width}_ratio_g_over_a_facts_cost: {g / a:.3f}")
     if args.ratios_only:
         print(f"bench_wall_s: {time.perf_counter() - T0:.0f}")
         return

@@ -120,7 +120,7 @@ def main(argv: list[str]) -> None:
           + ", ".join(f"{r.family} {r.status.upper()}" for r in df[df["planted"] == ""].itertuples()))
     print(f"mutants {len(plants)}: {len(shown)} with a failing series, exact first cause "
           f"{int((shown['outcome'] == 'exact').sum())} ({(shown['outcome'] == 'exact').mean():.1%}); "
-          f"{len(plants) - len(shown)} PASS, {int((plants['outcome'] == 'noted').sum())} of them named in a note; "
+          f"{len(plants) - len(shown)} PASS or undecided, {int((plants['outcome'] == 'noted').sum())} of them named in a note; "
           f"wrong fixes {int(df['wrong'].sum())}")
     print(pd.crosstab(df["family"], df["outcome"]).to_string())
 

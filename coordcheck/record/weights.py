@@ -54,18 +54,27 @@ __all__ = ["WeightFacts", "measured_steps", "WEIGHT_STATS", "UPDATE_STATS", "GAI
 WEIGHT_STATS = ("rms", "fro", "spec")
 UPDATE_STATS = ("rms", "fro", "spec", "lr", "wd", "sgd_lr")
 GAIN_STATS = ("gain", "fit", "in_rms")
-POWER_STEPS = 8  # power iterations for a spectral norm from a fixed start (W's own: warm-started, 2 after the first)
-WARM_STEPS = 2
+# Power iterations for a spectral norm: from a fixed start the first time, then from the vector the last call left (W
+# and ΔW each their own: successive weights, and successive updates, share their top direction). Each is a pass over
+# the matrix (memory-bound on a CPU): at GPT width 1024, 8 + 2 of them per matrix and measured step cost 0.4 s of a
+# 2.2 s run (experiments/bench_probes.py, variant g). Power iteration approaches σ_max from below: on a Gaussian
+# matrix 6 of them read 6 % low at width 256 and at 1024 alike (an exponent off by < 0.01); on Muon's ΔW, whose
+# spectrum is flat, an exponent off by up to 0.02 against torch.linalg.matrix_norm (tests/test_facts.py)
+POWER_STEPS = 6
+WARM_STEPS = 1
+UPDATE_WARM_STEPS = 1
+GAIN_ROWS = 16  # the input vectors a gain is fitted on (the first, of the sampled rows): a ratio, to well within 1 %
+GAIN_FEATURES = 64  # and the output features: the gain is one number for all of them, and W is read for these alone
 _TINY = 1e-30
 DECOUPLED = ("adamw", "muon")  # the families whose weight decay shrinks W by lr·λ apart from the gradient's step
 
 
 def measured_steps(steps: Iterable[int]) -> list[int]:
-    """The updates to measure among the recorded steps: 1, 2, 3, then 5, 10, 20, 50, 100, ... and the last."""
+    """The updates to measure among the recorded steps: 1, 2, 5, 10, 20, 50, 100, ... and the last."""
     steps = sorted(s for s in set(steps) if s >= 1)
     if not steps:
         return []
-    marks = {1, 2, 3}
+    marks = {1, 2}
     k = 1
     while k <= steps[-1]:
         marks |= {5 * k, 10 * k, 20 * k}
@@ -104,7 +113,8 @@ class _Param:
 
     def __init__(self, name: str, p: torch.Tensor, conv: bool, seed: int):
         self.name, self.p, self.conv = name, p, conv
-        self.v: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None  # W's top right singular vector, as the last call left it
+        self.dv: torch.Tensor | None = None  # ΔW's
         self.v0: torch.Tensor | None = None
         self.seed = seed
 
@@ -213,15 +223,17 @@ class WeightFacts:
             before = self._snap.pop(id(p))
             w = _whole(p.detach()).float()
             lr, wd, shrink = self._labels.pop(id(p), (nan, nan, 0.0))
-            b = _whole(before).float()
-            d = w - b * (1.0 - shrink)  # the optimizer's step, its decoupled weight decay taken out (judged apart)
+            # the optimizer's step, its decoupled weight decay taken out (judged apart): one pass, into the copy
+            d = torch.sub(w, _whole(before).float(), alpha=1.0 - shrink, out=before if before.dtype == w.dtype
+                          and not hasattr(before, "full_tensor") else None)
             rows[i, :3] = self._three(d, q, warm=False)
             wrows[i] = self._three(w, q, warm=True)
             rows[i, 3], rows[i, 4] = lr, wd
             if p.grad is not None:
-                g = _whole(p.grad.detach()).float()
-                gg = (g * g).sum()
-                rows[i, 5] = torch.where(gg > 0, -(d * g).sum() / gg.clamp_min(_TINY), torch.full_like(gg, nan))
+                g = _whole(p.grad.detach()).float().reshape(-1)
+                gg = torch.dot(g, g)
+                rows[i, 5] = torch.where(gg > 0, -torch.dot(d.reshape(-1), g) / gg.clamp_min(_TINY),
+                                         torch.full_like(gg, nan))
         self.update_rows.append((update, rows))
         self.weight_rows.append((update, wrows))
 
@@ -230,18 +242,22 @@ class WeightFacts:
         return torch.stack(rows) if rows else torch.zeros((0, len(WEIGHT_STATS)))
 
     def _three(self, t: torch.Tensor, q: _Param, warm: bool) -> torch.Tensor:
-        """``[rms, fro, spec]`` of ``t`` (W when ``warm``: its power-iteration vector kept for the next call)."""
+        """``[rms, fro, spec]`` of ``t``: W when ``warm``, else ΔW (each keeps its power-iteration vector for the
+        next call)."""
         fro = t.norm()
         rms = fro / max(t.numel(), 1) ** 0.5
         if t.ndim < 2:
             return torch.stack([rms, fro, fro])
         a = _as_matrix(t, q.conv)
-        if warm and q.v is not None:
-            s, q.v = _spectral(a, q.v, WARM_STEPS)
+        last = q.v if warm else q.dv
+        if last is not None and last.shape[0] == a.shape[1]:
+            s, v = _spectral(a, last, WARM_STEPS if warm else UPDATE_WARM_STEPS)
         else:
             s, v = _spectral(a, q.start(a.shape[1], a.device), POWER_STEPS)
-            if warm:
-                q.v = v
+        if warm:
+            q.v = v
+        else:
+            q.dv = v
         return torch.stack([rms, fro, s])
 
     # -- the frame --------------------------------------------------------------------------------------------------
@@ -359,26 +375,40 @@ class GainProbe:
         })
 
 
+def _first_vectors(x: torch.Tensor, floating: bool) -> torch.Tensor | None:
+    """The first :data:`GAIN_ROWS` input vectors of ``x`` (its leading dimensions flattened: rows of tokens); an
+    integer input's indices as a column."""
+    if not floating:
+        return x.reshape(-1)[:GAIN_ROWS]
+    return x.reshape(-1, x.shape[-1])[:GAIN_ROWS] if x.ndim >= 1 else None
+
+
 def _gain_sums(module: nn.Module, args: tuple, kwargs: dict, out: object) -> torch.Tensor | None:
-    """``[Σ ẏ·ż, Σ ż², Σ ẏ²]`` over the sampled rows (ẏ, ż: the output and ``weight`` applied to the input, each
-    output feature centred), or None where the module's output is not shaped as its weight applied to its input."""
+    """``[Σ ẏ·ż, Σ ż², Σ ẏ², Σ x², n_x]`` over the first :data:`GAIN_ROWS` input vectors of the sampled rows (ẏ, ż:
+    the output and ``weight`` applied to the input, each output feature centred), or None where the module's output is
+    not shaped as its weight applied to its input."""
     x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
     y = first_tensor(out)
     if x is None or y is None or x.ndim == 0 or y.ndim == 0 or x.shape[0] != y.shape[0]:
         return None
     w = _whole(module.weight.detach())
     r = sampled_rows(x.shape[0])
-    xs, ys = x[:r], y[:r].float()
+    xs = _first_vectors(x[:r], x.is_floating_point())
+    ys = y[:r].float().reshape(-1, y.shape[-1])[:GAIN_ROWS]  # the same rows of tokens, out of the module
+    if xs is None or xs.shape[0] != ys.shape[0]:
+        return None
+    k = min(GAIN_FEATURES, ys.shape[-1])
     if not x.is_floating_point():
         if w.shape[1] != ys.shape[-1] or tuple(ys.shape[:-1]) != tuple(xs.shape):
             return None
-        z = F.embedding(xs, w.float())
+        z = F.embedding(xs, w[:, :k].float())
     elif xs.shape[-1] == w.shape[1] and ys.shape[-1] == w.shape[0]:
-        z = F.linear(xs.float(), w.float())
+        z = F.linear(xs.float(), w[:k].float())  # the first k output features: k rows of W read, not all
     elif xs.shape[-1] == w.shape[0] and ys.shape[-1] == w.shape[1]:
-        z = xs.float() @ w.float()
+        z = xs.float() @ w[:, :k].float()
     else:
         return None
+    ys = ys[:, :k]
     if z.shape != ys.shape:
         return None
     dims = tuple(range(ys.ndim - 1))
