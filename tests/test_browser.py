@@ -82,7 +82,7 @@ def hovered_copy(page: Path, tmp_path: Path) -> Path:
 def test_the_page_shows_the_verdict_the_causes_and_wires_every_line(report_page, tmp_path):
     dom = chromium(report_page, tmp_path, "--dump-dom")
     assert re.search(r'<p class="cc-verdict"><strong>Verdict: FAIL</strong>', dom)
-    assert re.search(r"<li><strong>lm_head\.weight</strong>: output multiplier ∝ width\^\+0\.00", dom)  # a cause
+    assert re.search(r"<li><strong>lm_head</strong>: update ∝ width\^\+0\.00", dom)  # a cause, measured
     for section in ("worst-offenders", "modules", "parameter-audit", "figures"):
         assert f'<h2 id="{section}">' in dom
     tips = json.loads(re.search(rf'id="{TIPS_ID}">(.*?)</script>', dom, re.S).group(1))
@@ -103,7 +103,7 @@ def test_hovering_the_readout_shows_its_module_role_slope_and_cause(report_page,
     assert re.fullmatch(r"out at step 2: slope [+-]\d\.\d\d, 95% interval \[[+-]\d\.\d\d, [+-]\d\.\d\d\] — fail",
                         shown[2])
     assert f"slope {tip['slope']:+.2f}" in shown[2] and tip["status"] == "fail"
-    assert shown[3].startswith("cause: lm_head.weight: output multiplier")
+    assert shown[3].startswith("cause: lm_head: update ∝ width^+0.00")
     assert abs(seen["boxTop"] - seen["lineY"]) < 60  # beside the pointer
 
 

@@ -137,9 +137,14 @@ def test_titan_llama_with_a_fixed_head_dim_passes_and_says_why_step_0_is_not_the
     hd = r.frame[r.frame["module"].str.endswith("(sdpa)")].groupby("width")["head_dim"].unique()
     assert {w: list(d) for w, d in hd.items()} == {64: [32], 128: [32], 256: [32]}  # the capture saw every width
     assert set(_step0_logits(r)["expect"]) == {"no_growth"}
-    assert r.verdict.notes == ["layers.0.attention.(sdpa), layers.1.attention.(sdpa): head dimension fixed at 32 "
-                               "across widths: the 1/d_head vs 1/sqrt(d_head) test needs a head dimension that grows "
-                               "with width; step 0 judged by the no-growth rule"]
+    assert r.verdict.notes[0] == ("layers.0.attention.(sdpa), layers.1.attention.(sdpa): head dimension fixed at 32 "
+                                  "across widths: the 1/d_head vs 1/sqrt(d_head) test needs a head dimension that "
+                                  "grows with width; step 0 judged by the no-growth rule")
+    # and what training measured of its AdamW: the weight decay kept at 0.1 while the hidden lr goes as 1/width (the
+    # per-step shrink lr·λ ∝ width^-1), a long-run note, not a cause
+    assert len(r.verdict.notes) == 2 and r.verdict.notes[1].startswith(
+        "all 14 hidden matrices: weight decay (the per-step shrink lr·λ) ∝ width^-1.00") and "not a cause" in (
+        r.verdict.notes[1])
 
 
 @pytest.mark.slow

@@ -4,7 +4,9 @@ The planted faults live in ``coordcheck.testing.planted`` (a hand-written nanoGP
 fault one keyword away; ``experiments/causes_known.py`` prints what each one changes in the optimizer groups and
 the init, and each case's verdict). Written against the causes contract: ``Verdict.causes`` (one row per cause
 group: ``kind``, ``what``, ``modules``, ``measure``, ``step``, ``exponent``, ``ci_low``, ``ci_high``, ``line``)
-and ``Verdict.modules``' ``cause`` / ``inherited_from``.
+and ``Verdict.modules``' ``cause`` / ``inherited_from``. Since issue 42 a cause's ``measure`` is the quantity measured
+from what training did (``init``: the effective init, ``lr``: the update rms(ΔW), ``mult``) and its ``exponent`` that
+quantity's slope in width, held against muP's (``expected``).
 
 Two fast tests check the planted models themselves (each fault changes exactly its parameter's lr or init; the
 correct one is ``public_models.gpt_builder``); the rest train (``slow``). Sizes: widths 128-512, 2 seeds, 4 steps at
@@ -17,7 +19,6 @@ before it fails.
 
 import functools
 
-import pandas as pd
 import pytest
 import torch
 
@@ -129,8 +130,10 @@ def test_one_hidden_matrix_left_at_an_unscaled_lr_is_the_only_cause():
     assert c["kind"] == "lr" and list(c["modules"]) == ["transformer.h.1.mlp.c_proj"]
     assert "transformer.h.1.mlp.c_proj" in c["what"] and "transformer.h.1.mlp.c_proj" in c["line"]
     assert "transformer.h.0" not in c["line"]
-    assert c["measure"] == "own" and c["step"] >= 1
-    assert c["ci_low"] > 0.2 and 0.5 < c["exponent"] < 1.5  # Adam at the full lr: own update ~ width^+1
+    # measured from training: Adam at the full lr moves each coordinate by ~lr at every width, rms(ΔW) ~ width^0
+    # where muP's hidden lr gives width^-1
+    assert c["measure"] == "lr" and c["step"] >= 1 and c["expected"] == "width^-1.00"
+    assert c["ci_low"] > -0.5 and -0.3 < c["exponent"] < 0.3
     assert_inherits_downstream(r, c)
 
 
@@ -140,7 +143,8 @@ def test_the_embedding_with_a_hidden_lr_is_the_only_cause():
     c = only_cause(r)
     assert c["kind"] == "lr" and list(c["modules"]) == ["transformer.wte"] and "transformer.wte" in c["line"]
     assert "wpe" not in c["line"]  # the position embedding's lr is right
-    assert c["measure"] == "own" and c["step"] >= 1 and c["ci_high"] < -0.35  # own update ~ width^-1
+    # the hidden lr's width^-1 measured in the embedding's update, where muP keeps its rms(ΔW) constant
+    assert c["measure"] == "lr" and c["step"] >= 1 and c["expected"] == "width^+0.00" and c["ci_high"] < -0.5
     assert_inherits_downstream(r, c)
 
 
@@ -148,7 +152,8 @@ def test_the_embedding_with_a_hidden_lr_is_the_only_cause():
 def test_a_missing_output_multiplier_is_the_output():
     r = planted("no_output_multiplier")
     c = only_cause(r)
-    assert c["kind"] == "output_multiplier" and c["ci_low"] > 0.2
+    # measured: the logits' weight at width^0 where muP's effective readout (weight × multiplier) goes as width^-1
+    assert c["kind"] == "output_multiplier" and c["expected"] == "width^-1.00" and c["ci_low"] > -0.5
     assert not any(m.startswith("transformer.") for m in c["modules"])  # no block is blamed for the logits
 
 
@@ -158,7 +163,8 @@ def test_one_layer_at_a_constant_init_std_is_its_initialisation_at_step_0():
     c = only_cause(r)
     assert c["kind"] == "init" and list(c["modules"]) == ["transformer.h.0.mlp.c_fc"] and c["step"] == 0
     assert "transformer.h.0.mlp.c_fc" in c["line"] and "learning rate" not in c["line"]  # not the lr knob
-    assert 0.3 < c["exponent"] < 0.7  # std 0.02 at fan_in = width: gain ~ width^+0.5
+    assert c["measure"] == "init" and c["expected"] == "width^-0.50"
+    assert -0.1 < c["exponent"] < 0.1  # std 0.02 at every width: the effective init measured constant
     assert_inherits_downstream(r, c)
 
 
@@ -177,16 +183,14 @@ def test_standard_parametrization_with_adam_is_the_output_multiplier_and_every_h
     r = coord_check(gpt, WIDTHS, parametrization="sp", data=DATA, steps=4, seeds=2, progress=False)
     causes = r.verdict.causes
     kinds = set(causes["kind"])
-    assert {"lr", "output_multiplier"} <= kinds <= {"lr", "output_multiplier", "audit"}, causes["line"].tolist()
+    assert kinds == {"lr", "output_multiplier"}, causes["line"].tolist()
     hidden = {f"blocks.{i}.{m}" for i in range(2) for m in ("attn.c_q", "attn.c_k", "attn.c_v", "attn.c_proj",
                                                             "mlp.c_fc", "mlp.c_proj")}
     lr = causes[causes["kind"] == "lr"]
-    assert (lr["exponent"] > 0.5).all()
-    # all hidden matrices, grouped: measured (own update), or as configured (the audit) where a matrix's own update is
-    # not yet significant (blocks.1.attn.c_k behind the zero-initialised query: zero at steps 1-2, +1.31 at step 4)
-    audited = causes[causes["measure"] == "audit:lr"]
-    assert {m for ms in pd.concat([lr["modules"], audited["modules"]]) for m in ms} == hidden
-    assert {m for ms in audited["modules"] for m in ms} in (set(), hidden)
+    # every hidden matrix in one group, measured from its update (rms(ΔW) ~ width^0 at SP's constant lr, muP's
+    # width^-1), even blocks.1.attn.c_k behind the zero-initialised query, whose output does not move at steps 1-2
+    assert (lr["measure"] == "lr").all() and (lr["ci_low"] > -0.5).all()
+    assert {m for ms in lr["modules"] for m in ms} == hidden
     named = {m for ms in causes["modules"] for m in ms}
     assert named <= hidden | {"lm_head", "(root)"}  # not the embedding, the norms or the attention scores
 

@@ -16,7 +16,7 @@ KERNEL = "coordcheck-test"  # a kernelspec written for the test: this interprete
 
 CELLS = [
     "import sys\nprint(sys.executable)",
-    # the SP control: it fails, and its first cause names the readout's multiplier
+    # the SP control: it fails, its first cause every hidden matrix's lr and the readout's named too
     "from coordcheck import coord_check\nfrom coordcheck.setup.models import gpt\n"
     "result = coord_check(gpt, [16, 32, 64], steps=2, seeds=1, progress=False, parametrization='sp')\nresult",
     # a graph cut by .detach(): a blocking diagnosis
@@ -56,10 +56,10 @@ def test_results_show_themselves_in_a_notebook(tmp_path, monkeypatch):
         shown.append(results[0]["data"])
 
     coords, flow, lrs = shown
-    assert coords["text/plain"].startswith("coordcheck: FAIL — cause: lm_head.weight: output multiplier")
+    assert coords["text/plain"].startswith("coordcheck: FAIL — cause: all 10 hidden matrices: update ∝ width^+0.00")
     html = coords["text/html"]
     assert "<strong>Verdict: FAIL</strong>" in html
-    assert re.search(r"<li><strong>lm_head\.weight</strong>: output multiplier ∝ width\^\+0\.00", html)  # a cause
+    assert re.search(r"<li><strong>lm_head</strong>: update ∝ width\^\+0\.00", html)  # a cause, measured
     assert html.count("<svg") == 1 and "<title>output logits, step 2" in html  # the figure; a line's tooltip
     assert html.index("<svg") < html.index("<details>")  # shown; the long tables folded after it
 

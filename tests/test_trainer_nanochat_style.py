@@ -3,8 +3,8 @@ base_train.py (``tests/trainer_nanochat_style.py``: accumulation, lr schedule, M
 width a separate ``coordcheck.record`` run, the folder judged by the report command as one sweep.
 
 As written, nanochat's logits grow with width at initialisation (no 1/width multiplier, lm_head's std constant) and
-its AdamW lrs of lm_head, wte and the value embeddings shrink like width^-1/2: FAIL, the causes naming the readout
-and the embedding, each backed by the audit's and the slopes' facts. With every muP knob of the model file: PASS."""
+its AdamW lrs of lm_head, wte and the value embeddings shrink like width^-1/2: FAIL, the causes naming the readout,
+the embedding and the value embeddings' init (std n_embd^-1/2, where an embedding's stays constant), each backed by the audit's and the slopes' facts. With every muP knob of the model file: PASS."""
 
 from __future__ import annotations
 
@@ -46,23 +46,31 @@ def test_nanochat_as_written_fails_naming_the_readout_and_the_embedding(tmp_path
     assert report["widths"] == list(WIDTHS)
     causes = {c["kind"]: c for c in report["causes"]}
     named = {m for c in report["causes"] for m in c["modules"]}
-    assert {"(logits)", "lm_head", "transformer.wte"} <= named, [c["line"] for c in report["causes"]]
+    assert {"lm_head", "transformer.wte", "value_embeds.1"} <= named, [c["line"] for c in report["causes"]]
     audit = audit.set_index("parameter")
 
-    # the readout: logits grow like width^+1/2 at initialisation, no multiplier on them (the audit's and the slopes')
+    # the readout: its weight's std constant and no multiplier, measured (muP's effective readout weight goes as
+    # 1/width); what follows from it, the logits growing like width^+1/2 at initialisation, is the module table's
     logits = causes["output_multiplier"]
-    assert logits["modules"] == ["(logits)"] and logits["step"] == 0
-    assert logits["ci_low"] > 0.4 and slope(slopes, "(logits)", "out", 0) == pytest.approx(logits["exponent"], abs=0.01)
+    assert logits["modules"] == ["lm_head"] and logits["step"] == 0 and logits["measure"] == "init"
+    assert logits["expected"] == "width^-1.00" and abs(logits["exponent"]) < 0.1
+    assert slope(slopes, "(logits)", "out", 0) == pytest.approx(0.5, abs=0.1)
     assert audit.loc["lm_head.weight", "mult_status"] == "fail"
-    # lm_head's AdamW lr ∝ width^-1/2 (nanochat's (d / 768)^-0.5): muP keeps it behind the 1/width multiplier
-    lm_head = next(c for c in report["causes"] if c["modules"] == ["lm_head"])
-    assert lm_head["measure"] == "audit:lr" and lm_head["exponent"] == pytest.approx(-0.5)
-    assert audit.loc["lm_head.weight", "lr_exponent"] == pytest.approx(-0.5)
+    # lm_head's AdamW lr ∝ width^-1/2 (nanochat's (d / 768)^-0.5), measured in its update: muP keeps it behind the
+    # 1/width multiplier; said in the readout's line
+    assert audit.loc["lm_head.weight", ["lr_status"]].tolist() == ["fail"]
+    assert audit.loc["lm_head.weight", "lr_exponent"] == pytest.approx(-0.5, abs=0.1)
+
+    # the value embeddings: uniform with std n_embd^-1/2 (nanochat's init), where an embedding's fan-in does not grow
+    ve = causes["init"]
+    assert ve["modules"] == ["value_embeds.1"] and ve["expected"] == "width^+0.00"
+    assert ve["exponent"] == pytest.approx(-0.5, abs=0.05)
 
     # the embedding: its lr scaled by (d / 768)^-0.5, so its own update and its change shrink like width^-1/2
     wte = next(c for c in report["causes"] if "transformer.wte" in c["modules"])
-    assert wte["kind"] == "lr" and "learning rate" in wte["line"]
-    assert audit.loc["transformer.wte.weight", ["lr_exponent", "lr_status"]].tolist() == [-0.5, "fail"]
+    assert wte["kind"] == "lr" and "learning rate" in wte["line"] and wte["measure"] == "lr"
+    assert audit.loc["transformer.wte.weight", "lr_status"] == "fail"
+    assert audit.loc["transformer.wte.weight", "lr_exponent"] == pytest.approx(-0.5, abs=0.05)
     assert slope(slopes, "transformer.wte", "own", 1) == pytest.approx(-0.5, abs=0.05)
     assert slope(slopes, "transformer.wte", "delta", STEPS) < -0.3
 

@@ -419,6 +419,7 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.started = time.time()  # the trackers' errors of this sweep's jobs, not of a resumed one's (log_sweep)
+        self.parallel = (config.get("parallel") or {}).get("name", "none") != "none"  # then rank 0 alone reports
         try:
             self.knobs.values(config.get("report"))
         except CoordCheckError as e:  # an exception would only be a warning here: stop before any job runs

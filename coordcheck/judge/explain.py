@@ -113,11 +113,11 @@ def finding(failing: pd.DataFrame, loss: pd.DataFrame, facts_measured: bool,
     return f"{seen} — {head}"
 
 
-def _failing(series: pd.DataFrame) -> pd.DataFrame:
+def _failing(series: pd.DataFrame, status: str = "fail") -> pd.DataFrame:
     """The failing series to explain: in the stability window, leaving their band one way or the other; of a module
     that fails both ways, the way it fails first (a swing back later is the dynamics that follows — a loss that
     jumps —, not a second symptom)."""
-    s = series[series["in_window"].astype(bool) & (series["status"] == "fail")
+    s = series[series["in_window"].astype(bool) & (series["status"] == status)
                & series["direction"].isin(["grows", "shrinks"]) & series["tensor"].isin(["out", "delta", "load"])]
     if s.empty:
         return s
@@ -176,6 +176,27 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
         else:
             key = (knobs[i], v["class"], v["family"], v["direction"], v["quantity"])
         groups.setdefault(key, []).append(i)
+    # a violation that no failing series shows yet (a sibling in a later block, its effect still within the band)
+    # joins a cause of the same knob, class, optimizer family, direction and quantity: the same fix, measured in it too
+    # (a readout-like module, a router in a later block: its own whole fix, when it is a named one's)
+    for i, v in viol.iterrows():
+        if i in first_step:
+            continue
+        if v["module"] in readout and v["class"] == "output-like":
+            key = ("readout", v["module"])
+            like = [k for k in whole if whole[k] == whole_fix[v["module"]][:2]]
+            if not like:
+                continue
+            whole[key] = whole_fix[v["module"]][:2]
+            groups.setdefault(key, [])
+        else:
+            key = (knobs[i], v["class"], v["family"], v["direction"], v["quantity"])
+            like = [key] if key in groups else []
+            if not like:
+                continue
+        groups[key].append(i)
+        first_step[i] = min(first_step[j] for k in like for j in groups[k] if j in first_step)
+        used.add(i)
     for key, members in groups.items():
         rows = viol.loc[members]
         w = rows.loc[(rows["exponent"] - rows["expected"]).abs().idxmax()]
@@ -236,6 +257,20 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
     return sorted(causes, key=lambda c: c["order"]), used
 
 
+def _unstable(verdict: Any, c: Any, series: pd.DataFrame, loss: pd.DataFrame, inputs: Mapping[str, float]) -> None:
+    """An undecided configuration whose every fact is as muP expects and whose loss jumps at or before its undecided
+    series: the reason says so (the edge of stability: lower the learning rate), naming no knob."""
+    s = series[series["in_window"].astype(bool) & (series["status"] == "inconclusive")
+               & series["direction"].isin(["grows", "shrinks"]) & series["tensor"].isin(["out", "delta", "load"])]
+    jump = loss_jump(loss)
+    if s.empty or jump is None or jump[0] > int(s["step"].max()):
+        return
+    text = finding(s, loss, True, inputs)
+    verdict.configs.loc[verdict.configs["config_id"] == c.config_id, "reason"] = text
+    if verdict.status == "inconclusive" and len(verdict.configs) == 1:
+        verdict.reason = text
+
+
 def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]], rules: Rules,
             findings_only: bool = False) -> None:
     """Everything after the series (module docstring), in place on ``verdict``."""
@@ -250,11 +285,15 @@ def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]
         cid = c.config_id
         s = series[series["config_id"] == cid]
         mine = long[long["config_id"] == cid]
-        failing = _failing(s) if c.status == "fail" else s.iloc[0:0]
+        # an undecided configuration: what its undecided series would follow from, where a measured fact says so
+        failing = _failing(s) if c.status == "fail" else _failing(s, "inconclusive") if c.status == "inconclusive" \
+            else s.iloc[0:0]
         rows, used = _causes_of(cid, str(c.parametrization), mine, failing, s, rules.tol,
                                 eps[eps["config_id"] == cid] if len(eps) else eps)
         all_causes += rows
         used_all |= used
+        if c.status == "inconclusive" and not rows and len(mine):
+            _unstable(verdict, c, s, loss[loss["config_id"] == cid], _inputs(frame, cid))
         if c.status == "fail" and not rows and len(failing) and len(mine):
             findings[cid] = finding(failing, loss[loss["config_id"] == cid], len(mine) > 0, _inputs(frame, cid))
             all_causes.append(dict(config_id=cid, parametrization=str(c.parametrization), order=0, kind="candidates",
@@ -331,6 +370,14 @@ def _diagnoses(verdict: Any, measured: set[str]) -> None:
     seen = set(c.loc[c["kind"] == "candidates", "what"]) if len(c) else set()  # what was seen names no knob
     said = {(r.config_id, r.module): (r.cause or r.inherited_from) for r in m.itertuples()}
     said = {k: ("" if w in seen else w) for k, w in said.items()}
+    # an op's series (a router's load, attention logits) follows from a cause named on the module that computed it
+    named = [(r.config_id, m, str(r.what)) for r in c.itertuples() if r.kind != "candidates" for m in r.modules] \
+        if len(c) else []
+    for cid, module in set(zip(s["config_id"], s["module"])):
+        home = _attention_home(str(module))
+        if home is not None and not said.get((cid, module)):
+            said[(cid, module)] = next((w for c_, m, w in named if c_ == cid and (m == home or m.startswith(home + "."))),
+                                       "")
     bad = s["config_id"].isin(measured) & s["status"].isin(["fail", "inconclusive"])
     verdict.series.loc[bad, "diagnosis"] = [
         f"follows from the cause {said[k]}" if said.get(k) else "" for k in zip(s.loc[bad, "config_id"],
@@ -351,6 +398,11 @@ def _lead(verdict: Any, structure: pd.DataFrame) -> None:
             continue
         if mine["kind"].iloc[0] == "structure":
             verdict.configs.loc[i, ["status", "reason"]] = ["fail", mine["line"].iloc[0]]
+            continue
+        if c["status"] == "inconclusive" and mine["kind"].iloc[0] != "candidates":
+            more = "" if len(mine) < 2 else f"; {len(mine) - 1} more: " + ", ".join(
+                f"{r.what} ({r.kind})" for r in mine.iloc[1:].itertuples())
+            verdict.configs.loc[i, "reason"] = f"{c['reason']}; measured meanwhile: {mine['line'].iloc[0]}{more}"
             continue
         if c["status"] != "fail" or str(c["reason"]).startswith(("diverged", "the builder ignores", "widths ")):
             continue

@@ -316,13 +316,12 @@ def measured_facts(frame: pd.DataFrame, facts: Iterable[Mapping[str, Any]], seri
             if src in up_of:
                 mine_rows += _update_rows(base, up_of[src], g_exp, a, family, by_width,
                                           bool(wide.get("embedding")), rules, unmeasured)
-            if cls == "vector" and wide.get("owner", None) == "":  # a scan's vector: measured, not judged
+            if src == name:
+                mine_rows += _declared_rows(base, by_width, up_of.get(name), a, family, rules)
+            if cls == "vector" and wide.get("owner", None) == "":  # a scan's vector: measured, not judged (ε too)
                 for r in mine_rows:
                     r.update(status="not judged" if r["status"] != "zero" else "zero", direction="", reason=NO_RULE)
             rows += mine_rows
-            if src == name:
-                rows += _declared_rows(base, by_width, up_of.get(name),
-                                       a, family, rules)
     df = pd.DataFrame(rows, columns=LONG_COLUMNS)
     return df.astype({"order": "int64", "exponent": "float64", "value": "float64", "declared": "float64",
                       "gain": "float64", "first": "float64"})

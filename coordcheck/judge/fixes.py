@@ -110,10 +110,24 @@ def lr_fix(v: pd.Series, n: int) -> str:
     return f"multiply {them}r learning rate by {factor}{hint}".replace("themr", "their").replace("itr", "its")
 
 def init_fix(v: pd.Series, n: int) -> str:
+    """Initialise the raw weight so that, times the multiplier measured on it (``gain``), its effective init goes as
+    muP's ``expected``: std ∝ fan_in^-1/2 (a hidden matrix), constant (an input weight, or an output weight behind a
+    1/width multiplier), or ∝ 1/fan_in (an output weight with none)."""
     it = "them" if n > 1 else "it"
-    return {"hidden": f"initialise {it} with std ∝ fan_in^-1/2 (nn.init.normal_(w, std=fan_in ** -0.5))",
-            "input-like": f"initialise {it} with a std constant in width (an input weight's fan-in does not grow)",
-            }.get(str(v["class"]), f"initialise {it} with a std constant in width")
+    g = float(v["gain"]) if np.isfinite(float(v["gain"])) else 0.0
+    target = round((float(v["expected"]) - g) * 2) / 2
+    cls = str(v["class"])
+    if cls == "hidden" and target == -0.5:
+        return f"initialise {it} with std ∝ fan_in^-1/2 (nn.init.normal_(w, std=fan_in ** -0.5))"
+    if target == 0:
+        why = " (an input weight's fan-in does not grow)" if cls == "input-like" else ""
+        return f"initialise {it} with a std constant in width{why}"
+    if cls == "output-like" and target == -1:
+        its = "their" if n > 1 else "its"
+        return (f"initialise {it} with std ∝ 1/fan_in (muP's output weight without a multiplier: std × base_width / "
+                f"width), or keep {its} std and multiply {its} output by base_width / width")
+    return f"initialise {it} with std ∝ width^{num(target)}"
+
 
 def group_name(names: list[str], cls: str, n_class: int) -> str:
     if len(names) == 1:

@@ -96,6 +96,14 @@ LINEAR_FORWARDS = frozenset(c.forward for c in (
 ))
 
 
+_EXTRA = [0]  # how many of own's extra calls are running (the weights' gain probe skips them: not the model's forward)
+
+
+def extra_call() -> bool:
+    """Whether a forward hook now runs inside own's extra call of a module (:meth:`OwnUpdate._measure`)."""
+    return _EXTRA[0] > 0
+
+
 def sampled_rows(n: int) -> int:
     """How many of ``n`` leading entries are sampled (see ``SAMPLED_ROWS``)."""
     return max(1, min(SAMPLED_ROWS, n // SAMPLED_SHARE))
@@ -289,6 +297,7 @@ class OwnUpdate:
                                       if v is not None}
             self._busy, recording = True, p.recording
             p.recording = False
+            _EXTRA[0] += 1
             try:
                 with torch._C.DisableTorchFunction():
                     change = self._change(name, module, args, kwargs)
@@ -300,6 +309,7 @@ class OwnUpdate:
                 return False
             finally:
                 self._busy, p.recording = False, recording
+                _EXTRA[0] -= 1
         return change if change is not None and change.numel() else None
 
     def flush(self, which: tuple[str, ...]) -> tuple[list[tuple[str, str]], list[int], torch.Tensor | None]:

@@ -45,7 +45,7 @@ from torch import nn
 from coordcheck.core.frame import COLUMNS, GAIN_TENSOR, UPDATE_TENSOR, WEIGHT_TENSOR, conform
 from coordcheck.record.eps import _owner
 from coordcheck.record.outputs import first_tensor
-from coordcheck.record.own import sampled_rows
+from coordcheck.record.own import extra_call, sampled_rows
 from coordcheck.record.param_facts import effective_lr, optimizer_family
 from coordcheck.record.ranks import world
 
@@ -343,25 +343,41 @@ class GainProbe:
 
     def _hook(self, name: str):
         def hook(module: nn.Module, args: tuple, kwargs: dict, out: object) -> None:
-            if not self.recording or not isinstance(getattr(module, "weight", None), nn.Parameter):
-                return  # (an extra call of the own update's, on a change of parameters: not the model's forward)
+            if not self.recording or extra_call() or not isinstance(getattr(module, "weight", None), nn.Parameter):
+                return  # (an extra call of the own update's: not the model's forward)
             with torch.no_grad(), torch._C.DisableTorchFunction():  # our ops are not the function probe's to see
-                s = _gain_sums(module, args, kwargs, out)
+                s = _gain_sums(module, args, kwargs, out, self.batch_shape)
             if s is not None:
                 self._sums[name] = s if name not in self._sums else self._sums[name] + s
         return hook
 
     def rows(self) -> pd.DataFrame:
-        if not self.records:
+        procs = world()[1]
+        if not self.records and procs == 1:
             return pd.DataFrame(columns=["step", "module", "tensor", "stat", "value"])
         keys = [(step, name) for step, sums in self.records for name in sums]
-        sums = torch.stack([s for _, d in self.records for s in d.values()]).double()
-        if world()[1] > 1:
-            import torch.distributed as dist
+        sums = torch.stack([s for _, d in self.records for s in d.values()]).double() if keys else \
+            torch.zeros(0, 6 + 2 * GAIN_FEATURES, dtype=torch.float64, device=_collective_device())
+        if procs > 1:  # the processes' sums added, by key: a module some process did not call (a routed
+            import torch.distributed as dist  # expert that got no tokens there) adds nothing from it
 
-            dist.all_reduce(sums)
-        syz, szz, syy, xx, nx = sums.cpu().numpy().T
-        with np.errstate(divide="ignore", invalid="ignore"):
+            from coordcheck.record.ranks import gather_objects
+
+            every = list(dict.fromkeys(k for ks in gather_objects(keys) for k in ks))
+            at = {k: i for i, k in enumerate(every)}
+            dense = torch.zeros(len(every), sums.shape[1], dtype=sums.dtype, device=sums.device)
+            dense[[at[k] for k in keys]] = sums
+            dist.all_reduce(dense)
+            keys, sums = every, dense
+            if not keys:
+                return pd.DataFrame(columns=["step", "module", "tensor", "stat", "value"])
+        t = sums.cpu().numpy()
+        syz, szz, syy, xx, nx, rows = t[:, :6].T
+        sy, sz = t[:, 6:6 + GAIN_FEATURES], t[:, 6 + GAIN_FEATURES:]
+        with np.errstate(divide="ignore", invalid="ignore"):  # each output feature centred over the pooled rows
+            syz = syz - np.where(rows > 0, (sy * sz).sum(1) / rows, 0.0)
+            szz = szz - np.where(rows > 0, (sz * sz).sum(1) / rows, 0.0)
+            syy = syy - np.where(rows > 0, (sy * sy).sum(1) / rows, 0.0)
             gain = np.where(szz > 0, syz / szz, np.nan)
             fit = np.where((szz > 0) & (syy > 0), syz * syz / (szz * syy), np.nan)
             rms = np.where(nx > 0, np.sqrt(xx / nx), np.nan)
@@ -375,47 +391,84 @@ class GainProbe:
         })
 
 
-def _first_vectors(x: torch.Tensor, floating: bool) -> torch.Tensor | None:
-    """The first :data:`GAIN_ROWS` input vectors of ``x`` (its leading dimensions flattened: rows of tokens); an
-    integer input's indices as a column."""
-    if not floating:
-        return x.reshape(-1)[:GAIN_ROWS]
-    return x.reshape(-1, x.shape[-1])[:GAIN_ROWS] if x.ndim >= 1 else None
+def _collective_device() -> torch.device:
+    """Where this process's collectives run: its CUDA device under NCCL, else the CPU."""
+    import torch.distributed as dist
+
+    nccl = dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl"
+    return torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
 
 
-def _gain_sums(module: nn.Module, args: tuple, kwargs: dict, out: object) -> torch.Tensor | None:
-    """``[Σ ẏ·ż, Σ ż², Σ ẏ², Σ x², n_x]`` over the first :data:`GAIN_ROWS` input vectors of the sampled rows (ẏ, ż:
-    the output and ``weight`` applied to the input, each output feature centred), or None where the module's output is
+def _first_vectors(grid: tuple[int, ...], batch_shape: Sequence[int] | None) -> torch.Tensor:
+    """Which of the input vectors here (``grid``: their leading dimensions) are among the whole batch's first
+    :data:`GAIN_ROWS` of its sampled rows (:func:`~coordcheck.record.own.sampled_rows` of the leading dimension), as
+    flat indices in order. One process: the first ones. Several (:mod:`coordcheck.record.ranks`): the batch is split
+    along the leading dimension (this process holds its contiguous share: rank order is the whole batch's) or, a
+    sequence-first input, along the dimension as long as this process's batch; each vector's index in the whole
+    batch's order says whether it is one."""
+    if not len(grid):
+        return torch.arange(1)
+    n = int(np.prod(grid))
+    per_row = n // max(grid[0], 1)
+    rank, procs = world()
+    if procs == 1 or not batch_shape:
+        return torch.arange(min(GAIN_ROWS, sampled_rows(grid[0]) * per_row, n))
+    bs = tuple(batch_shape)
+    if grid[0] in {bs[0] * int(np.prod(bs[1:j])) for j in range(1, len(bs) + 1)}:  # the leading dimension split
+        limit = min(GAIN_ROWS, sampled_rows(grid[0] * procs) * per_row)
+        return torch.arange(max(0, min(limit - rank * n, n)))
+    j = next((d for d in range(1, len(grid)) if grid[d] == bs[0]), None)
+    if j is None:  # no dimension holds the batch's split: rank 0's first vectors stand for the whole batch's
+        return torch.arange(min(GAIN_ROWS, sampled_rows(grid[0]) * per_row, n) if rank == 0 else 0)
+    whole = list(grid)
+    whole[j] *= procs
+    flat = torch.zeros(n, dtype=torch.long)
+    for d, c in enumerate(torch.unravel_index(torch.arange(n), tuple(grid))):
+        flat = flat * whole[d] + c + (rank * grid[j] if d == j else 0)
+    limit = min(GAIN_ROWS, sampled_rows(grid[0]) * per_row * procs)
+    return torch.nonzero(flat < limit).flatten()
+
+
+def _gain_sums(module: nn.Module, args: tuple, kwargs: dict, out: object,
+               batch_shape: Sequence[int] | None = None) -> torch.Tensor | None:
+    """``[Σ y·z, Σ z², Σ y², Σ x², n_x, rows, Σ y (per output feature), Σ z (per output feature)]`` (float64; the
+    features padded to :data:`GAIN_FEATURES`) over the whole batch's first :data:`GAIN_ROWS` input vectors of the
+    sampled rows that lie here (y, z: the output and ``weight`` applied to the input): sums that several processes
+    add up to one process's, each feature centred after (:meth:`GainProbe.rows`). None where the module's output is
     not shaped as its weight applied to its input."""
     x = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
     y = first_tensor(out)
     if x is None or y is None or x.ndim == 0 or y.ndim == 0 or x.shape[0] != y.shape[0]:
         return None
     w = _whole(module.weight.detach())
-    r = sampled_rows(x.shape[0])
-    xs = _first_vectors(x[:r], x.is_floating_point())
-    ys = y[:r].float().reshape(-1, y.shape[-1])[:GAIN_ROWS]  # the same rows of tokens, out of the module
-    if xs is None or xs.shape[0] != ys.shape[0]:
+    floating = x.is_floating_point()
+    grid = tuple(x.shape[:-1] if floating else x.shape)
+    if tuple(y.shape[:-1]) != grid:
         return None
+    take = _first_vectors(grid, batch_shape)
+    rows = int(take[-1]) // max(int(np.prod(grid[1:])), 1) + 1 if len(take) else 1  # the leading rows they lie in
+    take = take.to(x.device)
+    xs = (x[:rows].reshape(-1, x.shape[-1]) if floating else x[:rows].reshape(-1))[take]
+    ys = y[:rows].reshape(-1, y.shape[-1])[take].double()
     k = min(GAIN_FEATURES, ys.shape[-1])
-    if not x.is_floating_point():
-        if w.shape[1] != ys.shape[-1] or tuple(ys.shape[:-1]) != tuple(xs.shape):
+    if not floating:
+        if w.shape[1] != ys.shape[-1]:
             return None
-        z = F.embedding(xs, w[:, :k].float())
+        z = F.embedding(xs, w[:, :k].double())
     elif xs.shape[-1] == w.shape[1] and ys.shape[-1] == w.shape[0]:
-        z = F.linear(xs.float(), w[:k].float())  # the first k output features: k rows of W read, not all
+        z = F.linear(xs.double(), w[:k].double())  # the first k output features: k rows of W read, not all
     elif xs.shape[-1] == w.shape[0] and ys.shape[-1] == w.shape[1]:
-        z = xs.float() @ w[:, :k].float()
+        z = xs.double() @ w[:, :k].double()
     else:
         return None
     ys = ys[:, :k]
     if z.shape != ys.shape:
         return None
-    dims = tuple(range(ys.ndim - 1))
-    yc = ys - ys.mean(dim=dims, keepdim=True)
-    zc = z - z.mean(dim=dims, keepdim=True)
-    if x.is_floating_point():
-        xx, nx = xs.float().square().sum(), float(xs.numel())
+    pad = GAIN_FEATURES - k
+    if floating:
+        xx, nx = xs.double().square().sum(), float(xs.numel())
     else:
-        xx, nx = torch.zeros((), device=z.device), 0.0
-    return torch.stack([(yc * zc).sum(), (zc * zc).sum(), (yc * yc).sum(), xx, torch.full_like(xx, nx)])
+        xx, nx = torch.zeros((), dtype=torch.float64, device=z.device), 0.0
+    head = torch.stack([(ys * z).sum(), (z * z).sum(), (ys * ys).sum(), xx, torch.full_like(xx, nx),
+                        torch.full_like(xx, float(ys.shape[0]))])
+    return torch.cat([head, F.pad(ys.sum(0), (0, pad)), F.pad(z.sum(0), (0, pad))])
