@@ -97,14 +97,16 @@ def print_tables(df: pd.DataFrame) -> None:
     f = df[df["planted"] != ""].groupby("family").agg(
         mutants=("key", "size"), exact=("outcome", lambda s: (s == "exact").sum()), wrong_fixes=("wrong", "sum"))
     print(f.to_string())
-    n, exact = len(single) + len(pairs), int((single["outcome"] == "exact").sum() + (pairs["outcome"] == "exact").sum())
-    both = int((pairs["named"] == pairs["plants"]).sum())
-    silent = df[(df["planted"] != "") & (df["outcome"].isin(["noted", "pass"]) | (df["status"] == "inconclusive"))]
-    shown = n - len(silent)
-    print(f"\nmutants {n} (single {len(single)}, pairs {len(pairs)}): {shown} with a failing series, exact first cause "
-          f"{exact} of them ({exact / max(shown, 1):.1%}); {len(silent)} PASS or undecided (no judged series fails "
-          f"with the plant), "
-          f"{int((silent['outcome'] == 'noted').sum())} of them named in a note with its forecast; pairs with both "
+    planted = df[df["planted"] != ""]
+    n, both = len(planted), int((pairs["named"] == pairs["plants"]).sum())
+    shown = planted[planted["status"] == "fail"]  # a judged series fails with the plant
+    silent = planted[planted["status"] != "fail"]  # PASS, or undecided: named as a cause from its fact, or in a note
+    exact = int((shown["outcome"] == "exact").sum())
+    print(f"\nmutants {n} (single {len(single)}, pairs {len(pairs)}): {len(shown)} with a failing series, exact first "
+          f"cause {exact} of them ({exact / max(len(shown), 1):.1%}); {len(silent)} PASS or undecided (no judged series "
+          f"fails with the plant), {int(silent['outcome'].isin(['exact', 'noted']).sum())} of them naming it "
+          f"({int((silent['outcome'] == 'exact').sum())} undecided with it as the measured cause, "
+          f"{int((silent['outcome'] == 'noted').sum())} in a note with its forecast); pairs with both "
           f"named {both} of {len(pairs)}; wrong fixes "
           f"{int(df['wrong'].sum())} (in {int((df['wrong'] > 0).sum())} mutants); bases passing "
           f"{int((base['status'] == 'pass').sum())} of {len(base)}")

@@ -89,7 +89,8 @@ PLANTED_CLI = ["model=custom", "model._target_=coordcheck.testing.planted.plante
     ("hidden_lr_one_matrix", "+model.unscaled_lr=[transformer.h.1.mlp.c_proj.weight]", "lr",
      ["transformer.h.1.mlp.c_proj"]),
     ("embedding_lr_scaled", "+model.scaled_lr=[transformer.wte.weight]", "lr", ["transformer.wte"]),
-    ("no_output_multiplier", "+model.output_mult=false", "output_multiplier", ["(root)"]),
+    # the readout measured: lm_head's effective weight (the model's output over its input), no multiplier on it
+    ("no_output_multiplier", "+model.output_mult=false", "output_multiplier", ["lm_head"]),
     ("constant_init_std", "+model.constant_std=[transformer.h.0.mlp.c_fc.weight]", "init",
      ["transformer.h.0.mlp.c_fc"]),
 ])

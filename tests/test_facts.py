@@ -166,6 +166,22 @@ def test_sgds_applied_lr_is_the_step_along_the_gradient_and_clipping_does_not_ch
     assert _value(df, "2.weight", "update", "sgd_lr", 1) == pytest.approx(0.05, rel=1e-3)
 
 
+def test_a_zero_update_leaves_the_next_updates_spectral_norm_measured():
+    # a zero step (a schedule that starts at lr 0, Muon's momentum warmup, a matrix behind a zero-initialised readout)
+    # leaves power iteration a zero vector: the next update's norm is estimated afresh, not read as zero
+    model = _mlp(32)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    for g in opt.param_groups:
+        g["lr_mult"] = 1.0
+    facts = WeightFacts(model, [opt], steps=[1, 2, 3])
+    _train(model, opt, facts, lrs=[0.0, 1e-2, 1e-2])
+    df = _frame(facts)
+    assert _value(df, "2.weight", "update", "spec", 1) == 0.0
+    for step in (2, 3):
+        fro = _value(df, "2.weight", "update", "fro", step)
+        assert fro > 0 and 0.3 * fro <= _value(df, "2.weight", "update", "spec", step) <= fro * (1 + 1e-5)
+
+
 def test_without_an_optimizer_the_update_is_the_change_between_two_calls():
     model = _mlp(32)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)

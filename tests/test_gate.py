@@ -124,8 +124,9 @@ def test_builtin_gpt(parametrization):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault, named", [
-    ("hidden_lr_one_matrix", "cause: transformer.h.1.mlp.c_proj: own update grows"),
-    ("attention_sqrt_d", "cause: both attention logits: output does not shrink enough"),
+    ("hidden_lr_one_matrix", "cause: transformer.h.1.mlp.c_proj.weight: update ∝ width^"),
+    ("attention_sqrt_d", "cause: both attention logits (transformer.h.0.attn.(sdpa), transformer.h.1.attn.(sdpa)): "
+                         "logits ∝ width^"),
 ])
 def test_planted_gpt(fault, named):
     # the correct model passing and the missing output multiplier: the docs' tests/test_mup.py example

@@ -146,7 +146,8 @@ def test_granitemoe_router_left_at_its_config_std_is_named_with_the_routers_fix(
     report, _, _ = _run(monkeypatch, capsys, tmp_path, "init=none")  # every weight at initializer_range 0.02
     assert report["status"] == "fail"
     by_router = [c for c in report["causes"] if any(".router" in m for m in c["modules"])]
-    assert by_router and all("output weight" in c["fix"] for c in by_router), "\n".join(c["line"] for c in report["causes"])
+    said = "\n".join(c["line"] for c in report["causes"])
+    assert by_router and all("output weight" in c["fix"] for c in by_router), said
     assert all(c["kind"] != "attention_scale" for c in report["causes"])
 
 

@@ -210,16 +210,16 @@ def test_one_std_model_with_an_output_multiplier_passes_with_mup_groups_and_init
     hidden = r.verdict.series.query("role == 'hidden' and tensor in ['out', 'delta']")
     assert len(hidden) and hidden["slope"].abs().median() < 0.2  # 0.11 measured; plain Adam: above 1
     lr = r.audit.set_index("parameter").loc["blocks.0.up.weight", "lr_exponent"]
-    assert lr == pytest.approx(-1.0, abs=1e-6)  # the audit reads the groups' lr: width^-1
+    assert lr == pytest.approx(-1.0, abs=0.05)  # measured from the updates: width^-1 (-1.0001)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kwargs, kind, fix", [
-    (dict(optimizer="adam", init="mup"), "lr", "give them lr * base_width / width"),
-    (dict(optimizer="mup_groups"), "init", "give them std ∝ fan_in**-0.5"),
+    (dict(optimizer="adam", init="mup"), "lr", "multiply their learning rate by base_width / width"),
+    (dict(optimizer="mup_groups"), "init", "initialise them with std ∝ fan_in^-1/2"),
     # the multiplier lives in the model's forward, outside any module: the cause names the root and the fix
     (dict(optimizer="mup_groups", init="mup", logits_scaling=1.0), "output_multiplier",
-     "multiply the logits by base_width/width"),
+     "multiply its output by base_width / width"),
 ])
 def test_the_same_model_fails_without_each_part(kwargs, kind, fix):
     r = coord_check(library_style.build, WIDTHS, **RUN, **kwargs)

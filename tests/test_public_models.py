@@ -53,14 +53,15 @@ def test_nanogpt_style_attention_scaled_one_over_sqrt_d_fails_naming_the_attenti
 def test_nanogpt_style_without_output_multiplier_fails_naming_the_output():
     r = coord_check(pm.gpt_builder, GPT_WIDTHS, output_mult=False, lr=1e-2, **BUGS)
     assert r.verdict.status == "fail" and "(root)" in failing_modules(r)
-    # the multiplier belongs in GPT.forward, outside any module: the cause names the root and the fix
-    assert r.verdict.reason.startswith("cause: (root): output grows like width^+")
-    assert "multiply the logits by base_width/width" in r.verdict.reason
+    # the multiplier belongs in GPT.forward, outside any module: measured on lm_head's effective weight (its output
+    # times what scales it up to the model's), the fix says where the multiplier goes
+    assert r.verdict.reason.startswith("cause: lm_head: effective init ∝ width^+0.00")
+    assert "multiply its output by base_width / width" in r.verdict.reason
 
 
 def test_nanogpt_style_with_hidden_lr_unscaled_fails_without_advising_muadam():
     r = coord_check(pm.gpt_builder, GPT_WIDTHS, scale_hidden_lr=False, lr=1e-2, **BUGS)
-    assert r.verdict.status == "fail" and "hidden learning rate is not scaled" in r.verdict.reason
+    assert r.verdict.status == "fail" and "multiply their learning rate by base_width / width" in r.verdict.reason
     assert "MuAdam" not in r.verdict.reason  # parametrization=none: the advice is per-group learning rates
 
 
@@ -89,7 +90,7 @@ def test_sequence_first_encoder_with_plain_adam_fails_on_hidden_layers():
         return torch.optim.Adam(model.parameters(), lr=lr)
 
     r = coord_check(pm.encoder_builder, [64, 128, 256], optimizer=adam, **{**ENCODER, "seeds": 3})  # 1.1 past the band
-    assert r.verdict.status == "fail" and "hidden learning rate is not scaled" in r.verdict.reason
+    assert r.verdict.status == "fail" and "multiply their learning rate by base_width / width" in r.verdict.reason
 
 
 RESNET = dict(data=pm.images(), base_width=8, lr=1e-2, steps=6, seeds=2, progress=False)

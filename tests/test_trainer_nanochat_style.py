@@ -4,7 +4,8 @@ width a separate ``coordcheck.record`` run, the folder judged by the report comm
 
 As written, nanochat's logits grow with width at initialisation (no 1/width multiplier, lm_head's std constant) and
 its AdamW lrs of lm_head, wte and the value embeddings shrink like width^-1/2: FAIL, the causes naming the readout,
-the embedding and the value embeddings' init (std n_embd^-1/2, where an embedding's stays constant), each backed by the audit's and the slopes' facts. With every muP knob of the model file: PASS."""
+the embedding and the value embeddings' init (std n_embd^-1/2, where an embedding's stays constant), each backed by
+the audit's and the slopes' facts. With every muP knob of the model file: PASS."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_nanochat_as_written_fails_naming_the_readout_and_the_embedding(tmp_path
     assert logits["modules"] == ["lm_head"] and logits["step"] == 0 and logits["measure"] == "init"
     assert logits["expected"] == "width^-1.00" and abs(logits["exponent"]) < 0.1
     assert slope(slopes, "(logits)", "out", 0) == pytest.approx(0.5, abs=0.1)
-    assert audit.loc["lm_head.weight", "mult_status"] == "fail"
+    assert audit.loc["lm_head.weight", "init_status"] == "fail"  # its effective init (the multiplier is shown)
     # lm_head's AdamW lr ∝ width^-1/2 (nanochat's (d / 768)^-0.5), measured in its update: muP keeps it behind the
     # 1/width multiplier; said in the readout's line
     assert audit.loc["lm_head.weight", ["lr_status"]].tolist() == ["fail"]

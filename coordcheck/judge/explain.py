@@ -141,7 +141,7 @@ def _explains(v: pd.Series, s: pd.Series) -> bool:
 
 
 def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, series: pd.DataFrame, tol: float,
-               eps: pd.DataFrame) -> tuple[list[dict], set[int]]:
+               eps: pd.DataFrame, jump: int | None = None) -> tuple[list[dict], set[int]]:
     """The cause rows of one configuration, and the indices of the violations that explain something."""
     viol = facts[facts["status"].eq("fail") & facts["quantity"].isin(["init", "lr"])
                  & facts["direction"].isin(["grows", "shrinks"])]
@@ -226,7 +226,7 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
                 line = (f"{head}: its step falls short of its learning rate by width^{short}"
                         f" — Adam's ε, not the learning rate, sets it{share} — {fix}")
             else:
-                fix = init_fix(w, len(names)) if kind == "init" else lr_fix(w, len(names))
+                fix = init_fix(w, len(names)) if kind == "init" else lr_fix(w, len(names), mup=par == "mup")
                 line = f"{head} — {fix}"
         if par == "sp":
             fix, line = fix + SP, line + SP
@@ -252,6 +252,27 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
                               modules=mods, measure="out", step=0, exponent=float(s["slope"]),
                               ci_low=float(s["ci_low"]), ci_high=float(s["ci_high"]), expected="≤ 0 (may shrink)",
                               fix=fix, line=line, direction="grows"))
+    # attention logits that grow after updates, with every fact upstream of them muP's, a head dimension that grows
+    # (or one not recorded) and a loss that does not jump first: the scale in the op (a zero-initialised query hides
+    # it at step 0; 1/√d_head leaves the logits' change growing like √d_head)
+    late = [s for s in unexplained if s["role"] == "attention" and int(s["step"]) >= 1 and s["direction"] == "grows"
+            and not (np.isfinite(float(s.get("head_exponent", np.nan))) and float(s["head_exponent"]) <= tol)
+            and (jump is None or jump > int(s["step"]))
+            and not any(int(v["order"]) <= int(s["call_order"]) for _, v in viol.iterrows())]
+    if late and not att:
+        mods = list(dict.fromkeys(str(s["module"]) for s in late))
+        s = max(late, key=lambda s: float(s["slope"]))
+        n_logits = series.loc[series["role"].eq("attention"), "module"].nunique()
+        what = mods[0] if len(mods) == 1 else group_name(mods, "", n_logits).replace("parameters", "attention logits")
+        named = "" if len(mods) == 1 else f" ({', '.join(mods[:4])}{' ...' if len(mods) > 4 else ''})"
+        line = (f"{what}{named}: logits grow ∝ width^{s['slope']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] at "
+                f"step {int(s['step'])}, after updates, with every parameter upstream of them as muP expects (init and "
+                f"update measured) — {ATTENTION_FIX}")
+        causes.append(dict(config_id=cid, parametrization=par, order=0, kind="attention_scale", what=what,
+                           modules=mods, measure=str(s["tensor"]), step=int(s["step"]), exponent=float(s["slope"]),
+                           ci_low=float(s["ci_low"]), ci_high=float(s["ci_high"]),
+                           expected=f"width^{float(s['band_high']) - tol:+.2f} or less", fix=ATTENTION_FIX, line=line,
+                           direction="grows"))
     for k, c in enumerate(sorted(causes, key=lambda c: (c["step"] > 0, c["step"], 0))):
         c["order"] = k
     return sorted(causes, key=lambda c: c["order"]), used
@@ -288,8 +309,9 @@ def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]
         # an undecided configuration: what its undecided series would follow from, where a measured fact says so
         failing = _failing(s) if c.status == "fail" else _failing(s, "inconclusive") if c.status == "inconclusive" \
             else s.iloc[0:0]
+        jump = loss_jump(loss[loss["config_id"] == cid])
         rows, used = _causes_of(cid, str(c.parametrization), mine, failing, s, rules.tol,
-                                eps[eps["config_id"] == cid] if len(eps) else eps)
+                                eps[eps["config_id"] == cid] if len(eps) else eps, None if jump is None else jump[0])
         all_causes += rows
         used_all |= used
         if c.status == "inconclusive" and not rows and len(mine):
@@ -376,8 +398,8 @@ def _diagnoses(verdict: Any, measured: set[str]) -> None:
     for cid, module in set(zip(s["config_id"], s["module"])):
         home = _attention_home(str(module))
         if home is not None and not said.get((cid, module)):
-            said[(cid, module)] = next((w for c_, m, w in named if c_ == cid and (m == home or m.startswith(home + "."))),
-                                       "")
+            said[(cid, module)] = next(
+                (w for c_, m, w in named if c_ == cid and (m == home or m.startswith(home + "."))), "")
     bad = s["config_id"].isin(measured) & s["status"].isin(["fail", "inconclusive"])
     verdict.series.loc[bad, "diagnosis"] = [
         f"follows from the cause {said[k]}" if said.get(k) else "" for k in zip(s.loc[bad, "config_id"],

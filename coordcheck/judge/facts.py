@@ -318,7 +318,9 @@ def measured_facts(frame: pd.DataFrame, facts: Iterable[Mapping[str, Any]], seri
                                           bool(wide.get("embedding")), rules, unmeasured)
             if src == name:
                 mine_rows += _declared_rows(base, by_width, up_of.get(name), a, family, rules)
-            if cls == "vector" and wide.get("owner", None) == "":  # a scan's vector: measured, not judged (ε too)
+            # a scan's (two or more vectors of a module of no known op; its heads fixed in width, a bottleneck's, they
+            # are fixed-size — not the root's own scalars): measured, not judged, ε too
+            if wide.get("owner", None) == "" and (cls == "vector" or cls == "fixed" and "." in name):
                 for r in mine_rows:
                     r.update(status="not judged" if r["status"] != "zero" else "zero", direction="", reason=NO_RULE)
             rows += mine_rows
@@ -337,6 +339,7 @@ def _gains(g: pd.DataFrame) -> dict[str, tuple[float, float, float, str, float]]
     if g.empty:
         return {}
     p = g.pivot_table(index=["module", "width", "seed", "step"], columns="stat", values="value", aggfunc="first")
+    p = p.reindex(columns=list(dict.fromkeys([*p.columns, "gain", "fit", "in_rms"])))  # an all-NaN stat kept
     out = {}
     for module, m in p.groupby(level=0, sort=False):
         m = m.reset_index()

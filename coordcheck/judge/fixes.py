@@ -40,9 +40,9 @@ def knob(v: pd.Series, tol: float) -> str:
     return "lr"
 
 def readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tuple[str, str, int]:
-    """``(kind, fix, changes)`` for a readout whose facts fail: the muP form (a 1/width multiplier with a constant init and the
-    base lr, or no multiplier with init and lr ∝ 1/fan_in, or its own multiplier kept) that needs the fewest changes,
-    every change it needs said."""
+    """``(kind, fix, changes)`` for a readout whose facts fail: the muP form (a 1/width multiplier with a constant init
+    and the base lr, or no multiplier with init and lr ∝ 1/fan_in, or its own multiplier kept) that needs the fewest
+    changes, every change it needs said."""
     rows = mine[(mine["module"] == module) & (mine["class"] == "output-like")].drop_duplicates("quantity")
     rows = rows.set_index("quantity")
     m = float(rows.at["mult", "exponent"]) if "mult" in rows.index and np.isfinite(rows.at["mult", "exponent"]) \
@@ -85,7 +85,9 @@ def readout_fix(mine: pd.DataFrame, module: str, family: str, tol: float) -> tup
             else "without a multiplier, muP's output weight takes init and lr ∝ 1/fan_in")
     return kind, ("; ".join(words) + f" ({form})" if words else form), len(words)
 
-def lr_fix(v: pd.Series, n: int) -> str:
+def lr_fix(v: pd.Series, n: int, mup: bool = True) -> str:
+    """The factor to change a learning rate by, with muP's rule for its class and optimizer; the mup package's
+    optimizer named only where the run uses it (``mup``: ``parametrization=mup``)."""
     them = "them" if n > 1 else "it"
     d = float(v["exponent"]) - float(v["expected"])
     d = round(d * 2) / 2
@@ -104,6 +106,9 @@ def lr_fix(v: pd.Series, n: int) -> str:
             ("vector", "adam"): " (the base lr, constant in width: vector-like in MuAdam)",
             ("input-like", "sgd"): " (MuSGD: lr × width / base_width)",
             ("vector", "sgd"): " (MuSGD: lr × width / base_width)"}.get((cls, "adam" if fam in ADAM else fam), "")
+    if not mup:  # muP by hand: the rule, not the mup package's optimizer
+        hint = (hint.replace("MuAdam's hidden lr", "muP's hidden lr under Adam").replace(": vector-like in MuAdam", "")
+                .replace("MuSGD's hidden lr", "muP's hidden lr under SGD").replace("MuSGD: ", "muP under SGD: "))
     if fam not in (*ADAM, "sgd", "muon"):
         return f"multiply {them}r lr by {factor} so that ‖ΔW‖₂ ∝ √(fan_out/fan_in)".replace("themr", "their").replace(
             "itr", "its")

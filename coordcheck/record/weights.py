@@ -117,6 +117,7 @@ class _Param:
         self.dv: torch.Tensor | None = None  # ΔW's
         self.v0: torch.Tensor | None = None
         self.seed = seed
+        self.s: dict[bool, torch.Tensor | None] = {True: None, False: None}  # (W, ΔW): the last estimate
 
     def start(self, cols: int, device: torch.device) -> torch.Tensor:
         if self.v0 is None:
@@ -250,6 +251,9 @@ class WeightFacts:
             return torch.stack([rms, fro, fro])
         a = _as_matrix(t, q.conv)
         last = q.v if warm else q.dv
+        if last is not None and not bool(q.s[warm] > 0):
+            last = None  # a zero matrix left a zero vector (a zero-initialised readout's W, an update behind it at
+            # step 1, a frozen step): start again (one transfer per matrix and measured step)
         if last is not None and last.shape[0] == a.shape[1]:
             s, v = _spectral(a, last, WARM_STEPS if warm else UPDATE_WARM_STEPS)
         else:
@@ -258,6 +262,7 @@ class WeightFacts:
             q.v = v
         else:
             q.dv = v
+        q.s[warm] = s
         return torch.stack([rms, fro, s])
 
     # -- the frame --------------------------------------------------------------------------------------------------
@@ -455,12 +460,18 @@ def _gain_sums(module: nn.Module, args: tuple, kwargs: dict, out: object,
         if w.shape[1] != ys.shape[-1]:
             return None
         z = F.embedding(xs, w[:, :k].double())
-    elif xs.shape[-1] == w.shape[1] and ys.shape[-1] == w.shape[0]:
-        z = F.linear(xs.double(), w[:k].double())  # the first k output features: k rows of W read, not all
-    elif xs.shape[-1] == w.shape[0] and ys.shape[-1] == w.shape[1]:
-        z = xs.double() @ w[:, :k].double()
     else:
-        return None
+        ys_k = ys[:, :k]
+        zs = []  # ``(out, in)`` as nn.Linear stores it (the first k output features: k rows of W read, not all), or
+        if xs.shape[-1] == w.shape[1] and ys.shape[-1] == w.shape[0]:  # ``(in, out)`` as GPT-2's Conv1D does
+            zs.append(F.linear(xs.double(), w[:k].double()))
+        if xs.shape[-1] == w.shape[0] and ys.shape[-1] == w.shape[1] and not isinstance(module, nn.Linear):
+            zs.append(xs.double() @ w[:, :k].double())
+        if not zs:
+            return None
+        # a square weight of a module that is not nn.Linear: the layout whose product its output follows
+        z = max(zs, key=lambda z: float((ys_k * z).sum() ** 2
+                                        / ((z * z).sum() * (ys_k * ys_k).sum()).clamp_min(1e-300)))
     ys = ys[:, :k]
     if z.shape != ys.shape:
         return None

@@ -412,6 +412,7 @@ def run_width(
             if parametrization.structure:  # what does not fit the parametrization (judge.structure.structure_causes)
                 facts["structure"] = parametrization.structure
             eps = EpsProbe(model, opt) if EPS_TENSOR in tensors else None
+            check_count(steps, "steps")  # (before the weights' probes count the steps: one line, not a TypeError)
             weights = WeightFacts(model, [opt], measured_steps(range(steps + 1)), batch_shape=tuple(batch.inputs.shape))
             records, layout = train_with_probes(
                 model, opt, batch, steps=steps, loss_fn=loss_fn, tensors=tensors, stats=stats,
