@@ -115,13 +115,15 @@ def main(argv: list[str]) -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.out / "scores.csv", index=False)
     plants = df[df["planted"] != ""]
-    shown = plants[~plants["outcome"].isin(["noted", "pass"])]
+    shown = plants[plants["status"] == "fail"]  # a judged series fails with the plant
+    silent = plants[plants["status"] != "fail"]  # PASS, or undecided: named as a cause from its fact, or in a note
     print(f"\nfamilies {df['family'].nunique()}; bases: "
           + ", ".join(f"{r.family} {r.status.upper()}" for r in df[df["planted"] == ""].itertuples()))
     print(f"mutants {len(plants)}: {len(shown)} with a failing series, exact first cause "
           f"{int((shown['outcome'] == 'exact').sum())} ({(shown['outcome'] == 'exact').mean():.1%}); "
-          f"{len(plants) - len(shown)} PASS or undecided, {int((plants['outcome'] == 'noted').sum())} of them named in a note; "
-          f"wrong fixes {int(df['wrong'].sum())}")
+          f"{len(silent)} PASS or undecided, {int(silent['outcome'].isin(['exact', 'noted']).sum())} of them naming "
+          f"it ({int((silent['outcome'] == 'exact').sum())} undecided with it as the measured cause, "
+          f"{int((silent['outcome'] == 'noted').sum())} in a note); wrong fixes {int(df['wrong'].sum())}")
     print(pd.crosstab(df["family"], df["outcome"]).to_string())
 
 
