@@ -239,19 +239,7 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
     # attention logits at init that no violation explains: the scale in the op
     att = [s for s in unexplained if s["role"] == "attention" and int(s["step"]) == 0 and s["direction"] == "grows"]
     if att:
-        mods = list(dict.fromkeys(str(s["module"]) for s in att))
-        s = max(att, key=lambda s: float(s["slope"]))
-        n_logits = series.loc[series["role"].eq("attention"), "module"].nunique()
-        what = mods[0] if len(mods) == 1 else group_name(mods, "", n_logits).replace("parameters", "attention logits")
-        fix = str(s.get("diagnosis") or "") or ATTENTION_FIX
-        named = "" if len(mods) == 1 else f" ({', '.join(mods[:4])}{' ...' if len(mods) > 4 else ''})"
-        line = (f"{what}{named}: logits ∝ width^{s['slope']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] at step 0 "
-                f"(muP: width^{float(s['band_high']) - tol:+.2f} or less) with every query and key init as muP expects "
-                f"— {fix}")
-        causes.insert(0, dict(config_id=cid, parametrization=par, order=0, kind="attention_scale", what=what,
-                              modules=mods, measure="out", step=0, exponent=float(s["slope"]),
-                              ci_low=float(s["ci_low"]), ci_high=float(s["ci_high"]), expected="≤ 0 (may shrink)",
-                              fix=fix, line=line, direction="grows"))
+        causes.insert(0, _attention_cause(cid, par, att, series, tol, at_init=True))
     # attention logits that grow after updates, with every fact upstream of them muP's, a head dimension that grows
     # (or one not recorded) and a loss that does not jump first: the scale in the op (a zero-initialised query hides
     # it at step 0; 1/√d_head leaves the logits' change growing like √d_head)
@@ -260,29 +248,40 @@ def _causes_of(cid: str, par: str, facts: pd.DataFrame, failing: pd.DataFrame, s
             and (jump is None or jump > int(s["step"]))
             and not any(int(v["order"]) <= int(s["call_order"]) for _, v in viol.iterrows())]
     if late and not att:
-        mods = list(dict.fromkeys(str(s["module"]) for s in late))
-        s = max(late, key=lambda s: float(s["slope"]))
-        n_logits = series.loc[series["role"].eq("attention"), "module"].nunique()
-        what = mods[0] if len(mods) == 1 else group_name(mods, "", n_logits).replace("parameters", "attention logits")
-        named = "" if len(mods) == 1 else f" ({', '.join(mods[:4])}{' ...' if len(mods) > 4 else ''})"
-        line = (f"{what}{named}: logits grow ∝ width^{s['slope']:+.2f} [{s['ci_low']:+.2f}, {s['ci_high']:+.2f}] at "
-                f"step {int(s['step'])}, after updates, with every parameter upstream of them as muP expects (init and "
-                f"update measured) — {ATTENTION_FIX}")
-        causes.append(dict(config_id=cid, parametrization=par, order=0, kind="attention_scale", what=what,
-                           modules=mods, measure=str(s["tensor"]), step=int(s["step"]), exponent=float(s["slope"]),
-                           ci_low=float(s["ci_low"]), ci_high=float(s["ci_high"]),
-                           expected=f"width^{float(s['band_high']) - tol:+.2f} or less", fix=ATTENTION_FIX, line=line,
-                           direction="grows"))
+        causes.append(_attention_cause(cid, par, late, series, tol, at_init=False))
     for k, c in enumerate(sorted(causes, key=lambda c: (c["step"] > 0, c["step"], 0))):
         c["order"] = k
     return sorted(causes, key=lambda c: c["order"]), used
 
 
-def _unstable(verdict: Any, c: Any, series: pd.DataFrame, loss: pd.DataFrame, inputs: Mapping[str, float]) -> None:
+def _attention_cause(cid: str, par: str, seen: list[pd.Series], series: pd.DataFrame, tol: float,
+                     at_init: bool) -> dict:
+    """The attention-scale cause of captured logits ``seen`` that grow with every fact upstream muP's: at step 0
+    (``at_init``, the step-0 rule's own diagnosis as its fix where it has one) or after updates."""
+    mods = list(dict.fromkeys(str(s["module"]) for s in seen))
+    s = max(seen, key=lambda s: float(s["slope"]))
+    n_logits = series.loc[series["role"].eq("attention"), "module"].nunique()
+    what = mods[0] if len(mods) == 1 else group_name(mods, "", n_logits).replace("parameters", "attention logits")
+    named = "" if len(mods) == 1 else f" ({', '.join(mods[:4])}{' ...' if len(mods) > 4 else ''})"
+    interval = f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]"
+    if at_init:
+        fix = str(s.get("diagnosis") or "") or ATTENTION_FIX
+        line = (f"{what}{named}: logits ∝ width^{s['slope']:+.2f} {interval} at step 0 (muP: width^"
+                f"{float(s['band_high']) - tol:+.2f} or less) with every query and key init as muP expects — {fix}")
+        measure, step, expected = "out", 0, "≤ 0 (may shrink)"
+    else:
+        fix, step = ATTENTION_FIX, int(s["step"])
+        line = (f"{what}{named}: logits grow ∝ width^{s['slope']:+.2f} {interval} at step {step}, after updates, with "
+                f"every parameter upstream of them as muP expects (init and update measured) — {fix}")
+        measure, expected = str(s["tensor"]), f"width^{float(s['band_high']) - tol:+.2f} or less"
+    return dict(config_id=cid, parametrization=par, order=0, kind="attention_scale", what=what, modules=mods,
+                measure=measure, step=step, exponent=float(s["slope"]), ci_low=float(s["ci_low"]),
+                ci_high=float(s["ci_high"]), expected=expected, fix=fix, line=line, direction="grows")
+
+
+def _unstable(verdict: Any, c: Any, s: pd.DataFrame, loss: pd.DataFrame, inputs: Mapping[str, float]) -> None:
     """An undecided configuration whose every fact is as muP expects and whose loss jumps at or before its undecided
-    series: the reason says so (the edge of stability: lower the learning rate), naming no knob."""
-    s = series[series["in_window"].astype(bool) & (series["status"] == "inconclusive")
-               & series["direction"].isin(["grows", "shrinks"]) & series["tensor"].isin(["out", "delta", "load"])]
+    series ``s``: the reason says so (the edge of stability: lower the learning rate), naming no knob."""
     jump = loss_jump(loss)
     if s.empty or jump is None or jump[0] > int(s["step"].max()):
         return
@@ -309,15 +308,16 @@ def explain(verdict: Any, frame: pd.DataFrame, facts: Sequence[Mapping[str, Any]
         # an undecided configuration: what its undecided series would follow from, where a measured fact says so
         failing = _failing(s) if c.status == "fail" else _failing(s, "inconclusive") if c.status == "inconclusive" \
             else s.iloc[0:0]
-        jump = loss_jump(loss[loss["config_id"] == cid])
+        mine_loss = loss[loss["config_id"] == cid]
+        jump = loss_jump(mine_loss)
         rows, used = _causes_of(cid, str(c.parametrization), mine, failing, s, rules.tol,
                                 eps[eps["config_id"] == cid] if len(eps) else eps, None if jump is None else jump[0])
         all_causes += rows
         used_all |= used
         if c.status == "inconclusive" and not rows and len(mine):
-            _unstable(verdict, c, s, loss[loss["config_id"] == cid], _inputs(frame, cid))
+            _unstable(verdict, c, failing, mine_loss, _inputs(frame, cid))
         if c.status == "fail" and not rows and len(failing) and len(mine):
-            findings[cid] = finding(failing, loss[loss["config_id"] == cid], len(mine) > 0, _inputs(frame, cid))
+            findings[cid] = finding(failing, mine_loss, len(mine) > 0, _inputs(frame, cid))
             all_causes.append(dict(config_id=cid, parametrization=str(c.parametrization), order=0, kind="candidates",
                                    what=str(failing.sort_values(["call_order", "step"])["module"].iloc[0]),
                                    modules=[str(failing.sort_values(["call_order", "step"])["module"].iloc[0])],
