@@ -103,8 +103,8 @@ def print_tables(df: pd.DataFrame) -> None:
     silent = planted[planted["status"] != "fail"]  # PASS, or undecided: named as a cause from its fact, or in a note
     exact = int((shown["outcome"] == "exact").sum())
     print(f"\nmutants {n} (single {len(single)}, pairs {len(pairs)}): {len(shown)} with a failing series, exact first "
-          f"cause {exact} of them ({exact / max(len(shown), 1):.1%}); {len(silent)} PASS or undecided (no judged series "
-          f"fails with the plant), {int(silent['outcome'].isin(['exact', 'noted']).sum())} of them naming it "
+          f"cause {exact} of them ({exact / max(len(shown), 1):.1%}); {len(silent)} PASS or undecided (no judged "
+          f"series fails with the plant), {int(silent['outcome'].isin(['exact', 'noted']).sum())} of them naming it "
           f"({int((silent['outcome'] == 'exact').sum())} undecided with it as the measured cause, "
           f"{int((silent['outcome'] == 'noted').sum())} in a note with its forecast); pairs with both "
           f"named {both} of {len(pairs)}; wrong fixes "
